@@ -1,0 +1,66 @@
+// Entry point of the `ntp` command: dispatches to the registered subcommands.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+
+namespace ntp::cli {
+
+std::map<std::string, Command>& command_registry() {
+  static std::map<std::string, Command> registry;
+  return registry;
+}
+
+CommandRegistrar::CommandRegistrar(Command command) {
+  std::string name = command.name;
+  command_registry().emplace(std::move(name), std::move(command));
+}
+
+namespace {
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out, "usage: ntp <command> [options]\n\ncommands:\n");
+  for (const auto& [name, command] : command_registry()) {
+    std::fprintf(out, "  %-10s %s\n", name.c_str(), command.summary.c_str());
+  }
+  std::fprintf(out, "\n`ntp <command> --help` describes a command's options.\n");
+}
+
+}  // namespace
+}  // namespace ntp::cli
+
+int main(int argc, char** argv) {
+  using namespace ntp::cli;
+  if (argc < 2) {
+    print_usage(stderr);
+    return kExitBadInput;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_usage(stdout);
+    return kExitOk;
+  }
+  if (name == "--version" || name == "version") {
+    std::printf("ntp %s\n", NTP_VERSION);
+    return kExitOk;
+  }
+  auto it = command_registry().find(name);
+  if (it == command_registry().end()) {
+    std::fprintf(stderr, "ntp: unknown command '%s'\n\n", name.c_str());
+    print_usage(stderr);
+    return kExitBadInput;
+  }
+  std::string program = "ntp " + name;
+  std::vector<char*> args;
+  args.push_back(program.data());
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  try {
+    return it->second.run(static_cast<int>(args.size()), args.data());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ntp %s: error: %s\n", name.c_str(), e.what());
+    return kExitFailure;
+  }
+}
