@@ -1,0 +1,151 @@
+// The boost-and-rebalance policy (see boost_policy.h and docs/power.md).
+#include "power/boost_policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+namespace ntp::power {
+namespace {
+
+// What the policy decides for one domain: the per-GPU limit, the speed it buys,
+// and whether that speed reaches the n/k needed to keep pace.
+struct DomainBoost {
+  double limit_w = 0.0;
+  double speedup = 0.0;
+  bool need_met = false;
+};
+
+DomainBoost boost_domain(int n, int k, double headroom_w, const DevicePowerModel& m) noexcept {
+  if (k <= 0 || n <= 0) return {};
+  if (k >= n) return {m.tdp_w, 1.0, true};
+  const double headroom = headroom_w > 0.0 ? headroom_w : 0.0;  // NaN and negatives count as 0
+  const double budget = n * m.tdp_w + headroom;
+  // The survivors' equal split, rounded down until k of them fit the budget.
+  double split = budget / k;
+  while (split * k > budget) split = std::nextafter(split, 0.0);
+  const double need_speed = static_cast<double>(n) / k;
+  const double need_limit = m.tdp_w * std::pow(need_speed, 1.0 / m.alpha);
+  const double reachable = std::min(split, m.max_frac * m.tdp_w);
+  if (need_limit <= reachable) return {need_limit, need_speed, true};
+  // Short of the need: the speed is what the reachable limit buys, clamped so
+  // rounding never lets an unmet domain look faster than a met one.
+  const double speed = std::min(std::pow(reachable / m.tdp_w, m.alpha), need_speed);
+  return {reachable, speed, false};
+}
+
+// A replica's throughput relative to a healthy one: k/n * speedup, exactly 1
+// when the boost covers the need (so equal replicas get equal shares).
+double effective_speed(int n, const DomainBoost& boost, int k) {
+  if (k <= 0) return 0.0;
+  if (boost.need_met) return 1.0;
+  return std::min(1.0, k * boost.speedup / n);
+}
+
+[[noreturn]] void reject(const std::string& what) { throw std::invalid_argument(what); }
+
+void validate_active(int n, const std::vector<int>& active, long global_batch) {
+  if (n < 1) reject("n (TP degree) must be >= 1, got " + std::to_string(n));
+  if (global_batch < 0) reject("global_batch must be >= 0, got " + std::to_string(global_batch));
+  bool any_active = false;
+  for (std::size_t i = 0; i < active.size(); ++i) {
+    if (active[i] < 0 || active[i] > n) {
+      reject("active[" + std::to_string(i) + "] = " + std::to_string(active[i]) +
+             " is outside [0, n = " + std::to_string(n) + "]");
+    }
+    any_active = any_active || active[i] > 0;
+  }
+  if (global_batch > 0 && !any_active) {
+    reject("active: no replica has an active GPU to take global_batch = " +
+           std::to_string(global_batch));
+  }
+}
+
+}  // namespace
+
+double domain_speedup(int n, int k, double headroom_w, const DevicePowerModel& m) noexcept {
+  return boost_domain(n, k, headroom_w, m).speedup;
+}
+
+double domain_limit_w(int n, int k, double headroom_w, const DevicePowerModel& m) noexcept {
+  return boost_domain(n, k, headroom_w, m).limit_w;
+}
+
+void validate(const DevicePowerModel& m) {
+  if (!std::isfinite(m.tdp_w) || m.tdp_w <= 0.0) reject("tdp_w must be > 0 W");
+  if (!std::isfinite(m.max_frac) || m.max_frac < 1.0) reject("max_frac must be >= 1");
+  if (!std::isfinite(m.alpha) || m.alpha <= 0.0) reject("alpha must be > 0");
+}
+
+BoostPlan plan_boost(int n, const std::vector<int>& active, double headroom_w, long global_batch,
+                     const DevicePowerModel& m) {
+  validate(m);
+  validate_active(n, active, global_batch);
+  if (!std::isfinite(headroom_w) || headroom_w < 0.0) reject("headroom_w must be finite and >= 0");
+  BoostPlan plan;
+  std::vector<double> weights;
+  plan.replicas.reserve(active.size());
+  weights.reserve(active.size());
+  for (const int k : active) {
+    const DomainBoost boost = boost_domain(n, k, headroom_w, m);
+    plan.replicas.push_back({k, boost.limit_w, boost.speedup, 0});
+    weights.push_back(effective_speed(n, boost, k));
+  }
+  const std::vector<long> shares = apportion(weights, global_batch);
+  for (std::size_t i = 0; i < shares.size(); ++i) plan.replicas[i].share = shares[i];
+  return plan;
+}
+
+std::vector<long> shares_without_boost(int n, const std::vector<int>& active, long global_batch) {
+  validate_active(n, active, global_batch);
+  std::vector<double> weights;
+  weights.reserve(active.size());
+  for (const int k : active) weights.push_back(static_cast<double>(k) / n);
+  return apportion(weights, global_batch);
+}
+
+std::vector<long> apportion(const std::vector<double>& weights, long total) {
+  if (total < 0) reject("apportion: total must be >= 0, got " + std::to_string(total));
+  double weight_sum = 0.0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (!std::isfinite(weights[i]) || weights[i] < 0.0) {
+      reject("apportion: weight[" + std::to_string(i) + "] must be finite and >= 0");
+    }
+    weight_sum += weights[i];
+  }
+  std::vector<long> shares(weights.size(), 0);
+  if (total == 0) return shares;
+  if (weight_sum <= 0.0) reject("apportion: every weight is 0, cannot place " + std::to_string(total));
+
+  // Floors of the exact quotas, then the remaining units to the largest
+  // remainders (ties: lower index). Rounding can leave the floors a unit off in
+  // either direction; the same order fixes both.
+  std::vector<double> remainder(weights.size(), 0.0);
+  long assigned = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    const double quota = static_cast<double>(total) * (weights[i] / weight_sum);
+    shares[i] = static_cast<long>(std::floor(quota));
+    remainder[i] = quota - static_cast<double>(shares[i]);
+    assigned += shares[i];
+  }
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] > 0.0) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return remainder[a] > remainder[b]; });
+  for (std::size_t j = 0; assigned < total; j = (j + 1) % order.size(), ++assigned) {
+    ++shares[order[j]];
+  }
+  for (std::size_t j = order.size(); assigned > total; --assigned) {
+    do {
+      j = (j + order.size() - 1) % order.size();
+    } while (shares[order[j]] == 0);
+    --shares[order[j]];
+  }
+  return shares;
+}
+
+}  // namespace ntp::power

@@ -1,0 +1,81 @@
+#pragma once
+// The boost-and-rebalance policy: one pure implementation shared by the trainer
+// (batch policy `proportional`, power.mode), the simulator (policy `ntp-pw`) and
+// `ntp power plan`. No I/O, no global state.
+//
+// A domain is n GPUs joined by NVLink running one TP group. When only k of them
+// are active, each survivor does n/k of the work it did at TP n, so it needs a
+// per-GPU speed of n/k (relative to running at TDP) to keep pace with healthy
+// replicas. The failed GPUs no longer draw power: the domain budget
+// n * tdp + headroom is shared by the k survivors, up to each device's maximum,
+// and never beyond what reaching n/k needs. What the budget cannot cover, the
+// batch shares rebalance: a replica's share is proportional to its effective
+// speed k/n * speedup, so every replica's step takes the same time.
+//
+// Formulas: docs/power.md.
+#include <vector>
+
+namespace ntp::power {
+
+// Speed of one GPU as a function of its power limit p, relative to running at
+// TDP: speed(p) = (p / tdp_w)^alpha for p <= max_frac * tdp_w.
+struct DevicePowerModel {
+  double tdp_w = 1000.0;
+  double max_frac = 1.3;  // per-device maximum limit = max_frac * tdp_w
+  double alpha = 0.65;    // speed-vs-power exponent near TDP
+};
+
+// Per-GPU speed-up (relative to TDP) that the policy gives a domain of n GPUs
+// with k active, when the domain budget is n * tdp_w + headroom_w:
+//   min(n/k, (min(budget/k, max_frac * tdp_w) / tdp_w)^alpha).
+// k == n -> exactly 1.0 (healthy domains run at TDP: headroom is kept for
+// degraded domains, and a healthy domain needs no more than speed 1);
+// k <= 0 -> 0.0 (the replica sits out). When the budget covers the need, the
+// result is exactly n/k. Negative headroom counts as 0. Undefined model values
+// (tdp_w <= 0, max_frac < 1, alpha <= 0) are the caller's to reject: see
+// validate(). O(1), no allocation, noexcept.
+double domain_speedup(int n, int k, double headroom_w, const DevicePowerModel& m) noexcept;
+
+// The power limit (W) the policy sets on each active GPU of such a domain:
+// tdp_w * speedup^(1/alpha), i.e. min(tdp_w * (n/k)^(1/alpha), budget/k,
+// max_frac * tdp_w); k * limit never exceeds the domain budget. 0 when k <= 0;
+// tdp_w when k >= n.
+double domain_limit_w(int n, int k, double headroom_w, const DevicePowerModel& m) noexcept;
+
+struct ReplicaBoost {
+  int active = 0;        // k: active GPUs of the replica's domain (0 = sits out)
+  double limit_w = 0.0;  // per-GPU power limit in that domain (0 when it sits out)
+  double speedup = 0.0;  // modelled per-GPU speed relative to TDP
+  long share = 0;        // sequences of the global batch per step
+};
+
+struct BoostPlan {
+  std::vector<ReplicaBoost> replicas;  // one per entry of `active`, same order
+};
+
+// Limits, speed-ups and `proportional` batch shares for one k per replica.
+// Shares are integers summing exactly to global_batch, proportional to each
+// replica's effective speed k/n * speedup (a replica whose need is met counts
+// exactly 1.0), by largest remainder with ties going to the lower replica index.
+// Throws std::invalid_argument naming the field (n, active[i], headroom_w,
+// global_batch, tdp_w, max_frac, alpha) on bad input, and when global_batch > 0
+// but every replica sits out.
+BoostPlan plan_boost(int n, const std::vector<int>& active, double headroom_w, long global_batch,
+                     const DevicePowerModel& m);
+
+// `proportional` shares without power boost (power off): weights k/n.
+// Same rounding, validation and guarantees as plan_boost.
+std::vector<long> shares_without_boost(int n, const std::vector<int>& active, long global_batch);
+
+// Largest-remainder apportionment: integers summing exactly to total,
+// proportional to weights (>= 0, finite), ties to the lower index. The primitive
+// behind every batch policy (`fixed` is weight 1 per participating replica).
+// Throws std::invalid_argument if a weight is negative or not finite, or if
+// total > 0 and every weight is 0.
+std::vector<long> apportion(const std::vector<double>& weights, long total);
+
+// Throws std::invalid_argument naming the field unless tdp_w > 0,
+// 1 <= max_frac, 0 < alpha, all finite.
+void validate(const DevicePowerModel& m);
+
+}  // namespace ntp::power
