@@ -1,0 +1,465 @@
+#include "train/config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <toml++/toml.h>
+
+namespace ntp::train {
+namespace {
+
+// ---- enum names ----------------------------------------------------------
+
+template <class E>
+using Choices = std::vector<std::pair<std::string, E>>;
+
+const Choices<DataOrder> kOrders = {{"shuffled", DataOrder::kShuffled},
+                                    {"sequential", DataOrder::kSequential}};
+const Choices<LrSchedule> kSchedules = {{"cosine", LrSchedule::kCosine},
+                                        {"constant", LrSchedule::kConstant}};
+const Choices<BatchPolicy> kPolicies = {{"proportional", BatchPolicy::kProportional},
+                                        {"fixed", BatchPolicy::kFixed},
+                                        {"constant-global", BatchPolicy::kConstantGlobal}};
+const Choices<PowerMode> kPowerModes = {
+    {"off", PowerMode::kOff}, {"simulated", PowerMode::kSimulated}, {"nvml", PowerMode::kNvml}};
+
+template <class E>
+std::string name_of(const Choices<E>& choices, E value) {
+  for (const auto& [name, v] : choices) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+
+template <class E>
+std::string list_of(const Choices<E>& choices) {
+  std::string out;
+  for (const auto& [name, v] : choices) out += (out.empty() ? "" : " | ") + name;
+  return out;
+}
+
+// A TOML basic string holding `text`.
+std::string quote(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+// Shortest text that reads back as the same double, always with a '.' or
+// an exponent so that TOML keeps it a float.
+std::string float_text(double value) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  std::string text(buffer, result.ptr);
+  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+  return text;
+}
+
+// ---- typed reads that name the key on failure ----------------------------
+
+struct Where {
+  const std::string& source;
+  std::string_view key;
+};
+
+[[noreturn]] void fail(const Where& at, const std::string& what) {
+  throw ConfigError(fmt::format("{}: {}: {}", at.source, at.key, what));
+}
+
+std::string type_name(const toml::node& node) {
+  std::ostringstream out;
+  out << node.type();
+  return out.str();
+}
+
+std::int64_t read_int(const toml::node& node, const Where& at) {
+  if (!node.is_integer()) fail(at, "expected an integer, got " + type_name(node));
+  return node.as_integer()->get();
+}
+
+double read_float(const toml::node& node, const Where& at) {
+  if (node.is_integer()) return static_cast<double>(node.as_integer()->get());
+  if (!node.is_floating_point()) fail(at, "expected a number, got " + type_name(node));
+  return node.as_floating_point()->get();
+}
+
+std::string read_string(const toml::node& node, const Where& at) {
+  if (!node.is_string()) fail(at, "expected a string, got " + type_name(node));
+  return node.as_string()->get();
+}
+
+template <class E>
+E read_choice(const toml::node& node, const Where& at, const Choices<E>& choices) {
+  const std::string word = read_string(node, at);
+  for (const auto& [name, v] : choices) {
+    if (name == word) return v;
+  }
+  fail(at, fmt::format("'{}' is not one of {}", word, list_of(choices)));
+}
+
+std::map<std::int64_t, std::vector<std::int64_t>> read_failed(const toml::node& node,
+                                                              const Where& at) {
+  const toml::table* table = node.as_table();
+  if (table == nullptr) fail(at, "expected a table replica = [slots], got " + type_name(node));
+  std::map<std::int64_t, std::vector<std::int64_t>> failed;
+  for (const auto& [key, slots_node] : *table) {
+    const std::string replica_text(key.str());
+    std::int64_t replica = -1;
+    try {
+      std::size_t used = 0;
+      replica = std::stoll(replica_text, &used);
+      if (used != replica_text.size()) replica = -1;
+    } catch (const std::exception&) {
+      replica = -1;
+    }
+    if (replica < 0) fail(at, fmt::format("key '{}' is not a replica index", replica_text));
+    const toml::array* slots = slots_node.as_array();
+    if (slots == nullptr) {
+      fail(at, fmt::format("replica {}: expected an array of slots, got {}", replica,
+                           type_name(slots_node)));
+    }
+    std::vector<std::int64_t>& out = failed[replica];
+    for (const toml::node& slot : *slots) {
+      if (!slot.is_integer()) fail(at, fmt::format("replica {}: slots must be integers", replica));
+      out.push_back(slot.as_integer()->get());
+    }
+  }
+  return failed;
+}
+
+// ---- the schema -----------------------------------------------------------
+
+struct KeyDef {
+  ConfigKey doc;
+  std::function<void(Config&, const toml::node&, const Where&)> set;
+  std::function<std::string(const Config&)> value;  // the TOML text of the current value
+};
+
+// A field accessor usable on const and non-const configs.
+#define NTP_FIELD(expr) [](auto& c) -> auto& { return c.expr; }
+
+template <class Field>
+KeyDef int_key(std::string_view name, std::string_view meaning, Field field) {
+  return {{name, "integer", meaning},
+          [field](Config& c, const toml::node& n, const Where& at) { field(c) = read_int(n, at); },
+          [field](const Config& c) { return std::to_string(field(c)); }};
+}
+
+template <class Field>
+KeyDef float_key(std::string_view name, std::string_view meaning, Field field) {
+  return {{name, "float", meaning},
+          [field](Config& c, const toml::node& n, const Where& at) { field(c) = read_float(n, at); },
+          [field](const Config& c) { return float_text(field(c)); }};
+}
+
+template <class Field>
+KeyDef string_key(std::string_view name, std::string_view meaning, Field field) {
+  return {{name, "string", meaning},
+          [field](Config& c, const toml::node& n, const Where& at) { field(c) = read_string(n, at); },
+          [field](const Config& c) { return quote(field(c)); }};
+}
+
+template <class E, class Field>
+KeyDef choice_key(std::string_view name, std::string_view meaning, const Choices<E>& choices,
+                  Field field) {
+  return {{name, "string", meaning},
+          [field, &choices](Config& c, const toml::node& n, const Where& at) {
+            field(c) = read_choice(n, at, choices);
+          },
+          [field, &choices](const Config& c) { return quote(name_of(choices, field(c))); }};
+}
+
+KeyDef failed_key() {
+  return {{"parallel.failed", "table",
+           "failed slots per replica for a degraded start, e.g. {0 = [2]}; default {} (none)"},
+          [](Config& c, const toml::node& n, const Where& at) {
+            c.parallel.failed = read_failed(n, at);
+          },
+          [](const Config& c) {
+            std::string text = "{";
+            for (const auto& [replica, slots] : c.parallel.failed) {
+              text += fmt::format("{} {} = [{}]", text.size() > 1 ? "," : "", replica,
+                                  fmt::join(slots, ", "));
+            }
+            return text + (text.size() > 1 ? " }" : "}");
+          }};
+}
+
+const std::vector<KeyDef>& schema() {
+  static const std::vector<KeyDef> keys = {
+      string_key("model.preset", "model preset: tiny | small | gpt2", NTP_FIELD(model.preset)),
+      int_key("model.vocab", "vocabulary size; 0 = the preset's", NTP_FIELD(model.vocab)),
+      int_key("model.layers", "transformer blocks; 0 = the preset's", NTP_FIELD(model.layers)),
+      int_key("model.d_model", "hidden size; 0 = the preset's", NTP_FIELD(model.d_model)),
+      int_key("model.heads", "attention heads; 0 = the preset's", NTP_FIELD(model.heads)),
+      int_key("model.seq_len", "tokens per sequence; 0 = the preset's", NTP_FIELD(model.seq_len)),
+      string_key("model.init_from", "llm.c GPT-2 checkpoint to start from; empty = random init",
+                 NTP_FIELD(model.init_from)),
+      int_key("model.threads", "kernel threads per rank; 0 = host cores / ranks on the host",
+              NTP_FIELD(model.threads)),
+      string_key("data.path", "text file (bytes) or token .bin (llm.c); empty = built-in corpus",
+                 NTP_FIELD(data.path)),
+      choice_key("data.order", "sample order: shuffled | sequential (llm.c's)", kOrders,
+                 NTP_FIELD(data.order)),
+      int_key("train.steps", "optimizer steps", NTP_FIELD(train.steps)),
+      int_key("train.global_batch", "sequences per step over the whole job",
+              NTP_FIELD(train.global_batch)),
+      int_key("train.micro_batch", "sequences per forward/backward pass of a replica",
+              NTP_FIELD(train.micro_batch)),
+      float_key("train.lr", "peak learning rate", NTP_FIELD(train.lr)),
+      choice_key("train.lr_schedule", "cosine | constant", kSchedules,
+                 NTP_FIELD(train.lr_schedule)),
+      int_key("train.warmup_steps", "linear warm-up steps", NTP_FIELD(train.warmup_steps)),
+      float_key("train.weight_decay", "AdamW decoupled weight decay (2-D weights)",
+                NTP_FIELD(train.weight_decay)),
+      float_key("train.beta1", "AdamW beta1", NTP_FIELD(train.beta1)),
+      float_key("train.beta2", "AdamW beta2", NTP_FIELD(train.beta2)),
+      float_key("train.eps", "AdamW epsilon", NTP_FIELD(train.eps)),
+      float_key("train.grad_clip", "global gradient-norm clip; 0 = off",
+                NTP_FIELD(train.grad_clip)),
+      int_key("train.seed", "seed of init and of the shuffled order", NTP_FIELD(train.seed)),
+      int_key("parallel.tp", "base TP degree n: slots per replica", NTP_FIELD(parallel.tp)),
+      int_key("parallel.dp", "DP replicas", NTP_FIELD(parallel.dp)),
+      failed_key(),
+      int_key("parallel.min_tp", "replicas with fewer active slots are dropped",
+              NTP_FIELD(parallel.min_tp)),
+      choice_key("parallel.batch_policy", "proportional | fixed | constant-global", kPolicies,
+                 NTP_FIELD(parallel.batch_policy)),
+      float_key("sync.bucket_mb", "gradient-sync bucket size in MiB", NTP_FIELD(sync.bucket_mb)),
+      float_key("deadline.collective_s", "deadline of every collective",
+                NTP_FIELD(deadline.collective_s)),
+      float_key("deadline.rendezvous_s", "deadline of rendezvous and group creation",
+                NTP_FIELD(deadline.rendezvous_s)),
+      float_key("deadline.heartbeat_s", "silence after which a rank is declared dead",
+                NTP_FIELD(deadline.heartbeat_s)),
+      float_key("deadline.straggler_s",
+                "after the first worker death, time the others get to exit before SIGTERM",
+                NTP_FIELD(deadline.straggler_s)),
+      choice_key("power.mode", "off | simulated | nvml", kPowerModes, NTP_FIELD(power.mode)),
+      string_key("run.dir", "run directory; empty = runs/<UTC time>", NTP_FIELD(run.dir)),
+      int_key("run.trace_steps", "steps recorded in trace.json", NTP_FIELD(run.trace_steps)),
+  };
+  return keys;
+}
+
+#undef NTP_FIELD
+
+const KeyDef* find_key(std::string_view name) {
+  for (const KeyDef& key : schema()) {
+    if (key.doc.name == name) return &key;
+  }
+  return nullptr;
+}
+
+bool is_section(std::string_view name) {
+  const std::string prefix = std::string(name) + ".";
+  return std::any_of(schema().begin(), schema().end(),
+                     [&](const KeyDef& k) { return k.doc.name.starts_with(prefix); });
+}
+
+void apply_table(Config& config, const toml::table& root, const std::string& source) {
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    if (!is_section(section)) {
+      throw ConfigError(fmt::format("{}: unknown key '{}'", source, section));
+    }
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr) {
+      throw ConfigError(fmt::format("{}: {}: expected a table [{}]", source, section, section));
+    }
+    for (const auto& [leaf, node] : *table) {
+      const std::string name = section + "." + std::string(leaf.str());
+      const KeyDef* key = find_key(name);
+      if (key == nullptr) throw ConfigError(fmt::format("{}: unknown key '{}'", source, name));
+      key->set(config, node, Where{source, key->doc.name});
+    }
+  }
+}
+
+toml::table parse_text(std::string_view text, const std::string& source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: {}", source, e.source().begin.line,
+                                  e.source().begin.column, e.description()));
+  }
+}
+
+// ---- validation -----------------------------------------------------------
+
+void require(bool ok, std::string_view key, const std::string& what) {
+  if (!ok) throw ConfigError(fmt::format("{}: {}", key, what));
+}
+
+void validate_model(const ModelConfig& m) {
+  require(!m.preset.empty(), "model.preset", "must not be empty");
+  require(m.vocab >= 0, "model.vocab", "must be >= 0");
+  require(m.layers >= 0, "model.layers", "must be >= 0");
+  require(m.d_model >= 0, "model.d_model", "must be >= 0");
+  require(m.heads >= 0, "model.heads", "must be >= 0");
+  require(m.seq_len >= 0, "model.seq_len", "must be >= 0");
+  require(m.threads >= 0, "model.threads", "must be >= 0");
+  if (m.d_model > 0 && m.heads > 0) {
+    require(m.d_model % m.heads == 0, "model.d_model",
+            fmt::format("{} is not divisible by model.heads = {}", m.d_model, m.heads));
+  }
+  if (!m.init_from.empty()) {
+    require(std::filesystem::is_regular_file(m.init_from), "model.init_from",
+            fmt::format("'{}' is not a readable file", m.init_from));
+  }
+}
+
+void validate_optim(const OptimConfig& t) {
+  require(t.steps >= 1, "train.steps", "must be >= 1");
+  require(t.global_batch >= 1, "train.global_batch", "must be >= 1");
+  require(t.micro_batch >= 1, "train.micro_batch", "must be >= 1");
+  require(t.lr > 0, "train.lr", "must be > 0");
+  require(t.warmup_steps >= 0, "train.warmup_steps", "must be >= 0");
+  require(t.weight_decay >= 0, "train.weight_decay", "must be >= 0");
+  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "must be in [0, 1)");
+  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)");
+  require(t.eps > 0, "train.eps", "must be > 0");
+  require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 = off)");
+  require(t.seed >= 0, "train.seed", "must be >= 0");
+}
+
+void validate_parallel(const ParallelConfig& p, const OptimConfig& t) {
+  require(p.tp >= 1, "parallel.tp", "must be >= 1");
+  require(p.dp >= 1, "parallel.dp", "must be >= 1");
+  require(p.min_tp >= 1 && p.min_tp <= p.tp, "parallel.min_tp",
+          fmt::format("must be in [1, parallel.tp = {}]", p.tp));
+  for (const auto& [replica, slots] : p.failed) {
+    require(replica < p.dp, "parallel.failed",
+            fmt::format("replica {} does not exist (parallel.dp = {})", replica, p.dp));
+    std::set<std::int64_t> seen;
+    for (std::int64_t slot : slots) {
+      require(slot >= 0 && slot < p.tp, "parallel.failed",
+              fmt::format("replica {}: slot {} is outside [0, parallel.tp = {})", replica, slot,
+                          p.tp));
+      require(seen.insert(slot).second, "parallel.failed",
+              fmt::format("replica {}: slot {} listed twice", replica, slot));
+    }
+  }
+  std::int64_t training = 0;
+  for (std::int64_t r = 0; r < p.dp; ++r) {
+    if (static_cast<std::int64_t>(p.active_slots(r).size()) >= p.min_tp) ++training;
+  }
+  require(training >= 1, "parallel.failed",
+          fmt::format("every replica has fewer than parallel.min_tp = {} active slots", p.min_tp));
+  require(t.global_batch >= training, "train.global_batch",
+          fmt::format("{} is smaller than the {} training replicas", t.global_batch, training));
+}
+
+void validate_rest(const Config& c) {
+  require(c.sync.bucket_mb > 0, "sync.bucket_mb", "must be > 0");
+  require(c.deadline.collective_s > 0, "deadline.collective_s", "must be > 0");
+  require(c.deadline.rendezvous_s > 0, "deadline.rendezvous_s", "must be > 0");
+  require(c.deadline.heartbeat_s > 0, "deadline.heartbeat_s", "must be > 0");
+  require(c.deadline.straggler_s >= 0, "deadline.straggler_s", "must be >= 0");
+  require(c.run.trace_steps >= 0, "run.trace_steps", "must be >= 0");
+  if (!c.data.path.empty()) {
+    require(std::filesystem::is_regular_file(c.data.path), "data.path",
+            fmt::format("'{}' is not a readable file", c.data.path));
+  }
+}
+
+}  // namespace
+
+std::string to_string(DataOrder order) { return name_of(kOrders, order); }
+std::string to_string(LrSchedule schedule) { return name_of(kSchedules, schedule); }
+std::string to_string(BatchPolicy policy) { return name_of(kPolicies, policy); }
+std::string to_string(PowerMode mode) { return name_of(kPowerModes, mode); }
+
+std::vector<std::int64_t> ParallelConfig::active_slots(std::int64_t replica) const {
+  std::vector<std::int64_t> slots;
+  const auto it = failed.find(replica);
+  for (std::int64_t s = 0; s < tp; ++s) {
+    if (it == failed.end() || std::find(it->second.begin(), it->second.end(), s) == it->second.end()) {
+      slots.push_back(s);
+    }
+  }
+  return slots;
+}
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = [] {
+    std::vector<ConfigKey> out;
+    for (const KeyDef& key : schema()) out.push_back(key.doc);
+    return out;
+  }();
+  return keys;
+}
+
+void apply_toml(Config& config, std::string_view text, const std::string& source) {
+  apply_table(config, parse_text(text, source), source);
+}
+
+void apply_override(Config& config, const std::string& assignment) {
+  const std::size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError(fmt::format("--set '{}': expected key=value", assignment));
+  }
+  const std::string key = assignment.substr(0, eq);
+  const std::string value = assignment.substr(eq + 1);
+  const std::string source = "--set " + key;
+  toml::table table;
+  try {
+    table = toml::parse(key + " = " + value, source);
+  } catch (const toml::parse_error&) {
+    // Not TOML: take the value as a plain string (a bare word such as `sequential`).
+    table = parse_text(key + " = " + quote(value), source);
+  }
+  apply_table(config, table, source);
+}
+
+void validate(const Config& config) {
+  validate_model(config.model);
+  validate_optim(config.train);
+  validate_parallel(config.parallel, config.train);
+  validate_rest(config);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config config;
+  if (!path.empty()) {
+    std::ifstream in(path);
+    if (!in) throw ConfigError(fmt::format("{}: cannot open config file", path));
+    std::stringstream text;
+    text << in.rdbuf();
+    apply_toml(config, text.str(), path);
+  }
+  for (const std::string& assignment : overrides) apply_override(config, assignment);
+  try {
+    validate(config);
+  } catch (const ConfigError& e) {
+    throw ConfigError((path.empty() ? std::string("config") : path) + ": " + e.what());
+  }
+  return config;
+}
+
+std::string to_toml(const Config& config) {
+  std::string out = "# Resolved ntp train configuration: every key (see docs/config.md).\n";
+  std::string section;
+  for (const KeyDef& key : schema()) {
+    const std::size_t dot = key.doc.name.find('.');
+    if (key.doc.name.substr(0, dot) != section) {
+      out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", key.doc.name.substr(0, dot));
+      section = key.doc.name.substr(0, dot);
+    }
+    out += fmt::format("{} = {}\n", key.doc.name.substr(dot + 1), key.value(config));
+  }
+  return out;
+}
+
+}  // namespace ntp::train

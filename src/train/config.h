@@ -1,0 +1,139 @@
+#pragma once
+// The run configuration of `ntp train`: one TOML file, then `--set key=value`
+// overrides, then validation across keys. Every key has a default (see
+// kConfigKeys and docs/config.md); unknown keys and bad values are rejected
+// with a ConfigError naming the key and where it came from, before any worker
+// process starts.
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ntp::train {
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class DataOrder { kShuffled, kSequential };
+enum class LrSchedule { kCosine, kConstant };
+enum class BatchPolicy { kProportional, kFixed, kConstantGlobal };
+enum class PowerMode { kOff, kSimulated, kNvml };
+
+std::string to_string(DataOrder order);
+std::string to_string(LrSchedule schedule);
+std::string to_string(BatchPolicy policy);
+std::string to_string(PowerMode mode);
+
+struct ModelConfig {
+  std::string preset = "tiny";
+  // 0 = the preset's value.
+  std::int64_t vocab = 0;
+  std::int64_t layers = 0;
+  std::int64_t d_model = 0;
+  std::int64_t heads = 0;
+  std::int64_t seq_len = 0;
+  std::string init_from;  // llm.c checkpoint; empty = random init from train.seed
+  std::int64_t threads = 0;  // kernel threads per rank; 0 = cores / ranks on this host
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string path;  // text file or token .bin; empty = the built-in demo corpus
+  DataOrder order = DataOrder::kShuffled;
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct OptimConfig {  // the [train] table
+  std::int64_t steps = 20;
+  std::int64_t global_batch = 8;  // sequences per step, whole job
+  std::int64_t micro_batch = 4;   // sequences per forward/backward pass of one replica
+  double lr = 3e-4;
+  LrSchedule lr_schedule = LrSchedule::kCosine;
+  std::int64_t warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 = off
+  std::int64_t seed = 1337;
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct ParallelConfig {
+  std::int64_t tp = 1;  // base TP degree n (slots per replica)
+  std::int64_t dp = 1;  // replicas
+  std::map<std::int64_t, std::vector<std::int64_t>> failed;  // replica -> failed slots
+  std::int64_t min_tp = 1;  // replicas with fewer active slots are dropped
+  BatchPolicy batch_policy = BatchPolicy::kProportional;
+  bool operator==(const ParallelConfig&) const = default;
+
+  // Active slots of replica r (all slots not listed in `failed`), ascending.
+  std::vector<std::int64_t> active_slots(std::int64_t replica) const;
+};
+
+struct SyncConfig {
+  double bucket_mb = 4.0;
+  bool operator==(const SyncConfig&) const = default;
+};
+
+struct DeadlineConfig {
+  double collective_s = 30.0;  // every collective and point-to-point call
+  double rendezvous_s = 60.0;  // store rendezvous and group construction
+  double heartbeat_s = 5.0;    // a rank silent this long is declared dead
+  double straggler_s = 10.0;   // after the first worker death, wait this long for the rest
+  bool operator==(const DeadlineConfig&) const = default;
+};
+
+struct PowerConfig {
+  PowerMode mode = PowerMode::kOff;
+  bool operator==(const PowerConfig&) const = default;
+};
+
+struct RunConfig {
+  std::string dir;  // empty = runs/<UTC time stamp>
+  std::int64_t trace_steps = 3;  // steps recorded in trace.json
+  bool operator==(const RunConfig&) const = default;
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig train;
+  ParallelConfig parallel;
+  SyncConfig sync;
+  DeadlineConfig deadline;
+  PowerConfig power;
+  RunConfig run;
+  bool operator==(const Config&) const = default;
+};
+
+// One documented key of the schema (the source of docs/config.md).
+struct ConfigKey {
+  std::string_view name;        // "train.lr"
+  std::string_view type;        // "float", "integer", "string", "table", ...
+  std::string_view meaning;
+};
+const std::vector<ConfigKey>& config_keys();
+
+// Parses TOML text into `config` (only the keys present change). `source`
+// names the text in errors: a file name or "--set".
+void apply_toml(Config& config, std::string_view text, const std::string& source);
+
+// Applies one `key=value` override. The value is parsed as TOML; a bare word
+// that is not valid TOML is taken as a string (`--set data.order=sequential`).
+void apply_override(Config& config, const std::string& assignment);
+
+// Cross-key checks and file existence; throws ConfigError naming the key.
+void validate(const Config& config);
+
+// Defaults <- file (if not empty) <- overrides, then validate.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// The fully resolved configuration as TOML (every key, in schema order).
+std::string to_toml(const Config& config);
+
+}  // namespace ntp::train

@@ -1,0 +1,206 @@
+#include "train/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace ntp::train {
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [0, bound) without modulo bias.
+std::uint64_t uniform_below(std::uint64_t& state, std::uint64_t bound) {
+  const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % bound);
+  std::uint64_t x = splitmix64(state);
+  while (x >= limit) x = splitmix64(state);
+  return x % bound;
+}
+
+// Largest-remainder apportionment of `total` seats by `weights`, ties to the
+// lower index; a zero weight gets zero seats.
+std::vector<std::int64_t> apportion(std::int64_t total, const std::vector<double>& weights) {
+  const double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<std::int64_t> seats(weights.size(), 0);
+  if (sum <= 0 || total <= 0) return seats;
+  std::vector<double> remainder(weights.size(), 0.0);
+  std::int64_t given = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    const double quota = static_cast<double>(total) * weights[i] / sum;
+    // The epsilon keeps an exact quota such as 3.0 computed as 2.9999... at 3.
+    seats[i] = static_cast<std::int64_t>(std::floor(quota + 1e-9));
+    remainder[i] = quota - static_cast<double>(seats[i]);
+    given += seats[i];
+  }
+  std::vector<std::size_t> order(weights.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return remainder[a] > remainder[b]; });
+  for (std::size_t i = 0; given < total; i = (i + 1) % order.size()) {
+    if (weights[order[i]] > 0) {
+      ++seats[order[i]];
+      ++given;
+    }
+  }
+  return seats;
+}
+
+bool is_training(const BatchSplitInput& in, std::size_t r) { return in.active[r] >= in.min_tp; }
+
+// Every training replica gets at least one sample: take from the largest share.
+void ensure_one_each(const BatchSplitInput& in, std::vector<std::int64_t>& shares) {
+  for (std::size_t r = 0; r < shares.size(); ++r) {
+    if (!is_training(in, r) || shares[r] > 0) continue;
+    const auto largest = std::max_element(shares.begin(), shares.end());
+    if (*largest <= 1) break;  // cannot happen when global_batch >= training replicas
+    --*largest;
+    shares[r] = 1;
+  }
+}
+
+std::vector<double> speed_weights(const BatchSplitInput& in) {
+  std::vector<double> weights(in.active.size(), 0.0);
+  for (std::size_t r = 0; r < weights.size(); ++r) {
+    if (!is_training(in, r)) continue;
+    const double speedup = in.speedup.empty() ? 1.0 : in.speedup.at(r);
+    weights[r] = static_cast<double>(in.active[r]) / static_cast<double>(in.base_tp) * speedup;
+  }
+  return weights;
+}
+
+std::vector<std::int64_t> constant_global_shares(const BatchSplitInput& in) {
+  std::int64_t training = 0;
+  std::int64_t healthy = 0;
+  for (std::size_t r = 0; r < in.active.size(); ++r) {
+    training += is_training(in, r) ? 1 : 0;
+    healthy += (is_training(in, r) && in.active[r] == in.base_tp) ? 1 : 0;
+  }
+  if (healthy == 0) return apportion(in.global_batch, speed_weights(in));
+  std::vector<std::int64_t> shares(in.active.size(), 0);
+  std::vector<double> healthy_weights(in.active.size(), 0.0);
+  std::int64_t given = 0;
+  for (std::size_t r = 0; r < in.active.size(); ++r) {
+    if (!is_training(in, r)) continue;
+    if (in.active[r] == in.base_tp) {
+      healthy_weights[r] = 1.0;
+      continue;
+    }
+    // floor(B * k / (R * n)) in integers: exact, no float rounding.
+    shares[r] = in.global_batch * in.active[r] / (training * in.base_tp);
+    given += shares[r];
+  }
+  const std::vector<std::int64_t> rest = apportion(in.global_batch - given, healthy_weights);
+  for (std::size_t r = 0; r < shares.size(); ++r) shares[r] += rest[r];
+  return shares;
+}
+
+}  // namespace
+
+std::int64_t samples_in(std::int64_t tokens, std::int64_t seq_len) {
+  if (seq_len <= 0) throw std::invalid_argument("samples_in: seq_len must be > 0");
+  return tokens > 1 ? (tokens - 1) / seq_len : 0;
+}
+
+std::vector<std::int64_t> epoch_permutation(std::int64_t count, std::int64_t seed,
+                                            std::int64_t epoch) {
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(count));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::uint64_t state = static_cast<std::uint64_t>(seed) * 0xD1B54A32D192ED03ULL ^
+                        static_cast<std::uint64_t>(epoch);
+  splitmix64(state);
+  for (std::int64_t i = count - 1; i > 0; --i) {
+    const auto j = static_cast<std::int64_t>(uniform_below(state, static_cast<std::uint64_t>(i + 1)));
+    std::swap(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>(j)]);
+  }
+  return perm;
+}
+
+SampleSchedule::SampleSchedule(std::int64_t num_samples, std::int64_t global_batch,
+                               DataOrder order, std::int64_t seed)
+    : num_samples_(num_samples), global_batch_(global_batch), order_(order), seed_(seed) {
+  if (global_batch_ < 1 || num_samples_ < global_batch_) {
+    throw ConfigError(fmt::format(
+        "train.global_batch: {} sequences per step, but the dataset holds only {} sequences",
+        global_batch_, num_samples_));
+  }
+}
+
+std::vector<std::int64_t> SampleSchedule::step_samples(std::int64_t step) const {
+  if (step < 0) throw std::invalid_argument("SampleSchedule: negative step");
+  const std::int64_t first = (step % steps_per_epoch()) * global_batch_;
+  std::vector<std::int64_t> samples(static_cast<std::size_t>(global_batch_));
+  if (order_ == DataOrder::kSequential) {
+    std::iota(samples.begin(), samples.end(), first);
+    return samples;
+  }
+  const std::vector<std::int64_t> perm = epoch_permutation(num_samples_, seed_, epoch_of(step));
+  std::copy_n(perm.begin() + first, global_batch_, samples.begin());
+  return samples;
+}
+
+BatchSplitInput split_input(const ParallelConfig& parallel, std::int64_t global_batch) {
+  BatchSplitInput in;
+  in.global_batch = global_batch;
+  in.base_tp = parallel.tp;
+  in.min_tp = parallel.min_tp;
+  for (std::int64_t r = 0; r < parallel.dp; ++r) {
+    in.active.push_back(static_cast<std::int64_t>(parallel.active_slots(r).size()));
+  }
+  return in;
+}
+
+std::vector<std::int64_t> batch_shares(BatchPolicy policy, const BatchSplitInput& in) {
+  if (!in.speedup.empty() && in.speedup.size() != in.active.size()) {
+    throw std::invalid_argument("batch_shares: one speed-up per replica expected");
+  }
+  std::vector<std::int64_t> shares;
+  switch (policy) {
+    case BatchPolicy::kProportional:
+      shares = apportion(in.global_batch, speed_weights(in));
+      break;
+    case BatchPolicy::kFixed: {
+      std::vector<double> weights(in.active.size(), 0.0);
+      for (std::size_t r = 0; r < weights.size(); ++r) weights[r] = is_training(in, r) ? 1.0 : 0.0;
+      shares = apportion(in.global_batch, weights);
+      break;
+    }
+    case BatchPolicy::kConstantGlobal:
+      shares = constant_global_shares(in);
+      break;
+  }
+  ensure_one_each(in, shares);
+  return shares;
+}
+
+std::vector<std::vector<std::int64_t>> assign_samples(const std::vector<std::int64_t>& samples,
+                                                      const std::vector<std::int64_t>& shares) {
+  const std::int64_t total = std::accumulate(shares.begin(), shares.end(), std::int64_t{0});
+  if (total != static_cast<std::int64_t>(samples.size())) {
+    throw std::invalid_argument(fmt::format(
+        "assign_samples: shares sum to {}, the step has {} samples", total, samples.size()));
+  }
+  std::vector<std::vector<std::int64_t>> out;
+  auto next = samples.begin();
+  for (std::int64_t share : shares) {
+    out.emplace_back(next, next + share);
+    next += share;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> micro_batches(std::int64_t share, std::int64_t micro_batch) {
+  if (micro_batch < 1) throw std::invalid_argument("micro_batches: micro_batch must be >= 1");
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(share / micro_batch), micro_batch);
+  if (share % micro_batch != 0) sizes.push_back(share % micro_batch);
+  return sizes;
+}
+
+}  // namespace ntp::train

@@ -1,0 +1,228 @@
+#include "train/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace ntp::train {
+namespace {
+
+// Expects `fn` to throw a ConfigError whose message contains every `needle`.
+template <class Fn>
+void expect_error(Fn fn, std::initializer_list<std::string> needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "no ConfigError thrown; expected one naming " << *needles.begin();
+  } catch (const ConfigError& e) {
+    for (const std::string& needle : needles) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "message '" << e.what() << "' does not name '" << needle << "'";
+    }
+  }
+}
+
+Config parsed(const std::string& text) {
+  Config config;
+  apply_toml(config, text, "run.toml");
+  return config;
+}
+
+TEST(Config, DefaultsAreValid) { EXPECT_NO_THROW(validate(Config{})); }
+
+TEST(Config, ParsesEveryKeyAndRoundTripsThroughResolvedToml) {
+  const Config config = parsed(R"(
+    [model]
+    preset = "small"
+    vocab = 256
+    layers = 3
+    d_model = 96
+    heads = 6
+    seq_len = 32
+    threads = 2
+    [data]
+    order = "sequential"
+    [train]
+    steps = 7
+    global_batch = 12
+    micro_batch = 5
+    lr = 1e-3
+    lr_schedule = "constant"
+    warmup_steps = 2
+    weight_decay = 0.0
+    beta1 = 0.8
+    beta2 = 0.999
+    eps = 1e-7
+    grad_clip = 0
+    seed = 42
+    [parallel]
+    tp = 4
+    dp = 3
+    failed = { 0 = [1], 2 = [0, 3] }
+    min_tp = 2
+    batch_policy = "constant-global"
+    [sync]
+    bucket_mb = 0.5
+    [deadline]
+    collective_s = 3
+    rendezvous_s = 4.5
+    heartbeat_s = 1
+    straggler_s = 2
+    [power]
+    mode = "simulated"
+    [run]
+    dir = "runs/x"
+    trace_steps = 1
+  )");
+  EXPECT_EQ(config.model.preset, "small");
+  EXPECT_EQ(config.model.d_model, 96);
+  EXPECT_EQ(config.data.order, DataOrder::kSequential);
+  EXPECT_DOUBLE_EQ(config.train.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(config.train.grad_clip, 0.0);
+  EXPECT_EQ(config.parallel.batch_policy, BatchPolicy::kConstantGlobal);
+  EXPECT_EQ(config.parallel.failed.at(2), (std::vector<std::int64_t>{0, 3}));
+  EXPECT_EQ(config.parallel.active_slots(0), (std::vector<std::int64_t>{0, 2, 3}));
+  EXPECT_EQ(config.parallel.active_slots(1), (std::vector<std::int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(config.power.mode, PowerMode::kSimulated);
+  EXPECT_NO_THROW(validate(config));
+
+  EXPECT_EQ(parsed(to_toml(config)), config);
+  EXPECT_EQ(parsed(to_toml(Config{})), Config{});
+}
+
+TEST(Config, ResolvedTomlListsEveryKey) {
+  const std::string text = to_toml(Config{});
+  for (const ConfigKey& key : config_keys()) {
+    const std::string name(key.name);
+    const std::string leaf = name.substr(name.find('.') + 1);
+    EXPECT_NE(text.find(leaf + " = "), std::string::npos) << name;
+  }
+}
+
+TEST(Config, UnknownKeysAreNamed) {
+  expect_error([] { parsed("[train]\nstepz = 3\n"); }, {"run.toml", "train.stepz", "unknown"});
+  expect_error([] { parsed("[trian]\nsteps = 3\n"); }, {"run.toml", "trian"});
+  expect_error([] { parsed("steps = 3\n"); }, {"run.toml", "steps"});
+  expect_error([] { parsed("train = 3\n"); }, {"run.toml", "train"});
+}
+
+TEST(Config, BadValuesAreNamed) {
+  expect_error([] { parsed("[train]\nsteps = \"ten\"\n"); }, {"run.toml", "train.steps", "integer"});
+  expect_error([] { parsed("[train]\nsteps = 2.5\n"); }, {"train.steps"});
+  expect_error([] { parsed("[train]\nlr = \"fast\"\n"); }, {"train.lr", "number"});
+  expect_error([] { parsed("[data]\norder = \"random\"\n"); }, {"data.order", "random"});
+  expect_error([] { parsed("[train]\nlr_schedule = \"step\"\n"); }, {"train.lr_schedule"});
+  expect_error([] { parsed("[parallel]\nbatch_policy = \"even\"\n"); },
+               {"parallel.batch_policy", "proportional"});
+  expect_error([] { parsed("[power]\nmode = \"max\"\n"); }, {"power.mode"});
+  expect_error([] { parsed("[parallel]\nfailed = [2]\n"); }, {"parallel.failed", "table"});
+  expect_error([] { parsed("[parallel]\nfailed = { x = [2] }\n"); }, {"parallel.failed", "'x'"});
+  expect_error([] { parsed("[parallel]\nfailed = { 0 = 2 }\n"); }, {"parallel.failed", "array"});
+  expect_error([] { parsed("[train\nsteps = 2\n"); }, {"run.toml:1"});
+}
+
+TEST(Config, CrossKeyValidationNamesTheKey) {
+  struct Case {
+    std::string toml;
+    std::string key;
+  };
+  const std::vector<Case> cases = {
+      {"[train]\nsteps = 0", "train.steps"},
+      {"[train]\nglobal_batch = 0", "train.global_batch"},
+      {"[train]\nmicro_batch = 0", "train.micro_batch"},
+      {"[train]\nlr = 0", "train.lr"},
+      {"[train]\nbeta1 = 1.0", "train.beta1"},
+      {"[train]\nbeta2 = -0.1", "train.beta2"},
+      {"[train]\neps = 0", "train.eps"},
+      {"[train]\ngrad_clip = -1", "train.grad_clip"},
+      {"[train]\nwarmup_steps = -1", "train.warmup_steps"},
+      {"[train]\nweight_decay = -1", "train.weight_decay"},
+      {"[train]\nseed = -5", "train.seed"},
+      {"[model]\nd_model = 100\nheads = 3", "model.d_model"},
+      {"[model]\nlayers = -1", "model.layers"},
+      {"[model]\nthreads = -1", "model.threads"},
+      {"[model]\npreset = \"\"", "model.preset"},
+      {"[model]\ninit_from = \"/nonexistent/gpt2.bin\"", "model.init_from"},
+      {"[data]\npath = \"/nonexistent/corpus.txt\"", "data.path"},
+      {"[parallel]\ntp = 0", "parallel.tp"},
+      {"[parallel]\ndp = 0", "parallel.dp"},
+      {"[parallel]\ntp = 4\nmin_tp = 5", "parallel.min_tp"},
+      {"[parallel]\ntp = 4\ndp = 2\nfailed = { 2 = [0] }", "parallel.failed"},
+      {"[parallel]\ntp = 4\nfailed = { 0 = [4] }", "parallel.failed"},
+      {"[parallel]\ntp = 4\nfailed = { 0 = [1, 1] }", "parallel.failed"},
+      {"[parallel]\ntp = 2\nmin_tp = 2\nfailed = { 0 = [1] }", "parallel.failed"},
+      {"[parallel]\ndp = 3\n[train]\nglobal_batch = 2", "train.global_batch"},
+      {"[sync]\nbucket_mb = 0", "sync.bucket_mb"},
+      {"[deadline]\ncollective_s = 0", "deadline.collective_s"},
+      {"[deadline]\nrendezvous_s = -1", "deadline.rendezvous_s"},
+      {"[deadline]\nheartbeat_s = 0", "deadline.heartbeat_s"},
+      {"[deadline]\nstraggler_s = -1", "deadline.straggler_s"},
+      {"[run]\ntrace_steps = -1", "run.trace_steps"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.toml);
+    const Config config = parsed(c.toml);
+    expect_error([&] { validate(config); }, {c.key});
+  }
+}
+
+TEST(Config, DroppedReplicasDoNotCountAgainstTheBatch) {
+  // Replica 1 keeps 1 of 4 slots < min_tp 2: dropped, so 1 sequence suffices.
+  const Config config = parsed(
+      "[parallel]\ntp = 4\ndp = 2\nmin_tp = 2\nfailed = { 1 = [0, 1, 2] }\n"
+      "[train]\nglobal_batch = 1\n");
+  EXPECT_NO_THROW(validate(config));
+}
+
+TEST(Config, OverridesParseAsToml) {
+  Config config;
+  apply_override(config, "parallel.failed={0=[2]}");
+  apply_override(config, "train.lr=1e-2");
+  apply_override(config, "data.order=sequential");
+  apply_override(config, "parallel.batch_policy=\"fixed\"");
+  apply_override(config, "run.dir=runs/a b");
+  EXPECT_EQ(config.parallel.failed.at(0), (std::vector<std::int64_t>{2}));
+  EXPECT_DOUBLE_EQ(config.train.lr, 1e-2);
+  EXPECT_EQ(config.data.order, DataOrder::kSequential);
+  EXPECT_EQ(config.parallel.batch_policy, BatchPolicy::kFixed);
+  EXPECT_EQ(config.run.dir, "runs/a b");
+  // A later override replaces the whole table.
+  apply_override(config, "parallel.failed={1=[0,3]}");
+  EXPECT_EQ(config.parallel.failed.count(0), 0u);
+
+  expect_error([&] { apply_override(config, "train.stepz=3"); }, {"--set", "train.stepz"});
+  expect_error([&] { apply_override(config, "train.steps=many"); }, {"--set", "train.steps"});
+  expect_error([&] { apply_override(config, "train.steps"); }, {"--set", "key=value"});
+}
+
+TEST(Config, LoadConfigAppliesFileThenOverridesThenValidates) {
+  const auto dir = std::filesystem::temp_directory_path() / "ntp_config_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "run.toml").string();
+  std::ofstream(path) << "[train]\nsteps = 5\n[parallel]\ntp = 4\ndp = 2\n";
+  const Config config = load_config(path, {"train.steps=9", "parallel.failed={0=[2]}"});
+  EXPECT_EQ(config.train.steps, 9);
+  EXPECT_EQ(config.parallel.active_slots(0).size(), 3u);
+  expect_error([&] { load_config(path, {"parallel.failed={5=[0]}"}); },
+               {path, "parallel.failed", "replica 5"});
+  expect_error([&] { load_config((dir / "missing.toml").string(), {}); }, {"missing.toml"});
+  std::ofstream(path) << "[train]\nsteps = 5\nbogus = 1\n";
+  expect_error([&] { load_config(path, {}); }, {path, "train.bogus"});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, DocsListEveryKey) {
+  std::ifstream in(std::string(NTP_SOURCE_DIR) + "/docs/config.md");
+  ASSERT_TRUE(in) << "docs/config.md is missing";
+  std::stringstream text;
+  text << in.rdbuf();
+  for (const ConfigKey& key : config_keys()) {
+    EXPECT_NE(text.str().find("`" + std::string(key.name) + "`"), std::string::npos)
+        << key.name << " is not documented in docs/config.md";
+  }
+}
+
+}  // namespace
+}  // namespace ntp::train
