@@ -3,15 +3,90 @@
 // This is the interface the model (TP all-reduce) and the trainer (DP sync,
 // reshard) use; backends (Gloo over TCP, NCCL) implement it. Every blocking
 // call has a deadline and throws ntp::comm::CommError instead of hanging.
+//
+// Creating groups (stable API):
+//   auto store = ntp::comm::open_store("file:/tmp/job");   // comm/store.h
+//   ntp::comm::GroupOptions opts;
+//   opts.ranks = {0, 1, 2, 3}; opts.global_rank = my_rank;
+//   opts.epoch = 1; opts.name = "tp/r0"; opts.timeout = 5s;
+//   std::unique_ptr<Group> g = ntp::comm::create_group(store, opts);
+//   g->all_reduce(grad.data(), grad.size());            // sum, in place
+//
+// Every member calls create_group with the same ranks, epoch and name; the
+// call returns once all members joined (or throws CommError by the deadline,
+// naming the ranks that did not show up). Store keys live under
+// "ntp/e<epoch>/<name>/", so a group of epoch e+1 never sees epoch e.
+//
+// Order: collectives of one group run in the order they are issued, and every
+// member must issue the same sequence (as with MPI/NCCL). Groups are
+// independent: a TP group and a DP group of one rank may run concurrently.
+//
+// Failure: after any error except a kBadInput caught before data moved, the
+// group is broken: it closes its connections (so peers fail fast, too) and
+// every later call throws kBroken. Build a new group in the next epoch.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "comm/error.h"
+#include "comm/store.h"
+#include "comm/work.h"
 
 namespace ntp::comm {
 
 enum class ReduceOp { kSum, kMax };
+
+enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kUint8 };
+std::size_t size_of(DataType type);
+const char* to_string(DataType type);
+
+template <class T>
+constexpr DataType data_type_of();
+template <> constexpr DataType data_type_of<float>() { return DataType::kFloat32; }
+template <> constexpr DataType data_type_of<double>() { return DataType::kFloat64; }
+template <> constexpr DataType data_type_of<std::int32_t>() { return DataType::kInt32; }
+template <> constexpr DataType data_type_of<std::int64_t>() { return DataType::kInt64; }
+template <> constexpr DataType data_type_of<std::uint8_t>() { return DataType::kUint8; }
+
+// A typed buffer: pointer, element count, element type. Build one from a
+// pointer and count or from any contiguous range (std::vector, std::span).
+struct View {
+  void* data = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::kUint8;
+
+  View() = default;
+  template <class T>
+  View(T* ptr, std::size_t n) : data(ptr), count(n), type(data_type_of<T>()) {}
+  template <class T>
+  View(std::span<T> s) : View(s.data(), s.size()) {}  // NOLINT(implicit)
+  template <class T>
+  View(std::vector<T>& v) : View(v.data(), v.size()) {}  // NOLINT(implicit)
+  std::size_t bytes() const { return count * size_of(type); }
+};
+
+struct ConstView {
+  const void* data = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::kUint8;
+
+  ConstView() = default;
+  template <class T>
+  ConstView(const T* ptr, std::size_t n) : data(ptr), count(n), type(data_type_of<T>()) {}
+  template <class T>
+  ConstView(std::span<const T> s) : ConstView(s.data(), s.size()) {}  // NOLINT(implicit)
+  template <class T>
+  ConstView(const std::vector<T>& v) : ConstView(v.data(), v.size()) {}  // NOLINT(implicit)
+  ConstView(const View& v) : data(v.data), count(v.count), type(v.type) {}  // NOLINT(implicit)
+  std::size_t bytes() const { return count * size_of(type); }
+};
+
+enum class Backend { kGloo, kNccl };
 
 struct GroupOptions {
   std::vector<int> ranks;   // global ranks of the members, in group-rank order
@@ -19,6 +94,24 @@ struct GroupOptions {
   std::uint64_t epoch = 0;  // membership epoch; store keys are prefixed with it
   std::string name;         // e.g. "tp/r0", "dp/core3"; unique within an epoch
   std::chrono::milliseconds timeout{30000};  // deadline of every blocking call
+
+  // --- additions (defaults keep the fields above sufficient) ---
+  Backend backend = Backend::kGloo;
+  // Deadline of group creation (join + connect); 0 means `timeout`.
+  std::chrono::milliseconds connect_timeout{0};
+  // Size of the world the ranks come from; 0 = unknown (no upper bound check).
+  int world_size = 0;
+  // Before each collective, members exchange a small descriptor (op, type,
+  // counts, root) so a call that differs between ranks fails with kBadInput
+  // naming the rank, instead of corrupting data or timing out. Costs one small
+  // all-gather per call; turn off on latency-critical paths that are proven.
+  bool check_inputs = true;
+  // Gloo TCP: address to bind and publish (multi-host: this host's IP or
+  // name), or a network interface name ("eth0") which wins if set.
+  std::string hostname = "127.0.0.1";
+  std::string interface;
+  // NCCL: CUDA device of this rank (-1: global_rank % device count).
+  int device = -1;
 };
 
 class Group {
@@ -32,6 +125,64 @@ class Group {
   // In-place all-reduce over `count` elements.
   virtual void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::kSum) = 0;
   virtual void all_reduce(double* data, std::size_t count, ReduceOp op = ReduceOp::kSum) = 0;
+
+  // ---- additions: every backend in this layer implements all of them; the
+  // defaults only exist so that test doubles deriving from Group still compile.
+
+  // Global ranks of the members, in group-rank order.
+  virtual const std::vector<int>& ranks() const;
+  // Deadline of the calls issued from now on (per phase, e.g. a long broadcast).
+  virtual void set_timeout(std::chrono::milliseconds timeout);
+  virtual std::chrono::milliseconds timeout() const;
+  // True once an error broke the group; it must then be rebuilt.
+  virtual bool broken() const { return false; }
+
+  // In-place all-reduce of any numeric type (non-virtual so that a class
+  // overriding only the two pointer overloads hides nothing).
+  void all_reduce(View data, ReduceOp op = ReduceOp::kSum) { do_all_reduce(data, op); }
+  // out[r*in.count ...] = in of group rank r. out.count = size() * in.count.
+  virtual void all_gather(ConstView in, View out);
+  // Rank r contributes counts[r] elements; out holds them in rank order.
+  virtual void all_gather_v(ConstView in, View out, const std::vector<std::size_t>& counts);
+  // in holds sum(counts) elements, block r for rank r; out (counts[rank()]
+  // elements) receives the reduction of everyone's block rank().
+  virtual void reduce_scatter(ConstView in, View out, const std::vector<std::size_t>& counts,
+                              ReduceOp op = ReduceOp::kSum);
+  // Sends block r of `in` (send_counts[r] elements) to rank r; receives
+  // recv_counts[r] elements from rank r into block r of `out`.
+  virtual void all_to_all_v(ConstView in, const std::vector<std::size_t>& send_counts, View out,
+                            const std::vector<std::size_t>& recv_counts);
+  // Copies root's buffer to everyone.
+  virtual void broadcast(View data, int root);
+  // Point-to-point with a user tag (group ranks). A send matches the recv of
+  // the same tag and size on the peer.
+  virtual void send(ConstView data, int dst, std::uint32_t tag);
+  virtual void recv(View data, int src, std::uint32_t tag);
+  virtual void barrier();
+
+  // Runs `task` on the group's communication thread after every operation
+  // issued before it; the caller continues at once (e.g. backward keeps
+  // computing while gradient buckets are reduced). Inside `task`, call this
+  // group's blocking methods. The buffers must stay valid until wait().
+  // A blocking call issued later waits for the queued tasks first.
+  virtual std::shared_ptr<Work> run_async(std::function<void(Group&)> task);
+  std::shared_ptr<Work> all_reduce_async(float* data, std::size_t count, ReduceOp op = ReduceOp::kSum);
+  std::shared_ptr<Work> all_reduce_async(double* data, std::size_t count, ReduceOp op = ReduceOp::kSum);
+
+ protected:
+  // Backends implement all_reduce(View) here; the default handles float and
+  // double through the pointer overloads.
+  virtual void do_all_reduce(View data, ReduceOp op);
 };
+
+// Creates this rank's member of the group described by `opts` (Gloo over TCP
+// by default; NCCL when opts.backend == kNccl and the build has CUDA).
+// Throws CommError: kBadInput for invalid options or members that disagree on
+// the membership, kTimeout naming missing ranks, kConnectionClosed/kPeerError
+// for transport failures.
+std::unique_ptr<Group> create_group(std::shared_ptr<Store> store, const GroupOptions& opts);
+
+// True when this build has the NCCL backend.
+bool have_nccl();
 
 }  // namespace ntp::comm

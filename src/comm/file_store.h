@@ -1,0 +1,24 @@
+#pragma once
+// FileStore: one file per key in a directory (local disk or a shared file
+// system). Writes go to a temporary file and are renamed into place, so a
+// reader sees either no key or the whole value.
+#include "comm/store.h"
+
+namespace ntp::comm {
+
+class FileStore : public Store {
+ public:
+  // Creates the directory if needed; throws CommError(kBadInput) if it cannot.
+  explicit FileStore(std::string dir);
+
+  void set(const std::string& key, const std::vector<char>& value) override;
+  std::optional<std::vector<char>> try_get(const std::string& key) override;
+  void erase(const std::string& key) override;
+  std::string describe() const override { return "file:" + dir_; }
+
+ private:
+  std::string path_of(const std::string& key) const;
+  std::string dir_;
+};
+
+}  // namespace ntp::comm

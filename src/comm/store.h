@@ -1,0 +1,51 @@
+#pragma once
+// Store: the rendezvous key-value space that ranks use to find each other
+// (addresses, join records, heartbeats). Two backends:
+//   - a directory on a shared file system, one file per key (one host), and
+//   - Redis (many hosts), through hiredis.
+//
+//   std::shared_ptr<Store> open_store(const std::string& spec);
+//     spec: "file:/path/to/dir", a plain path "/path/to/dir",
+//           or "redis://host:port[/namespace]".
+//
+// Keys are plain strings ("ntp/e3/dp/core0/join/5"); values are bytes. Every
+// blocking call has a deadline and throws CommError (kTimeout naming the keys
+// still missing, kBadInput for an unreachable or unusable store).
+// A Store may be shared by several threads.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ntp::comm {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Sets (or overwrites) a key.
+  virtual void set(const std::string& key, const std::vector<char>& value) = 0;
+  // Returns the value, or nothing if the key does not exist. Never waits.
+  virtual std::optional<std::vector<char>> try_get(const std::string& key) = 0;
+  // Removes a key (no error if absent).
+  virtual void erase(const std::string& key) = 0;
+  // "file:/dir" or "redis://host:port/ns": for error messages.
+  virtual std::string describe() const = 0;
+
+  // Waits until every key exists; on deadline throws CommError(kTimeout)
+  // listing the missing keys. Polls try_get with a short backoff.
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // wait() for one key, then its value.
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout);
+  // Returns the keys of `keys` that do not exist now.
+  std::vector<std::string> missing(const std::vector<std::string>& keys);
+};
+
+std::shared_ptr<Store> open_store(const std::string& spec);
+
+// Convenience for string values.
+std::vector<char> to_bytes(const std::string& text);
+std::string to_text(const std::vector<char>& bytes);
+
+}  // namespace ntp::comm
