@@ -1,0 +1,118 @@
+#include "train/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace ntp::train {
+namespace {
+
+template <class T>
+T field(const nlohmann::json& j, const char* name) {
+  if (!j.contains(name)) throw std::runtime_error(fmt::format("metrics: missing field '{}'", name));
+  try {
+    return j.at(name).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw std::runtime_error(fmt::format("metrics: field '{}' has the wrong type", name));
+  }
+}
+
+std::string si(double value) {
+  if (value >= 1e6) return fmt::format("{:.1f}M", value / 1e6);
+  if (value >= 1e3) return fmt::format("{:.1f}k", value / 1e3);
+  return fmt::format("{:.0f}", value);
+}
+
+}  // namespace
+
+nlohmann::json to_json(const StepMetrics& m) {
+  return {{"step", m.step},
+          {"epoch", m.epoch},
+          {"loss", m.loss},
+          {"lr", m.lr},
+          {"grad_norm", m.grad_norm},
+          {"tokens", m.tokens},
+          {"samples", m.samples},
+          {"tp", m.tp},
+          {"step_time_s", m.step_time_s},
+          {"exposed_sync_s", m.exposed_sync_s},
+          {"reshard_bytes", m.reshard_bytes},
+          {"allreduce_bytes", m.allreduce_bytes}};
+}
+
+StepMetrics step_metrics_from_json(const nlohmann::json& j) {
+  StepMetrics m;
+  m.step = field<std::int64_t>(j, "step");
+  m.epoch = field<std::int64_t>(j, "epoch");
+  m.loss = field<double>(j, "loss");
+  m.lr = field<double>(j, "lr");
+  m.grad_norm = field<double>(j, "grad_norm");
+  m.tokens = field<std::int64_t>(j, "tokens");
+  m.samples = field<std::vector<std::int64_t>>(j, "samples");
+  m.tp = field<std::vector<std::int64_t>>(j, "tp");
+  m.step_time_s = field<double>(j, "step_time_s");
+  m.exposed_sync_s = field<double>(j, "exposed_sync_s");
+  m.reshard_bytes = field<std::int64_t>(j, "reshard_bytes");
+  m.allreduce_bytes = field<std::int64_t>(j, "allreduce_bytes");
+  return m;
+}
+
+nlohmann::json summarize(const std::vector<StepMetrics>& steps, double wall_s) {
+  nlohmann::json s = {{"steps", steps.size()}, {"wall_s", wall_s}};
+  if (steps.empty()) return s;
+  // Step 0 pays for warm-up (page faults, thread start); leave it out of rates.
+  const std::size_t first = steps.size() > 1 ? 1 : 0;
+  double time = 0;
+  double exposed = 0;
+  double reshard = 0;
+  double allreduce = 0;
+  std::int64_t timed_tokens = 0;
+  std::int64_t tokens = 0;
+  double min_loss = steps.front().loss;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    tokens += steps[i].tokens;
+    min_loss = std::min(min_loss, steps[i].loss);
+    if (i < first) continue;
+    time += steps[i].step_time_s;
+    exposed += steps[i].exposed_sync_s;
+    reshard += static_cast<double>(steps[i].reshard_bytes);
+    allreduce += static_cast<double>(steps[i].allreduce_bytes);
+    timed_tokens += steps[i].tokens;
+  }
+  const auto timed = static_cast<double>(steps.size() - first);
+  s["first_loss"] = steps.front().loss;
+  s["last_loss"] = steps.back().loss;
+  s["min_loss"] = min_loss;
+  s["tokens"] = tokens;
+  s["mean_step_time_s"] = time / timed;
+  s["tokens_per_s"] = time > 0 ? static_cast<double>(timed_tokens) / time : 0.0;
+  s["exposed_sync_fraction"] = time > 0 ? exposed / time : 0.0;
+  s["reshard_bytes_per_step"] = reshard / timed;
+  s["allreduce_bytes_per_step"] = allreduce / timed;
+  s["final_tp"] = steps.back().tp;
+  s["final_samples"] = steps.back().samples;
+  return s;
+}
+
+std::string format_duration(double seconds) {
+  const auto total = static_cast<std::int64_t>(std::llround(std::max(0.0, seconds)));
+  const std::int64_t h = total / 3600;
+  const std::int64_t m = (total / 60) % 60;
+  const std::int64_t sec = total % 60;
+  return h > 0 ? fmt::format("{}:{:02}:{:02}", h, m, sec) : fmt::format("{}:{:02}", m, sec);
+}
+
+std::string progress_line(const StepMetrics& m, std::int64_t total_steps, double elapsed_s) {
+  const double rate = m.step_time_s > 0 ? static_cast<double>(m.tokens) / m.step_time_s : 0.0;
+  const std::int64_t done = m.step + 1;
+  const double eta = done > 0 ? elapsed_s / static_cast<double>(done) *
+                                    static_cast<double>(std::max<std::int64_t>(0, total_steps - done))
+                              : 0.0;
+  return fmt::format("step {}/{}  loss {:.4f}  {} tok/s  tp [{}]  eta {}", done, total_steps,
+                     m.loss, si(rate), fmt::join(m.tp, ","), format_duration(eta));
+}
+
+}  // namespace ntp::train

@@ -1,0 +1,45 @@
+#pragma once
+// Per-step metrics of a run (one line of metrics.jsonl), the run summary, and
+// the progress line. Pure: formatting and arithmetic only; the writers are in
+// run_dir.h and progress.h. Field meanings: docs/train.md.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ntp::train {
+
+struct StepMetrics {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  double loss = 0.0;       // mean loss per token over the global batch
+  double lr = 0.0;         // learning rate used by this step's update
+  double grad_norm = 0.0;  // global gradient norm before clipping
+  std::int64_t tokens = 0;                 // tokens trained this step (whole job)
+  std::vector<std::int64_t> samples;       // sequences per replica
+  std::vector<std::int64_t> tp;            // active slots per replica
+  double step_time_s = 0.0;                // wall time of the step
+  double exposed_sync_s = 0.0;             // wait on communication backward did not hide
+  std::int64_t reshard_bytes = 0;          // pre-sync + post-sync bytes, whole job
+  std::int64_t allreduce_bytes = 0;        // DP all-reduce payload, whole job
+  bool operator==(const StepMetrics&) const = default;
+};
+
+nlohmann::json to_json(const StepMetrics& m);
+// Throws std::runtime_error naming the missing or mistyped field.
+StepMetrics step_metrics_from_json(const nlohmann::json& j);
+
+// The summary.json object of a run from its per-step metrics:
+// steps, first/last/min loss, mean step time (step 0 excluded when there are
+// more steps: it includes warm-up), tokens/s, total tokens, exposed sync as a
+// fraction of step time, reshard and all-reduce bytes per step.
+nlohmann::json summarize(const std::vector<StepMetrics>& steps, double wall_s);
+
+// One progress line: "step 12/20  loss 3.2145  4.1k tok/s  tp [3,4]  eta 0:42".
+std::string progress_line(const StepMetrics& m, std::int64_t total_steps, double elapsed_s);
+
+// "0:42", "12:05", "1:02:03".
+std::string format_duration(double seconds);
+
+}  // namespace ntp::train

@@ -1,0 +1,153 @@
+#include "train/run_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace ntp::train {
+namespace {
+
+[[noreturn]] void io_error(const std::filesystem::path& path, const char* what) {
+  throw std::runtime_error(fmt::format("{}: {}: {}", path.string(), what, std::strerror(errno)));
+}
+
+}  // namespace
+
+JsonlWriter::JsonlWriter(const std::filesystem::path& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) io_error(path, "cannot open for appending");
+}
+
+JsonlWriter::~JsonlWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void JsonlWriter::append(const nlohmann::json& object) {
+  const std::string line = object.dump() + "\n";
+  // One write() per line: O_APPEND makes it land whole at the end of the file.
+  const ssize_t written = ::write(fd_, line.data(), line.size());
+  if (written != static_cast<ssize_t>(line.size())) io_error(path_, "short write");
+}
+
+std::vector<nlohmann::json> JsonlTail::read_new() {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) return out;  // not created yet
+  in.seekg(static_cast<std::streamoff>(offset_));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no newline yet: a line still being written
+    offset_ += line.size() + 1;
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
+double unix_time_s() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+std::filesystem::path default_run_dir() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char name[32];
+  std::strftime(name, sizeof name, "%Y%m%d-%H%M%S", &utc);
+  return std::filesystem::path("runs") / name;
+}
+
+RunDir RunDir::create(const std::filesystem::path& path) {
+  for (const char* name : {"metrics.jsonl", "events.jsonl"}) {
+    if (std::filesystem::exists(path / name)) {
+      throw std::runtime_error(
+          fmt::format("{}: already holds a run ({} exists); choose another --run-dir",
+                      path.string(), name));
+    }
+  }
+  std::error_code error;
+  std::filesystem::create_directories(path / "logs", error);
+  if (error) {
+    throw std::runtime_error(fmt::format("{}: cannot create: {}", path.string(), error.message()));
+  }
+  return RunDir(path);
+}
+
+RunDir RunDir::open(const std::filesystem::path& path) {
+  if (!std::filesystem::is_directory(path)) {
+    throw std::runtime_error(fmt::format("{}: not a run directory", path.string()));
+  }
+  return RunDir(path);
+}
+
+void RunDir::write_config(const std::string& toml) const {
+  write_file_atomic(file("config.toml"), toml);
+}
+
+void RunDir::event(const std::string& name, nlohmann::json fields) const {
+  nlohmann::json line = {{"time", unix_time_s()}, {"event", name}};
+  line.update(fields);
+  JsonlWriter(file("events.jsonl")).append(line);
+}
+
+void RunDir::append_metrics(const StepMetrics& m) const {
+  JsonlWriter(file("metrics.jsonl")).append(to_json(m));
+}
+
+void RunDir::append_schedule(std::int64_t step, std::int64_t epoch,
+                             const std::vector<std::vector<std::int64_t>>& samples) const {
+  JsonlWriter(file("schedule.jsonl"))
+      .append({{"step", step}, {"epoch", epoch}, {"samples", samples}});
+}
+
+void RunDir::write_summary(const nlohmann::json& summary) const {
+  write_file_atomic(file("summary.json"), summary.dump(2) + "\n");
+}
+
+std::vector<StepMetrics> RunDir::read_metrics() const {
+  std::vector<StepMetrics> out;
+  for (const nlohmann::json& line : read_jsonl(file("metrics.jsonl"))) {
+    out.push_back(step_metrics_from_json(line));
+  }
+  return out;
+}
+
+std::vector<nlohmann::json> RunDir::read_events() const { return read_jsonl(file("events.jsonl")); }
+
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot open", path.string()));
+  std::vector<nlohmann::json> out;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    try {
+      out.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw std::runtime_error(fmt::format("{}:{}: {}", path.string(), number, e.what()));
+    }
+  }
+  return out;
+}
+
+void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path temp = path.string() + fmt::format(".tmp{}", ::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) io_error(temp, "cannot write");
+    out << text;
+    if (!out.flush()) io_error(temp, "cannot write");
+  }
+  std::filesystem::rename(temp, path);
+}
+
+}  // namespace ntp::train

@@ -1,0 +1,96 @@
+#pragma once
+// The run directory: everything a run leaves behind (formats: docs/train.md).
+//
+//   config.toml      the resolved configuration
+//   metrics.jsonl    one StepMetrics object per step (written by rank 0)
+//   schedule.jsonl   sample ids per replica per step (what --verify replays)
+//   events.jsonl     timestamped events from every process
+//   trace.json       Chrome/Perfetto trace of a few steps, one track per rank
+//   summary.json     the run summary
+//   logs/rank-N.log  stdout and stderr of worker N
+//   store/           file store of the rendezvous
+//
+// Several processes append to the same .jsonl files: each line is written
+// with one write() on an O_APPEND descriptor, so lines never interleave.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "train/metrics.h"
+
+namespace ntp::train {
+
+// Appends JSON lines to a file, one write() per line.
+class JsonlWriter {
+ public:
+  explicit JsonlWriter(const std::filesystem::path& path);
+  ~JsonlWriter();
+  JsonlWriter(const JsonlWriter&) = delete;
+  JsonlWriter& operator=(const JsonlWriter&) = delete;
+  void append(const nlohmann::json& object);
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
+
+// Reads the complete lines another process appended since the last call
+// (the live progress of `ntp train` follows metrics.jsonl this way).
+class JsonlTail {
+ public:
+  explicit JsonlTail(std::filesystem::path path) : path_(std::move(path)) {}
+  std::vector<nlohmann::json> read_new();
+
+ private:
+  std::filesystem::path path_;
+  std::uint64_t offset_ = 0;
+};
+
+// Wall-clock seconds since the Unix epoch (shared by every process on a host).
+double unix_time_s();
+
+// "runs/20261129-181500" (UTC), relative to the working directory.
+std::filesystem::path default_run_dir();
+
+class RunDir {
+ public:
+  // Creates the directory (and logs/). Refuses a directory that already holds
+  // a run (metrics.jsonl or events.jsonl present), naming it.
+  static RunDir create(const std::filesystem::path& path);
+  // Opens an existing run directory (a worker joining the run).
+  static RunDir open(const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path file(const std::string& name) const { return path_ / name; }
+  std::filesystem::path log_dir() const { return path_ / "logs"; }
+  std::filesystem::path store_dir() const { return path_ / "store"; }
+
+  void write_config(const std::string& toml) const;
+  // Appends one event line: {"time": unix s, "event": name, ...fields}.
+  void event(const std::string& name, nlohmann::json fields = nlohmann::json::object()) const;
+  void append_metrics(const StepMetrics& m) const;
+  // {"step": s, "epoch": e, "samples": [[ids of replica 0], [ids of replica 1], ...]}
+  void append_schedule(std::int64_t step, std::int64_t epoch,
+                       const std::vector<std::vector<std::int64_t>>& samples) const;
+  void write_summary(const nlohmann::json& summary) const;
+
+  std::vector<StepMetrics> read_metrics() const;
+  std::vector<nlohmann::json> read_events() const;
+
+ private:
+  explicit RunDir(std::filesystem::path path) : path_(std::move(path)) {}
+  std::filesystem::path path_;
+};
+
+// Reads every line of a .jsonl file; throws std::runtime_error naming the
+// file and line of a malformed one.
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
+
+// Writes `text` to `path` through a temporary file and rename, so a reader
+// never sees half a file.
+void write_file_atomic(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace ntp::train

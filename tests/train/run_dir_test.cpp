@@ -1,0 +1,223 @@
+#include "train/run_dir.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "train/progress.h"
+#include "train/trace.h"
+
+namespace ntp::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RunDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ntp_run_dir_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+StepMetrics sample_metrics(std::int64_t step) {
+  StepMetrics m;
+  m.step = step;
+  m.epoch = 0;
+  m.loss = 5.0 - 0.5 * static_cast<double>(step);
+  m.lr = 1e-3;
+  m.grad_norm = 2.5;
+  m.tokens = 8 * 64;
+  m.samples = {3, 5};
+  m.tp = {3, 4};
+  m.step_time_s = step == 0 ? 10.0 : 2.0;
+  m.exposed_sync_s = step == 0 ? 5.0 : 0.1;
+  m.reshard_bytes = 1000;
+  m.allreduce_bytes = 4000;
+  return m;
+}
+
+TEST(Metrics, JsonRoundTripAndMissingFieldNamed) {
+  const StepMetrics m = sample_metrics(3);
+  nlohmann::json j = to_json(m);
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens", "samples", "tp",
+                          "step_time_s", "exposed_sync_s", "reshard_bytes"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(step_metrics_from_json(j), m);
+  j.erase("grad_norm");
+  try {
+    step_metrics_from_json(j);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("grad_norm"), std::string::npos);
+  }
+}
+
+TEST(Metrics, SummaryLeavesTheWarmUpStepOutOfRates) {
+  const std::vector<StepMetrics> steps = {sample_metrics(0), sample_metrics(1), sample_metrics(2)};
+  const nlohmann::json s = summarize(steps, 20.0);
+  EXPECT_EQ(s["steps"], 3);
+  EXPECT_DOUBLE_EQ(s["first_loss"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(s["last_loss"].get<double>(), 4.0);
+  EXPECT_EQ(s["tokens"], 3 * 512);
+  EXPECT_DOUBLE_EQ(s["mean_step_time_s"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(s["tokens_per_s"].get<double>(), 256.0);
+  EXPECT_DOUBLE_EQ(s["exposed_sync_fraction"].get<double>(), 0.05);
+  EXPECT_DOUBLE_EQ(s["reshard_bytes_per_step"].get<double>(), 1000.0);
+  EXPECT_EQ(summarize({}, 1.0)["steps"], 0);
+}
+
+TEST(Metrics, ProgressLineAndDurations) {
+  const std::string line = progress_line(sample_metrics(1), 20, 12.0);
+  EXPECT_NE(line.find("step 2/20"), std::string::npos) << line;
+  EXPECT_NE(line.find("loss 4.5000"), std::string::npos) << line;
+  EXPECT_NE(line.find("256 tok/s"), std::string::npos) << line;
+  EXPECT_NE(line.find("tp [3,4]"), std::string::npos) << line;
+  EXPECT_NE(line.find("eta 1:48"), std::string::npos) << line;  // 6 s/step x 18 steps
+  EXPECT_EQ(format_duration(59.6), "1:00");
+  EXPECT_EQ(format_duration(3723), "1:02:03");
+}
+
+TEST(Progress, PlainLinesOffATerminalOneRedrawnLineOnIt) {
+  for (bool live : {false, true}) {
+    std::FILE* out = std::tmpfile();
+    Progress progress(out, 3, live);
+    progress.update(sample_metrics(0), 1.0);
+    progress.update(sample_metrics(1), 2.0);
+    progress.finish();
+    std::rewind(out);
+    std::string text;
+    for (int ch; (ch = std::fgetc(out)) != EOF;) text += static_cast<char>(ch);
+    std::fclose(out);
+    const auto newlines = std::count(text.begin(), text.end(), '\n');
+    const auto returns = std::count(text.begin(), text.end(), '\r');
+    EXPECT_EQ(newlines, live ? 1 : 2) << text;
+    EXPECT_EQ(returns, live ? 2 : 0) << text;
+  }
+}
+
+TEST_F(RunDirTest, WritesEveryFileAndRefusesToOverwriteARun) {
+  const RunDir run = RunDir::create(dir_);
+  EXPECT_TRUE(fs::is_directory(run.log_dir()));
+  run.write_config("[train]\nsteps = 2\n");
+  run.append_metrics(sample_metrics(0));
+  run.append_metrics(sample_metrics(1));
+  run.append_schedule(0, 0, {{4, 1}, {7}});
+  run.event("run_started", {{"ranks", 8}});
+  run.write_summary(summarize(run.read_metrics(), 3.0));
+
+  EXPECT_EQ(run.read_metrics(), (std::vector<StepMetrics>{sample_metrics(0), sample_metrics(1)}));
+  const auto events = run.read_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["event"], "run_started");
+  EXPECT_EQ(events[0]["ranks"], 8);
+  EXPECT_GT(events[0]["time"].get<double>(), 1.7e9);
+  const auto schedule = read_jsonl(run.file("schedule.jsonl"));
+  EXPECT_EQ(schedule[0]["samples"], nlohmann::json::parse("[[4,1],[7]]"));
+  std::ifstream summary(run.file("summary.json"));
+  EXPECT_EQ(nlohmann::json::parse(summary)["steps"], 2);
+
+  try {
+    RunDir::create(dir_);
+    FAIL() << "a second run in the same directory must be refused";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir_.string()), std::string::npos);
+  }
+}
+
+TEST_F(RunDirTest, LinesFromManyProcessesNeverInterleave) {
+  const RunDir run = RunDir::create(dir_);
+  constexpr int kProcs = 4;
+  constexpr int kLines = 300;
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcs; ++p) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      JsonlWriter writer(run.file("events.jsonl"));
+      const std::string padding(200, 'x');  // lines longer than a trivial write
+      for (int i = 0; i < kLines; ++i) writer.append({{"rank", p}, {"i", i}, {"pad", padding}});
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  const auto lines = read_jsonl(run.file("events.jsonl"));  // throws on a torn line
+  ASSERT_EQ(lines.size(), static_cast<std::size_t>(kProcs * kLines));
+  std::set<std::pair<int, int>> seen;
+  for (const auto& line : lines) seen.insert({line["rank"].get<int>(), line["i"].get<int>()});
+  EXPECT_EQ(seen.size(), lines.size());
+}
+
+TEST_F(RunDirTest, TailReadsOnlyCompleteLines) {
+  const RunDir run = RunDir::create(dir_);
+  JsonlTail tail(run.file("metrics.jsonl"));
+  EXPECT_TRUE(tail.read_new().empty());  // file not there yet
+  run.append_metrics(sample_metrics(0));
+  {
+    std::ofstream partial(run.file("metrics.jsonl"), std::ios::app);
+    partial << "{\"step\": 1, \"lo";
+  }
+  auto first = tail.read_new();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0]["step"], 0);
+  {
+    std::ofstream rest(run.file("metrics.jsonl"), std::ios::app);
+    rest << "ss\": 2.0}\n";
+  }
+  auto second = tail.read_new();
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0]["loss"], 2.0);
+  EXPECT_TRUE(tail.read_new().empty());
+}
+
+TEST_F(RunDirTest, TraceFragmentsMergeIntoOneChromeTrace) {
+  fs::create_directories(dir_);
+  const double start = 1000.0;
+  for (int rank = 0; rank < 2; ++rank) {
+    TraceRecorder compute(rank, "rank " + std::to_string(rank), start);
+    TraceRecorder comm(rank, "rank " + std::to_string(rank), start);
+    compute.add({"backward", Track::kCompute, start + 0.5, 0.25, 1});
+    comm.add({"all-reduce b0", Track::kComm, start + 0.6, 0.1, 1});
+    compute.append(comm);
+    compute.write(dir_ / "trace" / ("rank-" + std::to_string(rank) + ".json"));
+  }
+  EXPECT_EQ(merge_traces(dir_ / "trace", dir_ / "trace.json"), 2);
+  std::ifstream in(dir_ / "trace.json");
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  int spans = 0;
+  std::set<int> pids;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] != "X") continue;
+    ++spans;
+    pids.insert(event["pid"].get<int>());
+    if (event["name"] == "backward") {
+      EXPECT_DOUBLE_EQ(event["ts"].get<double>(), 0.5e6);
+      EXPECT_DOUBLE_EQ(event["dur"].get<double>(), 0.25e6);
+      EXPECT_EQ(event["tid"], 0);
+      EXPECT_EQ(event["cat"], "compute");
+    } else {
+      EXPECT_EQ(event["tid"], 1);
+      EXPECT_EQ(event["cat"], "comm");
+    }
+  }
+  EXPECT_EQ(spans, 4);
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+}
+
+}  // namespace
+}  // namespace ntp::train
