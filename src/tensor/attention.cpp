@@ -1,0 +1,111 @@
+#include "tensor/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace ntp::tensor {
+
+namespace {
+
+// Strides of one (batch, head) slice inside the packed tensors.
+struct Slice {
+  const AttentionShape& s;
+  std::int64_t qkv_row() const { return s.heads * 3 * s.head_dim; }
+  std::int64_t out_row() const { return s.heads * s.head_dim; }
+  std::int64_t qkv_at(std::int64_t b, std::int64_t t, std::int64_t h) const {
+    return (b * s.seq + t) * qkv_row() + h * 3 * s.head_dim;
+  }
+  std::int64_t out_at(std::int64_t b, std::int64_t t, std::int64_t h) const {
+    return (b * s.seq + t) * out_row() + h * s.head_dim;
+  }
+  std::int64_t att_at(std::int64_t b, std::int64_t h, std::int64_t t) const {
+    return ((b * s.heads + h) * s.seq + t) * s.seq;
+  }
+};
+
+float dot(const float* a, const float* b, std::int64_t n) {
+  float acc = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+}  // namespace
+
+void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
+                       const AttentionShape& shape) {
+  const Slice sl{shape};
+  const std::int64_t hd = shape.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ctx.pool().parallel_for(shape.batch * shape.heads, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bh = begin; bh < end; ++bh) {
+      const std::int64_t b = bh / shape.heads;
+      const std::int64_t h = bh % shape.heads;
+      for (std::int64_t t = 0; t < shape.seq; ++t) {
+        const float* q = qkv + sl.qkv_at(b, t, h);
+        float* p = att + sl.att_at(b, h, t);
+        float max = -std::numeric_limits<float>::infinity();
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+          p[t2] = dot(q, qkv + sl.qkv_at(b, t2, h) + hd, hd) * scale;
+          max = std::max(max, p[t2]);
+        }
+        float sum = 0.0f;
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+          p[t2] = std::exp(p[t2] - max);
+          sum += p[t2];
+        }
+        const float inv = 1.0f / sum;
+        float* o = out + sl.out_at(b, t, h);
+        std::fill(o, o + hd, 0.0f);
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+          p[t2] *= inv;
+          const float* v = qkv + sl.qkv_at(b, t2, h) + 2 * hd;
+          for (std::int64_t i = 0; i < hd; ++i) o[i] += p[t2] * v[i];
+        }
+      }
+    }
+  });
+}
+
+void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv,
+                        const float* att, const AttentionShape& shape) {
+  const Slice sl{shape};
+  const std::int64_t hd = shape.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ctx.pool().parallel_for(shape.batch * shape.heads, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> dpre(static_cast<std::size_t>(shape.seq));
+    for (std::int64_t bh = begin; bh < end; ++bh) {
+      const std::int64_t b = bh / shape.heads;
+      const std::int64_t h = bh % shape.heads;
+      for (std::int64_t t = 0; t < shape.seq; ++t) {
+        const float* p = att + sl.att_at(b, h, t);
+        const float* dy = dout + sl.out_at(b, t, h);
+        // out = sum p·v: gradients to v and to the probabilities.
+        float weighted = 0.0f;  // sum_t2 p * dp
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+          const std::int64_t base = sl.qkv_at(b, t2, h) + 2 * hd;
+          dpre[t2] = dot(dy, qkv + base, hd);
+          weighted += p[t2] * dpre[t2];
+          float* dv = dqkv + base;
+          for (std::int64_t i = 0; i < hd; ++i) dv[i] += p[t2] * dy[i];
+        }
+        // Softmax backward, then the scaled q·k scores.
+        const float* q = qkv + sl.qkv_at(b, t, h);
+        float* dq = dqkv + sl.qkv_at(b, t, h);
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+          const float ds = p[t2] * (dpre[t2] - weighted) * scale;
+          const std::int64_t kbase = sl.qkv_at(b, t2, h) + hd;
+          const float* k = qkv + kbase;
+          float* dk = dqkv + kbase;
+          for (std::int64_t i = 0; i < hd; ++i) {
+            dq[i] += ds * k[i];
+            dk[i] += ds * q[i];
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace ntp::tensor

@@ -1,0 +1,36 @@
+#pragma once
+// Fused softmax + cross-entropy over vocabulary-parallel logits, split at the
+// two points where a TP group must all-reduce (Megatron's vocab-parallel loss):
+//   1. local_max      -> all-reduce kMax over the group
+//   2. local_sums     -> all-reduce kSum of [sum_exp | target_logit] (2n floats)
+//   3. finish         -> per-row loss, and dlogits written in place of logits
+// A rank's logits are [n, cols]; only the first `valid` columns are real
+// vocabulary (the rest are padding rows of the embedding and get no gradient).
+// target_col[i] is the target's column on this rank, or -1 if another rank holds it.
+#include <cstdint>
+
+#include "tensor/context.h"
+
+namespace ntp::tensor {
+
+struct LogitShape {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;   // vocabulary rows held (padding included)
+  std::int64_t valid = 0;  // leading columns that are real vocabulary
+};
+
+void crossentropy_local_max(Context& ctx, float* row_max, const float* logits,
+                            const LogitShape& shape);
+
+// sums[i] = sum_j exp(logit - row_max[i]); sums[rows + i] = target logit or 0.
+void crossentropy_local_sums(Context& ctx, float* sums, const float* logits,
+                             const std::int64_t* target_col, const float* row_max,
+                             const LogitShape& shape);
+
+// losses[i] = log(sum_exp) + max - target_logit; logits becomes
+// dloss_scale * (softmax - onehot) (0 on padding columns).
+void crossentropy_finish(Context& ctx, float* losses, float* logits,
+                         const std::int64_t* target_col, const float* row_max, const float* sums,
+                         float dloss_scale, const LogitShape& shape);
+
+}  // namespace ntp::tensor

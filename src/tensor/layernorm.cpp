@@ -1,0 +1,72 @@
+#include "tensor/layernorm.h"
+
+#include <cmath>
+
+namespace ntp::tensor {
+
+namespace {
+constexpr float kEps = 1e-5f;
+constexpr std::int64_t kRowGrain = 16;
+}  // namespace
+
+void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, std::int64_t n, std::int64_t dim) {
+  ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const float* x = inp + i * dim;
+      float m = 0.0f;
+      for (std::int64_t j = 0; j < dim; ++j) m += x[j];
+      m /= static_cast<float>(dim);
+      float var = 0.0f;
+      for (std::int64_t j = 0; j < dim; ++j) var += (x[j] - m) * (x[j] - m);
+      var /= static_cast<float>(dim);
+      const float s = 1.0f / std::sqrt(var + kEps);
+      float* y = out + i * dim;
+      for (std::int64_t j = 0; j < dim; ++j) y[j] = (x[j] - m) * s * weight[j] + bias[j];
+      mean[i] = m;
+      rstd[i] = s;
+    }
+  });
+}
+
+void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, std::int64_t n, std::int64_t dim) {
+  // Input gradient: rows are independent.
+  ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const float* x = inp + i * dim;
+      const float* dy = dout + i * dim;
+      float dnorm_mean = 0.0f;
+      float dnorm_norm_mean = 0.0f;
+      for (std::int64_t j = 0; j < dim; ++j) {
+        const float xhat = (x[j] - mean[i]) * rstd[i];
+        const float dnorm = weight[j] * dy[j];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * xhat;
+      }
+      dnorm_mean /= static_cast<float>(dim);
+      dnorm_norm_mean /= static_cast<float>(dim);
+      float* dx = dinp + i * dim;
+      for (std::int64_t j = 0; j < dim; ++j) {
+        const float xhat = (x[j] - mean[i]) * rstd[i];
+        const float dnorm = weight[j] * dy[j];
+        dx[j] += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * rstd[i];
+      }
+    }
+  });
+  // Parameter gradients: split by column so threads never share an output and
+  // the row order of the sum (hence the result) does not depend on the thread count.
+  ctx.pool().parallel_for(dim, 64, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* x = inp + i * dim;
+      const float* dy = dout + i * dim;
+      for (std::int64_t j = begin; j < end; ++j) {
+        dbias[j] += dy[j];
+        dweight[j] += (x[j] - mean[i]) * rstd[i] * dy[j];
+      }
+    }
+  });
+}
+
+}  // namespace ntp::tensor

@@ -1,0 +1,55 @@
+#include "tensor/cross_entropy.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace ntp::tensor {
+namespace {
+
+TEST(CrossEntropy, MatchesSoftmaxAndIgnoresPaddingColumns) {
+  Context ctx({1, 2});
+  const LogitShape shape{3, 6, 4};  // columns 4, 5 are padding
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> logits(18);
+  for (auto& x : logits) x = d(rng);
+  logits[5] = 100.0f;  // a huge padding logit must not matter
+  const std::vector<std::int64_t> target{2, 0, 3};
+  const std::vector<float> original = logits;
+
+  std::vector<float> row_max(3), sums(6), losses(3);
+  crossentropy_local_max(ctx, row_max.data(), logits.data(), shape);
+  crossentropy_local_sums(ctx, sums.data(), logits.data(), target.data(), row_max.data(), shape);
+  const float scale = 0.25f;
+  crossentropy_finish(ctx, losses.data(), logits.data(), target.data(), row_max.data(), sums.data(),
+                      scale, shape);
+  for (int i = 0; i < 3; ++i) {
+    double z = 0.0;
+    for (int j = 0; j < 4; ++j) z += std::exp(static_cast<double>(original[i * 6 + j]));
+    EXPECT_NEAR(losses[i], std::log(z) - original[i * 6 + target[i]], 1e-5);
+    for (int j = 0; j < 4; ++j) {
+      const double p = std::exp(static_cast<double>(original[i * 6 + j])) / z;
+      EXPECT_NEAR(logits[i * 6 + j], scale * (p - (j == target[i] ? 1.0 : 0.0)), 1e-6);
+    }
+    EXPECT_EQ(logits[i * 6 + 4], 0.0f);
+    EXPECT_EQ(logits[i * 6 + 5], 0.0f);
+  }
+}
+
+TEST(CrossEntropy, TargetHeldElsewhereContributesNothingLocally) {
+  Context ctx({1, 1});
+  const LogitShape shape{1, 2, 2};
+  std::vector<float> logits{1.0f, 2.0f}, row_max(1), sums(2);
+  const std::vector<std::int64_t> target{-1};
+  crossentropy_local_max(ctx, row_max.data(), logits.data(), shape);
+  crossentropy_local_sums(ctx, sums.data(), logits.data(), target.data(), row_max.data(), shape);
+  EXPECT_EQ(row_max[0], 2.0f);
+  EXPECT_NEAR(sums[0], std::exp(-1.0) + 1.0, 1e-6);
+  EXPECT_EQ(sums[1], 0.0f);
+}
+
+}  // namespace
+}  // namespace ntp::tensor

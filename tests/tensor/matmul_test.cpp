@@ -1,0 +1,80 @@
+#include "tensor/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace ntp::tensor {
+namespace {
+
+std::vector<float> random_vector(std::size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// W element (o, i) for either storage layout.
+float weight_at(const std::vector<float>& w, WeightLayout layout, std::int64_t o, std::int64_t i,
+                std::int64_t in, std::int64_t out) {
+  return layout == WeightLayout::kOutIn ? w[static_cast<std::size_t>(o * in + i)]
+                                        : w[static_cast<std::size_t>(i * out + o)];
+}
+
+class MatmulTest : public ::testing::TestWithParam<WeightLayout> {};
+
+TEST_P(MatmulTest, ForwardAndBackwardMatchNaiveLoops) {
+  const WeightLayout layout = GetParam();
+  const std::int64_t n = 5, in = 7, out = 3;
+  std::mt19937 rng(1);
+  const auto x = random_vector(n * in, rng), w = random_vector(in * out, rng);
+  const auto b = random_vector(out, rng), dy = random_vector(n * out, rng);
+  std::vector<float> y(n * out);
+  matmul_forward(y.data(), x.data(), w.data(), b.data(), n, in, out, layout);
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t o = 0; o < out; ++o) {
+      double ref = b[o];
+      for (std::int64_t i = 0; i < in; ++i)
+        ref += x[r * in + i] * weight_at(w, layout, o, i, in, out);
+      EXPECT_NEAR(y[r * out + o], ref, 1e-5);
+    }
+  // Backward accumulates onto existing values: start from 1.
+  std::vector<float> dx(n * in, 1.0f), dw(in * out, 1.0f), db(out, 1.0f);
+  matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, in, out,
+                  layout);
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t i = 0; i < in; ++i) {
+      double ref = 1.0;
+      for (std::int64_t o = 0; o < out; ++o) ref += dy[r * out + o] * weight_at(w, layout, o, i, in, out);
+      EXPECT_NEAR(dx[r * in + i], ref, 1e-5);
+    }
+  for (std::int64_t o = 0; o < out; ++o) {
+    double refb = 1.0;
+    for (std::int64_t r = 0; r < n; ++r) refb += dy[r * out + o];
+    EXPECT_NEAR(db[o], refb, 1e-5);
+    for (std::int64_t i = 0; i < in; ++i) {
+      double ref = 1.0;
+      for (std::int64_t r = 0; r < n; ++r) ref += dy[r * out + o] * x[r * in + i];
+      EXPECT_NEAR(weight_at(dw, layout, o, i, in, out), ref, 1e-5);
+    }
+  }
+}
+
+TEST_P(MatmulTest, EmptyUnitSetsAreNoOps) {
+  // A rank holding no units of a kind has out_dim (or in_dim) 0.
+  const std::int64_t n = 4, in = 3;
+  std::vector<float> x(n * in, 1.0f), dx(n * in, 2.0f);
+  matmul_forward(nullptr, x.data(), nullptr, nullptr, n, in, 0, GetParam());
+  matmul_backward(dx.data(), nullptr, nullptr, nullptr, x.data(), nullptr, n, in, 0, GetParam());
+  for (float v : dx) EXPECT_EQ(v, 2.0f);
+  std::vector<float> y(n * 2, 5.0f);
+  matmul_forward(y.data(), nullptr, nullptr, nullptr, n, 0, 2, GetParam());
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MatmulTest,
+                         ::testing::Values(WeightLayout::kOutIn, WeightLayout::kInOut));
+
+}  // namespace
+}  // namespace ntp::tensor
