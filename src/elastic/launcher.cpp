@@ -1,0 +1,345 @@
+#include "elastic/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace ntp::elastic {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile std::sig_atomic_t g_received_signal = 0;
+
+void remember_signal(int sig) { g_received_signal = sig; }
+
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+// Installs the forwarding handlers for the lifetime of one launch.
+class SignalCatcher {
+ public:
+  SignalCatcher() {
+    g_received_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = remember_signal;
+    sigemptyset(&action.sa_mask);
+    for (std::size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+      sigaction(kForwardedSignals[i], &action, &previous_[i]);
+    }
+  }
+  ~SignalCatcher() {
+    for (std::size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+      sigaction(kForwardedSignals[i], &previous_[i], nullptr);
+    }
+  }
+  SignalCatcher(const SignalCatcher&) = delete;
+  SignalCatcher& operator=(const SignalCatcher&) = delete;
+
+ private:
+  struct sigaction previous_[std::size(kForwardedSignals)] {};
+};
+
+// A free TCP port on this host for MASTER_PORT (torchrun-style programs).
+int pick_free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// "redis://host:port[/ns]" -> {host, port}; anything else -> {"127.0.0.1", 0}.
+std::pair<std::string, int> master_of(const std::string& store) {
+  const std::string scheme = "redis://";
+  if (!store.starts_with(scheme)) return {"127.0.0.1", 0};
+  std::string rest = store.substr(scheme.size());
+  rest = rest.substr(0, rest.find('/'));
+  const std::size_t colon = rest.rfind(':');
+  if (colon == std::string::npos) return {rest, 6379};
+  return {rest.substr(0, colon), std::stoi(rest.substr(colon + 1))};
+}
+
+// Everything a child needs, prepared before fork(): after fork only
+// async-signal-safe calls are made.
+struct SpawnPlan {
+  std::vector<std::string> args;
+  std::vector<std::string> env;
+  std::string log_path;
+};
+
+pid_t spawn(const SpawnPlan& plan) {
+  std::vector<char*> argv;
+  for (const std::string& arg : plan.args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const std::string& entry : plan.env) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(errno)));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);  // the launcher is already gone
+    for (int sig : kForwardedSignals) ::signal(sig, SIG_DFL);
+    if (!plan.log_path.empty()) {
+      const int fd = ::open(plan.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, STDOUT_FILENO);
+        ::dup2(fd, STDERR_FILENO);
+        ::close(fd);
+      }
+    }
+    ::execvpe(argv[0], argv.data(), envp.data());
+    const char message[] = "ntp launch: cannot execute the worker command\n";
+    (void)!::write(STDERR_FILENO, message, sizeof message - 1);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent, so that signalling the group never races
+  return pid;
+}
+
+std::string signal_name(int sig) {
+  const char* text = ::strsignal(sig);
+  return text != nullptr ? text : "unknown signal";
+}
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& options, LaunchResult& result)
+      : options_(options), result_(result) {}
+
+  void run() {
+    auto last_tick = Clock::now();
+    while (any_running()) {
+      forward_received_signal();
+      reap();
+      escalate();
+      if (options_.on_tick && Clock::now() - last_tick > std::chrono::milliseconds(100)) {
+        options_.on_tick();
+        last_tick = Clock::now();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (options_.on_tick) options_.on_tick();
+  }
+
+ private:
+  bool any_running() const {
+    for (const RankExit& r : result_.ranks) {
+      if (r.running) return true;
+    }
+    return false;
+  }
+
+  void signal_all(int sig) {
+    for (RankExit& r : result_.ranks) {
+      if (!r.running) continue;
+      r.stopped_by_launcher = true;
+      ::kill(-r.pid, sig);
+    }
+  }
+
+  void stop_all(int sig) {
+    signal_all(sig);
+    if (kill_at_ == kNever) kill_at_ = Clock::now() + options_.term_grace;
+  }
+
+  void forward_received_signal() {
+    const int sig = g_received_signal;
+    if (sig == 0 || result_.forwarded_signal != 0) return;
+    result_.forwarded_signal = sig;
+    stop_all(sig);
+  }
+
+  void reap() {
+    for (RankExit& r : result_.ranks) {
+      if (!r.running) continue;
+      int status = 0;
+      const pid_t done = ::waitpid(r.pid, &status, WNOHANG);
+      if (done != r.pid) continue;
+      r.running = false;
+      r.runtime_s = std::chrono::duration<double>(Clock::now() - started_).count();
+      if (WIFEXITED(status)) {
+        r.exited = true;
+        r.code = WEXITSTATUS(status);
+      } else if (WIFSIGNALED(status)) {
+        r.signal = WTERMSIG(status);
+      }
+      // The first failure the launcher did not cause starts the straggler clock.
+      if (!r.ok() && !r.stopped_by_launcher && !result_.first_failure) {
+        result_.first_failure = r.rank;
+        term_at_ = Clock::now() + options_.straggler_timeout;
+      }
+      if (options_.on_event) options_.on_event("worker_exited", r);
+    }
+  }
+
+  void escalate() {
+    const auto now = Clock::now();
+    if (now >= term_at_) {
+      term_at_ = kNever;
+      stop_all(SIGTERM);
+    }
+    if (now >= kill_at_) {
+      kill_at_ = kNever;
+      signal_all(SIGKILL);
+    }
+  }
+
+  const LaunchOptions& options_;
+  LaunchResult& result_;
+  Clock::time_point started_ = Clock::now();
+  static constexpr Clock::time_point kNever = Clock::time_point::max();
+  Clock::time_point term_at_ = kNever;  // straggler deadline: then SIGTERM
+  Clock::time_point kill_at_ = kNever;  // end of the grace: then SIGKILL
+};
+
+// Cleans up after a failed start: no worker outlives the error.
+void kill_started(LaunchResult& result) {
+  for (RankExit& r : result.ranks) {
+    ::kill(-r.pid, SIGKILL);
+    ::waitpid(r.pid, nullptr, 0);
+  }
+}
+
+}  // namespace
+
+std::string RankExit::describe() const {
+  std::string text = fmt::format("rank {} (pid {}) ", rank, pid);
+  if (running) {
+    text += "is running";
+  } else if (exited) {
+    text += fmt::format("exited with code {}", code);
+  } else {
+    text += fmt::format("was killed by signal {} ({})", signal, signal_name(signal));
+  }
+  if (stopped_by_launcher) text += ", stopped by the launcher";
+  return text;
+}
+
+bool LaunchResult::ok() const {
+  for (const RankExit& r : ranks) {
+    if (!r.ok()) return false;
+  }
+  return forwarded_signal == 0;
+}
+
+std::string LaunchResult::report() const {
+  if (ok()) return "";
+  std::string text;
+  if (forwarded_signal != 0) {
+    text += fmt::format("the launcher received signal {} ({}) and stopped the workers\n",
+                        forwarded_signal, signal_name(forwarded_signal));
+  }
+  for (const RankExit& r : ranks) {
+    if (first_failure && r.rank == *first_failure) text += "first failure: " + r.describe() + "\n";
+  }
+  for (const RankExit& r : ranks) text += r.describe() + "\n";
+  return text;
+}
+
+Environment worker_env(const LaunchOptions& options, int local_rank, int hardware_threads,
+                       const Environment& launcher_env) {
+  const auto [addr, redis_port] = master_of(options.store);
+  const int port = redis_port != 0 ? redis_port : options.master_port;
+  Environment env = options.extra_env;
+  env["RANK"] = std::to_string(options.node_rank * options.nproc + local_rank);
+  env["WORLD_SIZE"] = std::to_string(options.nnodes * options.nproc);
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(options.nproc);
+  env["GROUP_RANK"] = std::to_string(options.node_rank);
+  env["NTP_STORE"] = options.store;
+  env["MASTER_ADDR"] = addr;
+  if (port != 0) env["MASTER_PORT"] = std::to_string(port);
+  // BLAS and OpenMP pools that each take every core fight over them: give each
+  // worker its share unless the user chose.
+  const std::string threads = std::to_string(std::max(1, hardware_threads / options.nproc));
+  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+    if (!launcher_env.contains(name) && !env.contains(name)) env[name] = threads;
+  }
+  return env;
+}
+
+void apply_slurm_nodes(LaunchOptions& options, const Environment& env, bool nodes_given) {
+  if (nodes_given || !env.contains("SLURM_NNODES") || !env.contains("SLURM_NODEID")) return;
+  const WorldInfo slurm = world_from_env({{"SLURM_PROCID", "0"},
+                                          {"SLURM_NNODES", env.at("SLURM_NNODES")},
+                                          {"SLURM_NODEID", env.at("SLURM_NODEID")},
+                                          {"SLURM_NTASKS", env.at("SLURM_NNODES")}});
+  options.nnodes = slurm.num_nodes;
+  options.node_rank = slurm.node_rank;
+}
+
+void validate(const LaunchOptions& o) {
+  if (o.nproc < 1) throw std::invalid_argument("--nproc must be >= 1");
+  if (o.nnodes < 1) throw std::invalid_argument("--nnodes must be >= 1");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    throw std::invalid_argument(
+        fmt::format("--node-rank {} is outside [0, --nnodes = {})", o.node_rank, o.nnodes));
+  }
+  if (!o.store.starts_with("file:") && !o.store.starts_with("redis://")) {
+    throw std::invalid_argument(
+        fmt::format("--store '{}': expected file:DIR or redis://host:port", o.store));
+  }
+  if (o.command.empty()) throw std::invalid_argument("no worker command given (after --)");
+}
+
+LaunchResult launch(const LaunchOptions& options_in) {
+  validate(options_in);
+  LaunchOptions options = options_in;
+  if (options.master_port == 0 && !options.store.starts_with("redis://")) {
+    options.master_port = pick_free_port();
+  }
+  if (!options.log_dir.empty()) std::filesystem::create_directories(options.log_dir);
+  const Environment launcher_env = current_environment();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  SignalCatcher catcher;
+  LaunchResult result;
+  Supervisor supervisor(options, result);
+  for (int local = 0; local < options.nproc; ++local) {
+    SpawnPlan plan;
+    plan.args = options.command;
+    Environment env = launcher_env;
+    for (auto& [name, value] : worker_env(options, local, cores, launcher_env)) env[name] = value;
+    for (const auto& [name, value] : env) plan.env.push_back(name + "=" + value);
+    RankExit record;
+    record.rank = options.node_rank * options.nproc + local;
+    if (!options.log_dir.empty()) {
+      plan.log_path = (options.log_dir / fmt::format("rank-{}.log", record.rank)).string();
+    }
+    try {
+      record.pid = spawn(plan);
+    } catch (...) {
+      kill_started(result);
+      throw;
+    }
+    result.ranks.push_back(record);
+    if (options.on_event) options.on_event("worker_started", result.ranks.back());
+  }
+  supervisor.run();
+  return result;
+}
+
+}  // namespace ntp::elastic

@@ -1,0 +1,90 @@
+#pragma once
+// The local launcher behind `ntp launch` and `ntp train`: starts nproc worker
+// processes of one command on this host, each with its place in the job in
+// the environment (see worker_env), and supervises them:
+//   - every exit is reported with its cause (exit code or signal);
+//   - after the first failure the others get `straggler_timeout` to exit on
+//     their own (they notice through their collective deadlines), then SIGTERM,
+//     then SIGKILL after `term_grace`;
+//   - SIGINT / SIGTERM / SIGHUP sent to the launcher are forwarded to every
+//     worker's process group, with the same SIGKILL fallback;
+//   - workers die with the launcher (PR_SET_PDEATHSIG), so none is orphaned.
+// Each worker runs in its own process group, so a worker that starts children
+// (a shell script) is stopped as a whole.
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "elastic/world.h"
+
+namespace ntp::elastic {
+
+struct LaunchOptions {
+  int nproc = 1;      // workers on this host
+  int nnodes = 1;     // hosts in the job (each runs one launcher)
+  int node_rank = 0;  // this host's index
+  // Rendezvous store handed to the workers as NTP_STORE: "file:DIR" (one host
+  // or a shared file system) or "redis://host:port" (several hosts).
+  std::string store;
+  int master_port = 0;  // MASTER_PORT for file stores; 0 = pick a free port
+  std::vector<std::string> command;  // program and arguments
+  // Per-rank logs (rank-N.log, stdout and stderr); empty = inherit the launcher's.
+  std::filesystem::path log_dir;
+  std::chrono::milliseconds straggler_timeout{10000};
+  std::chrono::milliseconds term_grace{5000};
+  Environment extra_env;  // added to every worker's environment
+  // Called about every poll interval while workers run (progress display).
+  std::function<void()> on_tick;
+  // Called for "worker_started" and "worker_exited" with the rank's record.
+  std::function<void(const std::string& event, const struct RankExit& record)> on_event;
+};
+
+struct RankExit {
+  int rank = 0;
+  pid_t pid = 0;
+  bool running = true;
+  bool exited = false;  // exited normally with `code`
+  int code = 0;
+  int signal = 0;       // killed by this signal
+  bool stopped_by_launcher = false;  // after another rank failed or on a forwarded signal
+  double runtime_s = 0;
+  bool ok() const { return exited && code == 0; }
+  // "rank 2 (pid 4711) exited with code 3", "... killed by signal 9 (Killed)".
+  std::string describe() const;
+};
+
+struct LaunchResult {
+  std::vector<RankExit> ranks;
+  std::optional<int> first_failure;  // the rank whose failure stopped the job
+  int forwarded_signal = 0;          // signal received by the launcher, if any
+  bool ok() const;
+  // One line per rank plus the cause; empty lines for a clean run.
+  std::string report() const;
+};
+
+// The environment of worker `local_rank` (besides the launcher's own):
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, NTP_STORE,
+// MASTER_ADDR, MASTER_PORT, and OMP/OPENBLAS_NUM_THREADS = cores / nproc
+// unless already set. Pure apart from `hardware_threads`.
+Environment worker_env(const LaunchOptions& options, int local_rank, int hardware_threads,
+                       const Environment& launcher_env);
+
+// Fills nnodes / node_rank from Slurm (SLURM_NNODES, SLURM_NODEID) when the
+// launcher itself runs as one Slurm task per node and they were not given.
+void apply_slurm_nodes(LaunchOptions& options, const Environment& env, bool nodes_given);
+
+// Throws std::invalid_argument naming the option (--nproc, --nnodes,
+// --node-rank, --store, command) that is wrong.
+void validate(const LaunchOptions& options);
+
+// Starts the workers and waits for all of them. Blocks the calling thread;
+// installs SIGINT/SIGTERM/SIGHUP handlers while it runs.
+LaunchResult launch(const LaunchOptions& options);
+
+}  // namespace ntp::elastic

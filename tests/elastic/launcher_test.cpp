@@ -1,0 +1,152 @@
+// The launcher with real worker processes (small shell scripts).
+#include "elastic/launcher.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace ntp::elastic {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ntp_launcher_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  LaunchOptions shell(int nproc, const std::string& script) const {
+    LaunchOptions o;
+    o.nproc = nproc;
+    o.store = "file:" + (dir_ / "store").string();
+    o.command = {"/bin/sh", "-c", script};
+    o.log_dir = dir_ / "logs";
+    o.straggler_timeout = 300ms;
+    o.term_grace = 2s;
+    o.extra_env = {{"OUT", dir_.string()}};
+    return o;
+  }
+
+  std::string read(const fs::path& path) const {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(LauncherTest, EveryWorkerGetsItsPlaceAndItsOwnLog) {
+  const LaunchResult result = launch(shell(
+      3, "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $NTP_STORE\"; "
+         "echo \"port=$MASTER_PORT addr=$MASTER_ADDR\" >&2"));
+  ASSERT_TRUE(result.ok()) << result.report();
+  ASSERT_EQ(result.ranks.size(), 3u);
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string log = read(dir_ / "logs" / ("rank-" + std::to_string(rank) + ".log"));
+    EXPECT_NE(log.find(std::to_string(rank) + " 3 " + std::to_string(rank) + " 3 0 file:" +
+                       (dir_ / "store").string()),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("addr=127.0.0.1"), std::string::npos) << log;
+    EXPECT_EQ(log.find("port= "), std::string::npos) << "MASTER_PORT must be set: " << log;
+  }
+  EXPECT_TRUE(result.report().empty());
+}
+
+TEST_F(LauncherTest, ExitCodeOfTheFailedRankIsReportedAndTheOthersAreStopped) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> events;
+  LaunchOptions o = shell(3, "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 30 & wait");
+  o.on_event = [&](const std::string& event, const RankExit& r) {
+    events.push_back(event + " " + std::to_string(r.rank));
+  };
+  const LaunchResult result = launch(o);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0) << "stragglers must be stopped after the deadline";
+  EXPECT_FALSE(result.ok());
+  ASSERT_TRUE(result.first_failure.has_value());
+  EXPECT_EQ(*result.first_failure, 1);
+  const RankExit& failed = result.ranks[1];
+  EXPECT_TRUE(failed.exited);
+  EXPECT_EQ(failed.code, 3);
+  EXPECT_FALSE(failed.stopped_by_launcher);
+  for (int rank : {0, 2}) {
+    EXPECT_TRUE(result.ranks[static_cast<std::size_t>(rank)].stopped_by_launcher);
+    EXPECT_EQ(result.ranks[static_cast<std::size_t>(rank)].signal, SIGTERM);
+  }
+  EXPECT_NE(result.report().find("first failure: rank 1 (pid " + std::to_string(failed.pid) +
+                                 ") exited with code 3"),
+            std::string::npos)
+      << result.report();
+  EXPECT_EQ(std::count_if(events.begin(), events.end(),
+                          [](const std::string& e) { return e.starts_with("worker_exited"); }),
+            3);
+}
+
+TEST_F(LauncherTest, DeathBySignalIsReportedWithTheSignal) {
+  const LaunchResult result =
+      launch(shell(2, "if [ \"$RANK\" = 0 ]; then kill -KILL $$; fi; sleep 30 & wait"));
+  ASSERT_TRUE(result.first_failure.has_value());
+  EXPECT_EQ(*result.first_failure, 0);
+  EXPECT_FALSE(result.ranks[0].exited);
+  EXPECT_EQ(result.ranks[0].signal, SIGKILL);
+  EXPECT_NE(result.report().find("killed by signal 9"), std::string::npos) << result.report();
+}
+
+TEST_F(LauncherTest, WorkersThatIgnoreSigtermAreKilledAfterTheGrace) {
+  LaunchOptions o =
+      shell(2, "trap '' TERM; if [ \"$RANK\" = 0 ]; then exit 1; fi; while true; do sleep 0.05; done");
+  o.term_grace = 300ms;
+  const LaunchResult result = launch(o);
+  EXPECT_EQ(result.ranks[1].signal, SIGKILL);
+  EXPECT_TRUE(result.ranks[1].stopped_by_launcher);
+}
+
+TEST_F(LauncherTest, SigtermToTheLauncherIsForwardedToEveryWorker) {
+  LaunchOptions o = shell(
+      2, "trap 'echo got-term > \"$OUT/term-$RANK\"; exit 0' TERM; touch \"$OUT/up-$RANK\"; "
+         "sleep 30 & wait");
+  std::thread sender([&] {
+    // Wait until both workers have installed their trap, then signal ourselves.
+    for (int i = 0; i < 500 && !(fs::exists(dir_ / "up-0") && fs::exists(dir_ / "up-1")); ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    ::kill(::getpid(), SIGTERM);
+  });
+  const LaunchResult result = launch(o);
+  sender.join();
+  EXPECT_EQ(result.forwarded_signal, SIGTERM);
+  EXPECT_FALSE(result.ok()) << "an interrupted run is not a success";
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(read(dir_ / ("term-" + std::to_string(rank))), "got-term\n") << "rank " << rank;
+    EXPECT_TRUE(result.ranks[static_cast<std::size_t>(rank)].exited);
+  }
+  EXPECT_NE(result.report().find("received signal 15"), std::string::npos) << result.report();
+}
+
+TEST_F(LauncherTest, AMissingProgramIsReportedAsExitCode127) {
+  LaunchOptions o = shell(1, "");
+  o.command = {(dir_ / "no-such-program").string()};
+  const LaunchResult result = launch(o);
+  EXPECT_EQ(result.ranks[0].code, 127);
+  EXPECT_NE(read(dir_ / "logs" / "rank-0.log").find("cannot execute"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ntp::elastic
