@@ -1,5 +1,6 @@
 #include "comm/gloo_group.h"
 
+#include <array>
 #include <csignal>
 #include <cstring>
 #include <numeric>
@@ -389,48 +390,71 @@ void GlooGroup::barrier() {
   });
 }
 
-// Point-to-point: with check_inputs, a small header (type, count) goes first
-// so that the receiver can name a size mismatch instead of misreading data.
-void GlooGroup::send(ConstView data, int dst, std::uint32_t tag) {
-  guarded("send", [&] {
-    if (dst < 0 || dst >= size() || dst == rank_) {
-      fail(CommErrorKind::kBadInput, "send", "destination rank " + std::to_string(dst) + " is invalid");
-    }
-    std::int64_t header[2] = {static_cast<std::int64_t>(data.type), static_cast<std::int64_t>(data.count)};
-    if (opts_.check_inputs) {
-      auto buf = context_->createUnboundBuffer(header, sizeof(header));
-      buf->send(dst, gloo::Slot::build(kSendHeaderSlotPrefix, tag));
-      buf->waitSend(deadline());
-    }
-    if (data.count == 0) return;
-    auto buf = context_->createUnboundBuffer(bytes_of(data.data), data.bytes());
-    buf->send(dst, gloo::Slot::build(kSendSlotPrefix, tag));
-    buf->waitSend(deadline());
-  });
-}
+void GlooGroup::send(ConstView data, int dst, std::uint32_t tag) { exchange({P2POp::send(data, dst, tag)}); }
 
-void GlooGroup::recv(View data, int src, std::uint32_t tag) {
-  guarded("recv", [&] {
-    if (src < 0 || src >= size() || src == rank_) {
-      fail(CommErrorKind::kBadInput, "recv", "source rank " + std::to_string(src) + " is invalid");
-    }
-    if (opts_.check_inputs) {
-      std::int64_t header[2] = {0, 0};
-      auto buf = context_->createUnboundBuffer(header, sizeof(header));
-      buf->recv(src, gloo::Slot::build(kSendHeaderSlotPrefix, tag));
-      buf->waitRecv(deadline());
-      if (header[0] != static_cast<std::int64_t>(data.type) || header[1] != static_cast<std::int64_t>(data.count)) {
-        fail(CommErrorKind::kBadInput, "recv",
-             "rank " + std::to_string(src) + " sends " + std::to_string(header[1]) + " " +
-                 to_string(static_cast<DataType>(header[0])) + " elements with tag " + std::to_string(tag) +
-                 ", receiver expects " + std::to_string(data.count) + " " + to_string(data.type),
-             src);
+void GlooGroup::recv(View data, int src, std::uint32_t tag) { exchange({P2POp::recv(data, src, tag)}); }
+
+// Point-to-point: every send and receive is posted before any is waited on.
+// With check_inputs, a small header (type, count) travels ahead of each
+// message, and receives are posted only after their header matched, so a
+// size mismatch is named instead of misreading data.
+void GlooGroup::exchange(const std::vector<P2POp>& ops) {
+  guarded("exchange", [&] {
+    for (const auto& op : ops) {
+      if (op.peer < 0 || op.peer >= size() || op.peer == rank_) {
+        fail(CommErrorKind::kBadInput, "exchange",
+             std::string(op.kind == P2POp::Kind::kSend ? "destination" : "source") + " rank " +
+                 std::to_string(op.peer) + " is invalid in a group of " + std::to_string(size()));
       }
     }
-    if (data.count == 0) return;
-    auto buf = context_->createUnboundBuffer(data.data, data.bytes());
-    buf->recv(src, gloo::Slot::build(kSendSlotPrefix, tag));
-    buf->waitRecv(deadline());
+    using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
+    const bool headers = opts_.check_inputs;
+    std::vector<std::array<std::int64_t, 2>> header(ops.size());
+    std::vector<Buffer> header_bufs(ops.size());
+    std::vector<Buffer> data_bufs(ops.size());
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const auto& op = ops[i];
+      const auto header_slot = gloo::Slot::build(kSendHeaderSlotPrefix, op.tag);
+      if (headers) {
+        header[i] = {static_cast<std::int64_t>(op.buffer.type), static_cast<std::int64_t>(op.buffer.count)};
+        header_bufs[i] = context_->createUnboundBuffer(header[i].data(), sizeof(header[i]));
+        if (op.kind == P2POp::Kind::kSend) header_bufs[i]->send(op.peer, header_slot);
+        else header_bufs[i]->recv(op.peer, header_slot);
+      }
+      if (op.kind == P2POp::Kind::kSend && op.buffer.count > 0) {
+        data_bufs[i] = context_->createUnboundBuffer(op.buffer.data, op.buffer.bytes());
+        data_bufs[i]->send(op.peer, gloo::Slot::build(kSendSlotPrefix, op.tag));
+      }
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const auto& op = ops[i];
+      if (op.kind != P2POp::Kind::kRecv) continue;
+      if (headers) {
+        header_bufs[i]->waitRecv(deadline());
+        if (header[i][0] != static_cast<std::int64_t>(op.buffer.type) ||
+            header[i][1] != static_cast<std::int64_t>(op.buffer.count)) {
+          CommErrorInfo info{CommErrorKind::kBadInput, opts_.name, opts_.epoch, opts_.global_rank,
+                             opts_.ranks[static_cast<std::size_t>(op.peer)], "recv",
+                             "rank " + std::to_string(op.peer) + " sends " + std::to_string(header[i][1]) + " " +
+                                 to_string(static_cast<DataType>(header[i][0])) + " elements with tag " +
+                                 std::to_string(op.tag) + ", receiver expects " + std::to_string(op.buffer.count) +
+                                 " " + to_string(op.buffer.type)};
+          CommError error(std::move(info));
+          break_group(error);  // the peer's send stays pending: the group cannot go on
+          throw error;
+        }
+      }
+      if (op.buffer.count > 0) {
+        data_bufs[i] = context_->createUnboundBuffer(op.buffer.data, op.buffer.bytes());
+        data_bufs[i]->recv(op.peer, gloo::Slot::build(kSendSlotPrefix, op.tag));
+      }
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (headers && ops[i].kind == P2POp::Kind::kSend) header_bufs[i]->waitSend(deadline());
+      if (!data_bufs[i]) continue;
+      if (ops[i].kind == P2POp::Kind::kSend) data_bufs[i]->waitSend(deadline());
+      else data_bufs[i]->waitRecv(deadline());
+    }
   });
 }
 

@@ -44,6 +44,7 @@ class GlooGroup : public Group {
   void broadcast(View data, int root) override;
   void send(ConstView data, int dst, std::uint32_t tag) override;
   void recv(View data, int src, std::uint32_t tag) override;
+  void exchange(const std::vector<P2POp>& ops) override;
   void barrier() override;
   std::shared_ptr<Work> run_async(std::function<void(Group&)> task) override;
 

@@ -68,6 +68,7 @@ void Group::all_to_all_v(ConstView, const std::vector<std::size_t>&, View, const
 void Group::broadcast(View, int) { unsupported(*this, "broadcast"); }
 void Group::send(ConstView, int, std::uint32_t) { unsupported(*this, "send"); }
 void Group::recv(View, int, std::uint32_t) { unsupported(*this, "recv"); }
+void Group::exchange(const std::vector<P2POp>&) { unsupported(*this, "exchange"); }
 void Group::barrier() { unsupported(*this, "barrier"); }
 
 std::shared_ptr<Work> Group::run_async(std::function<void(Group&)> task) {

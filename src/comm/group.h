@@ -86,6 +86,24 @@ struct ConstView {
   std::size_t bytes() const { return count * size_of(type); }
 };
 
+// One send or receive of a batched exchange().
+struct P2POp {
+  enum class Kind { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  View buffer;  // read for a send, written for a receive
+  int peer = -1;  // group rank
+  std::uint32_t tag = 0;
+
+  static P2POp send(ConstView data, int dst, std::uint32_t tag) {
+    View v;
+    v.data = const_cast<void*>(data.data);  // only read
+    v.count = data.count;
+    v.type = data.type;
+    return {Kind::kSend, v, dst, tag};
+  }
+  static P2POp recv(View data, int src, std::uint32_t tag) { return {Kind::kRecv, data, src, tag}; }
+};
+
 enum class Backend { kGloo, kNccl };
 
 struct GroupOptions {
@@ -155,9 +173,13 @@ class Group {
   // Copies root's buffer to everyone.
   virtual void broadcast(View data, int root);
   // Point-to-point with a user tag (group ranks). A send matches the recv of
-  // the same tag and size on the peer.
+  // the same tag and size on the peer, and returns once the peer received it,
+  // so a cycle of blocking sends deadlocks (until the deadline): post such
+  // patterns together with exchange(), which starts every send and receive
+  // first and then waits for all of them.
   virtual void send(ConstView data, int dst, std::uint32_t tag);
   virtual void recv(View data, int src, std::uint32_t tag);
+  virtual void exchange(const std::vector<P2POp>& ops);
   virtual void barrier();
 
   // Runs `task` on the group's communication thread after every operation
