@@ -1,0 +1,54 @@
+#pragma once
+// Reading and writing the little-endian binary files of llm.c: a 256 x int32
+// header followed by a payload. Errors name the file and the field.
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace ntp::model {
+
+constexpr std::size_t kHeaderInts = 256;
+
+class BinaryReader {
+ public:
+  explicit BinaryReader(std::string path);  // throws if the file cannot be opened
+  const std::string& path() const { return path_; }
+  std::uint64_t size() const { return size_; }
+  // Reads the header; throws naming `what` if the file is shorter than it.
+  std::vector<std::int32_t> header(const char* what);
+  // Reads `count` items of T; throws naming `field` if the file ends first.
+  template <typename T>
+  void read(T* out, std::size_t count, const std::string& field);
+  // Throws naming `what` if bytes remain after the payload.
+  void expect_end(const char* what);
+
+ private:
+  void read_bytes(void* out, std::uint64_t bytes, const std::string& field);
+  std::string path_;
+  std::ifstream in_;
+  std::uint64_t size_ = 0;
+  std::uint64_t pos_ = 0;
+};
+
+template <typename T>
+void BinaryReader::read(T* out, std::size_t count, const std::string& field) {
+  read_bytes(out, count * sizeof(T), field);
+}
+
+class BinaryWriter {
+ public:
+  explicit BinaryWriter(std::string path);
+  void write(const void* data, std::uint64_t bytes);
+  void close();  // flushes; throws naming the file on an I/O error
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// "<path>: <field>: <why>"
+[[noreturn]] void fail_file(const std::string& path, const std::string& field,
+                            const std::string& why);
+
+}  // namespace ntp::model

@@ -1,0 +1,56 @@
+#include "model/init.h"
+
+#include <cmath>
+#include <string>
+
+namespace ntp::model {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A standard normal from a counter (Box-Muller on two hashed uniforms).
+float normal_at(std::uint64_t seed, std::uint64_t tensor, std::uint64_t element) {
+  const std::uint64_t h = splitmix64(seed ^ splitmix64(tensor * 0x100000001b3ULL ^ element));
+  const std::uint64_t h2 = splitmix64(h);
+  const double u1 = (static_cast<double>(h >> 11) + 1.0) / 9007199254740993.0;  // (0, 1]
+  const double u2 = static_cast<double>(h2 >> 11) / 9007199254740992.0;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+}
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::string t(suffix);
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+}  // namespace
+
+void init_parameters(const ParameterLayout& layout, std::span<float> values, std::uint64_t seed) {
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(layout.config().layers));
+  for (std::size_t ti = 0; ti < layout.tensors().size(); ++ti) {
+    const TensorSpec& t = layout.tensors()[ti];
+    float* out = values.data() + t.offset;
+    if (!t.weight_decay) {  // biases and LayerNorms
+      const float fill = ends_with(t.name, "ln1_w") || ends_with(t.name, "ln2_w") ||
+                                 t.name == "lnf_w" ? 1.0f : 0.0f;
+      for (std::int64_t i = 0; i < t.count; ++i) out[i] = fill;
+      continue;
+    }
+    const float std_dev =
+        ends_with(t.name, "proj_wt") || ends_with(t.name, "fc2_wt") ? residual_std : 0.02f;
+    std::int64_t local = 0;
+    for (const layout::Interval& iv : t.units.intervals()) {
+      const std::int64_t first = iv.start * t.unit_size;  // index in the full tensor
+      for (std::int64_t e = 0; e < iv.size() * t.unit_size; ++e)
+        out[local + e] = std_dev * normal_at(seed, ti, static_cast<std::uint64_t>(first + e));
+      local += iv.size() * t.unit_size;
+    }
+  }
+}
+
+}  // namespace ntp::model

@@ -1,0 +1,134 @@
+#include "model/llmc_checkpoint.h"
+
+#include <stdexcept>
+
+#include "model/binary_file.h"
+#include "model/parameters.h"
+#include "model/shard.h"
+
+namespace ntp::model {
+
+namespace {
+
+// Visits every element pair (llm.c index, full-layout index) once.
+template <typename Fn>
+void for_each_element(const GptConfig& c, Fn pair) {
+  const ParameterLayout full(c, Shard::full(c));
+  const std::int64_t C = c.d_model, L = c.layers, F = c.ffn(), hd = c.head_dim();
+  std::int64_t at = 0;  // running offset in llm.c's order
+  const auto same = [&](std::int64_t ours, std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i) pair(at + i, ours + i);
+    at += count;
+  };
+  const auto per_layer = [&](const char* name, std::int64_t count) {
+    for (std::int64_t l = 0; l < L; ++l) same(full["h" + std::to_string(l) + "." + name].offset, count);
+  };
+  const auto qkv_row = [&](std::int64_t r) {  // llm.c row -> head-major row
+    const std::int64_t part = r / C, head = (r % C) / hd, d = r % hd;
+    return head * 3 * hd + part * hd + d;
+  };
+  const auto transposed = [&](const char* name, std::int64_t rows, std::int64_t cols) {
+    for (std::int64_t l = 0; l < L; ++l) {  // llm.c [rows=out][cols=in] -> ours [in][out]
+      const std::int64_t base = full["h" + std::to_string(l) + "." + name].offset;
+      for (std::int64_t o = 0; o < rows; ++o)
+        for (std::int64_t i = 0; i < cols; ++i) pair(at++, base + i * rows + o);
+    }
+  };
+  same(full["wte"].offset, c.padded_vocab * C);
+  same(full["wpe"].offset, c.max_seq * C);
+  per_layer("ln1_w", C);
+  per_layer("ln1_b", C);
+  for (std::int64_t l = 0; l < L; ++l) {
+    const std::int64_t base = full["h" + std::to_string(l) + ".qkv_w"].offset;
+    for (std::int64_t r = 0; r < 3 * C; ++r)
+      for (std::int64_t i = 0; i < C; ++i) pair(at++, base + qkv_row(r) * C + i);
+  }
+  for (std::int64_t l = 0; l < L; ++l) {
+    const std::int64_t base = full["h" + std::to_string(l) + ".qkv_b"].offset;
+    for (std::int64_t r = 0; r < 3 * C; ++r) pair(at++, base + qkv_row(r));
+  }
+  transposed("proj_wt", C, C);
+  per_layer("proj_b", C);
+  per_layer("ln2_w", C);
+  per_layer("ln2_b", C);
+  per_layer("fc1_w", F * C);
+  per_layer("fc1_b", F);
+  transposed("fc2_wt", C, F);
+  per_layer("fc2_b", C);
+  same(full["lnf_w"].offset, C);
+  same(full["lnf_b"].offset, C);
+  if (at != full.size()) throw std::logic_error("llm.c layout does not cover the model");
+}
+
+GptConfig config_from_header(const std::string& path, const std::vector<std::int32_t>& h) {
+  if (h[0] != kLlmcCheckpointMagic)
+    fail_file(path, "header[0] magic", "is " + std::to_string(h[0]) + ", expected " +
+                                           std::to_string(kLlmcCheckpointMagic));
+  if (h[1] != kLlmcCheckpointVersion)
+    fail_file(path, "header[1] version",
+              "is " + std::to_string(h[1]) + ", expected 3 (fp32; bf16 checkpoints unsupported)");
+  static const char* kFields[] = {"", "", "header[2] max_seq", "header[3] vocab",
+                                  "header[4] layers", "header[5] heads", "header[6] channels",
+                                  "header[7] padded_vocab"};
+  for (int i = 2; i < 8; ++i)
+    if (h[static_cast<std::size_t>(i)] <= 0) fail_file(path, kFields[i], "must be > 0");
+  GptConfig c{h[3], h[7], h[4], h[6], h[5], h[2]};
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    fail_file(path, "header", e.what());
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<float> to_llmc_order(const GptConfig& config, std::span<const float> full) {
+  std::vector<float> out(full.size());
+  for_each_element(config, [&](std::int64_t llmc, std::int64_t ours) {
+    out[static_cast<std::size_t>(llmc)] = full[static_cast<std::size_t>(ours)];
+  });
+  return out;
+}
+
+std::vector<float> from_llmc_order(const GptConfig& config, std::span<const float> llmc) {
+  std::vector<float> out(llmc.size());
+  for_each_element(config, [&](std::int64_t l, std::int64_t ours) {
+    out[static_cast<std::size_t>(ours)] = llmc[static_cast<std::size_t>(l)];
+  });
+  return out;
+}
+
+LlmcCheckpoint read_llmc_checkpoint(const std::string& path) {
+  BinaryReader in(path);
+  const std::vector<std::int32_t> header = in.header("checkpoint");
+  LlmcCheckpoint ckpt;
+  ckpt.config = config_from_header(path, header);
+  const auto count = static_cast<std::uint64_t>(parameter_count(ckpt.config));
+  if (count * sizeof(float) + kHeaderInts * 4 > in.size())  // before allocating for a bad header
+    fail_file(path, "parameters", "truncated: header promises " + std::to_string(count) +
+                                      " floats, file has " + std::to_string(in.size()) + " bytes");
+  std::vector<float> llmc(count);
+  in.read(llmc.data(), llmc.size(), "parameters");
+  in.expect_end("parameters");
+  ckpt.params = from_llmc_order(ckpt.config, llmc);
+  return ckpt;
+}
+
+void write_llmc_checkpoint(const std::string& path, const GptConfig& c,
+                           std::span<const float> full_params) {
+  c.validate();
+  if (full_params.size() != static_cast<std::size_t>(parameter_count(c)))
+    throw std::invalid_argument("write_llmc_checkpoint: parameter count does not match the config");
+  std::vector<std::int32_t> header(kHeaderInts, 0);
+  const std::int64_t fields[] = {kLlmcCheckpointMagic, kLlmcCheckpointVersion, c.max_seq, c.vocab,
+                                 c.layers, c.heads, c.d_model, c.padded_vocab};
+  for (std::size_t i = 0; i < 8; ++i) header[i] = static_cast<std::int32_t>(fields[i]);
+  const std::vector<float> llmc = to_llmc_order(c, full_params);
+  BinaryWriter out(path);
+  out.write(header.data(), header.size() * sizeof(std::int32_t));
+  out.write(llmc.data(), llmc.size() * sizeof(float));
+  out.close();
+}
+
+}  // namespace ntp::model

@@ -1,0 +1,315 @@
+#include "model/model.h"
+
+#include <stdexcept>
+
+#include "model/init.h"
+#include "model/vocab_parallel.h"
+#include "tensor/adamw.h"
+#include "tensor/attention.h"
+#include "tensor/gelu.h"
+#include "tensor/layernorm.h"
+#include "tensor/matmul.h"
+#include "tensor/residual.h"
+
+namespace ntp::model {
+
+using tensor::Buffer;
+using tensor::WeightLayout;
+
+// Offsets of one block's tensors in the flat buffers (params and grads alike).
+struct Model::BlockOffsets {
+  std::int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_wt, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_wt,
+      fc2_b;
+};
+
+// Everything forward keeps for backward, sized for one (batch, seq); per layer
+// arrays are [layers][...].
+struct Model::Activations {
+  std::int64_t batch = 0, seq = 0, n = 0;  // n = batch * seq rows
+  std::vector<std::int64_t> token_col, target_col;
+  Buffer encoded;                   // [n, C]
+  Buffer ln1, ln1_mean, ln1_rstd;   // [L, n, C], [L, n]
+  Buffer qkv;                       // [L, n, 3 h hd]
+  Buffer att;                       // [L, B, h, T, T]
+  Buffer atty;                      // [L, n, h hd]
+  Buffer res2;                      // [L, n, C]
+  Buffer ln2, ln2_mean, ln2_rstd;
+  Buffer fch, fch_gelu;             // [L, n, neurons]
+  Buffer res3;                      // [L, n, C]
+  Buffer lnf, lnf_mean, lnf_rstd;
+  Buffer logits;                    // [n, vocab rows]; after forward: dlogits
+  Buffer losses;                    // [n]
+  Buffer partial;                   // [n, C] row-parallel output before the all-reduce
+  Buffer ce_scratch;                // [3 n]
+  // backward scratch
+  Buffer dres, dln;                 // [n, C]
+  Buffer dqkv, datty, dgelu, dfch;
+};
+
+namespace {
+struct Dims {
+  std::int64_t C, heads, hd, qkv, attn, neurons, vocab_rows, vocab_valid;
+};
+Dims dims_of(const ParameterLayout& layout) {
+  const GptConfig& c = layout.config();
+  const Shard& s = layout.shard();
+  const std::int64_t h = s.heads.size();
+  return {c.d_model, h, c.head_dim(), 3 * h * c.head_dim(), h * c.head_dim(), s.neurons.size(),
+          s.vocab.size(), s.vocab.intersect(layout::IntervalSet::range(0, c.vocab)).size()};
+}
+}  // namespace
+
+Model::Model(const GptConfig& config, const Shard& shard, tensor::Context& ctx, comm::Group* tp)
+    : ctx_(ctx), tp_(tp) {
+  if (tp_ == nullptr && !(shard == Shard::full(config)))
+    throw std::invalid_argument("model: a shard smaller than the full model needs a TP group");
+  layout_ = std::make_unique<ParameterLayout>(config, shard);
+  adopt(shard, Buffer(static_cast<std::size_t>(layout_->size())));
+}
+
+Model::~Model() = default;
+
+void Model::adopt(const Shard& next, Buffer values) {
+  auto layout = std::make_unique<ParameterLayout>(layout_->config(), next);
+  if (values.size() != static_cast<std::size_t>(layout->size()))
+    throw std::invalid_argument("model: adopted parameter buffer has " +
+                                std::to_string(values.size()) + " elements, layout needs " +
+                                std::to_string(layout->size()));
+  layout_ = std::move(layout);
+  params_ = std::move(values);
+  grads_ = Buffer(params_.size());
+  blocks_.clear();
+  for (int l = 0; l < layout_->config().layers; ++l) {
+    const std::size_t first = layout_->layer_range(l).first;
+    const auto at = [&](std::size_t k) { return layout_->tensors()[first + k].offset; };
+    blocks_.push_back({at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9),
+                       at(10), at(11)});
+  }
+  acts_.reset();  // sizes depend on the shard
+  have_forward_ = false;
+}
+
+std::span<float> Model::param(const std::string& name) {
+  const TensorSpec& t = (*layout_)[name];
+  return params().subspan(static_cast<std::size_t>(t.offset), static_cast<std::size_t>(t.count));
+}
+
+std::span<float> Model::grad(const std::string& name) {
+  const TensorSpec& t = (*layout_)[name];
+  return grads().subspan(static_cast<std::size_t>(t.offset), static_cast<std::size_t>(t.count));
+}
+
+void Model::init(std::uint64_t seed) { init_parameters(*layout_, params(), seed); }
+
+void Model::zero_grad() { grads_.zero(); }
+
+void Model::all_reduce(float* data, std::int64_t count) {
+  if (tp_ != nullptr) tp_->all_reduce(data, static_cast<std::size_t>(count));
+}
+
+void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
+  if (acts_ && acts_->batch == batch && acts_->seq == seq) return;
+  const Dims d = dims_of(*layout_);
+  const std::int64_t L = config().layers;
+  const std::int64_t n = batch * seq;
+  const auto sz = [](std::int64_t count) { return Buffer(static_cast<std::size_t>(count)); };
+  auto a = std::make_unique<Activations>();
+  a->batch = batch;
+  a->seq = seq;
+  a->n = n;
+  a->encoded = sz(n * d.C);
+  a->ln1 = sz(L * n * d.C);
+  a->ln1_mean = sz(L * n);
+  a->ln1_rstd = sz(L * n);
+  a->qkv = sz(L * n * d.qkv);
+  a->att = sz(L * batch * d.heads * seq * seq);
+  a->atty = sz(L * n * d.attn);
+  a->res2 = sz(L * n * d.C);
+  a->ln2 = sz(L * n * d.C);
+  a->ln2_mean = sz(L * n);
+  a->ln2_rstd = sz(L * n);
+  a->fch = sz(L * n * d.neurons);
+  a->fch_gelu = sz(L * n * d.neurons);
+  a->res3 = sz(L * n * d.C);
+  a->lnf = sz(n * d.C);
+  a->lnf_mean = sz(n);
+  a->lnf_rstd = sz(n);
+  a->logits = sz(n * d.vocab_rows);
+  a->losses = sz(n);
+  a->partial = sz(n * d.C);
+  a->ce_scratch = sz(3 * n);
+  a->dres = sz(n * d.C);
+  a->dln = sz(n * d.C);
+  a->dqkv = sz(n * d.qkv);
+  a->datty = sz(n * d.attn);
+  a->dgelu = sz(n * d.neurons);
+  a->dfch = sz(n * d.neurons);
+  acts_ = std::move(a);
+}
+
+LossStats Model::forward(const Batch& batch) {
+  const GptConfig& c = config();
+  if (batch.inputs == nullptr || batch.targets == nullptr)
+    throw std::invalid_argument("batch: inputs and targets are required");
+  if (batch.batch <= 0 || batch.seq <= 0 || batch.seq > c.max_seq)
+    throw std::invalid_argument("batch: seq " + std::to_string(batch.seq) + " outside [1," +
+                                std::to_string(c.max_seq) + "] or batch " +
+                                std::to_string(batch.batch) + " <= 0");
+  ensure_activations(batch.batch, batch.seq);
+  Activations& a = *acts_;
+  const Dims d = dims_of(*layout_);
+  const std::int64_t n = a.n;
+  a.token_col = local_columns(layout_->shard().vocab, batch.inputs, n, c.vocab, "inputs");
+  a.target_col = local_columns(layout_->shard().vocab, batch.targets, n, c.vocab, "targets");
+
+  const float* p = params_.data();
+  embedding_forward(ctx_, a.encoded.data(), a.token_col, p + (*layout_)["wte"].offset,
+                    p + (*layout_)["wpe"].offset, batch.seq, d.C, tp_);
+  for (int l = 0; l < c.layers; ++l)
+    forward_block(l, l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C);
+
+  const float* last = a.res3.data() + (c.layers - 1) * n * d.C;
+  tensor::layernorm_forward(ctx_, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last,
+                            p + (*layout_)["lnf_w"].offset, p + (*layout_)["lnf_b"].offset, n, d.C);
+  // Tied LM head: the rank's vocabulary rows of wte, column-parallel.
+  tensor::matmul_forward(a.logits.data(), a.lnf.data(), p + (*layout_)["wte"].offset, nullptr, n,
+                         d.C, d.vocab_rows, WeightLayout::kOutIn);
+  const float scale = loss_scale_ != 0.0f ? loss_scale_ : 1.0f / static_cast<float>(n);
+  vocab_parallel_cross_entropy(ctx_, a.losses.data(), a.logits.data(), a.target_col,
+                               {n, d.vocab_rows, d.vocab_valid}, scale, a.ce_scratch.data(), tp_);
+  LossStats stats;
+  stats.tokens = n;
+  for (std::int64_t i = 0; i < n; ++i) stats.sum += a.losses.data()[i];
+  have_forward_ = true;
+  return stats;
+}
+
+void Model::forward_block(int l, const float* residual) {
+  Activations& a = *acts_;
+  const Dims d = dims_of(*layout_);
+  const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
+  const float* p = params_.data();
+  const std::int64_t n = a.n;
+  float* ln1 = a.ln1.data() + l * n * d.C;
+  float* qkv = a.qkv.data() + l * n * d.qkv;
+  float* att = a.att.data() + l * a.batch * d.heads * a.seq * a.seq;
+  float* atty = a.atty.data() + l * n * d.attn;
+  float* res2 = a.res2.data() + l * n * d.C;
+  float* ln2 = a.ln2.data() + l * n * d.C;
+  float* fch = a.fch.data() + l * n * d.neurons;
+  float* fch_gelu = a.fch_gelu.data() + l * n * d.neurons;
+  float* res3 = a.res3.data() + l * n * d.C;
+
+  tensor::layernorm_forward(ctx_, ln1, a.ln1_mean.data() + l * n, a.ln1_rstd.data() + l * n,
+                            residual, p + o.ln1_w, p + o.ln1_b, n, d.C);
+  tensor::matmul_forward(qkv, ln1, p + o.qkv_w, p + o.qkv_b, n, d.C, d.qkv, WeightLayout::kOutIn);
+  tensor::attention_forward(ctx_, atty, att, qkv, {a.batch, a.seq, d.heads, d.hd});
+  tensor::matmul_forward(a.partial.data(), atty, p + o.proj_wt, nullptr, n, d.attn, d.C,
+                         WeightLayout::kInOut);
+  all_reduce(a.partial.data(), n * d.C);
+  tensor::residual_forward(ctx_, res2, residual, a.partial.data(), p + o.proj_b, n, d.C);
+
+  tensor::layernorm_forward(ctx_, ln2, a.ln2_mean.data() + l * n, a.ln2_rstd.data() + l * n, res2,
+                            p + o.ln2_w, p + o.ln2_b, n, d.C);
+  tensor::matmul_forward(fch, ln2, p + o.fc1_w, p + o.fc1_b, n, d.C, d.neurons,
+                         WeightLayout::kOutIn);
+  tensor::gelu_forward(ctx_, fch_gelu, fch, n * d.neurons);
+  tensor::matmul_forward(a.partial.data(), fch_gelu, p + o.fc2_wt, nullptr, n, d.neurons, d.C,
+                         WeightLayout::kInOut);
+  all_reduce(a.partial.data(), n * d.C);
+  tensor::residual_forward(ctx_, res3, res2, a.partial.data(), p + o.fc2_b, n, d.C);
+}
+
+void Model::backward(const BackwardHooks& hooks) {
+  if (!have_forward_) throw std::logic_error("model: backward() without a preceding forward()");
+  have_forward_ = false;  // dlogits are consumed
+  Activations& a = *acts_;
+  const GptConfig& c = config();
+  const Dims d = dims_of(*layout_);
+  const std::int64_t n = a.n;
+  const float* p = params_.data();
+  float* g = grads_.data();
+  const auto& lay = *layout_;
+  const auto notify = [&](std::size_t first, std::size_t last) {
+    if (hooks.grads_ready) hooks.grads_ready(first, last);
+  };
+
+  // LM head (tied): the input gradient is partial per rank, hence the all-reduce.
+  a.dln.zero();
+  tensor::matmul_backward(a.dln.data(), g + lay["wte"].offset, nullptr, a.logits.data(),
+                          a.lnf.data(), p + lay["wte"].offset, n, d.C, d.vocab_rows,
+                          WeightLayout::kOutIn);
+  all_reduce(a.dln.data(), n * d.C);
+  a.dres.zero();
+  const float* last = a.res3.data() + (c.layers - 1) * n * d.C;
+  tensor::layernorm_backward(ctx_, a.dres.data(), g + lay["lnf_w"].offset, g + lay["lnf_b"].offset,
+                             a.dln.data(), last, p + lay["lnf_w"].offset, a.lnf_mean.data(),
+                             a.lnf_rstd.data(), n, d.C);
+  notify(lay.index_of("lnf_w"), lay.tensors().size());
+
+  for (int l = static_cast<int>(c.layers) - 1; l >= 0; --l) {
+    backward_block(l, l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C);
+    const auto [first, end] = lay.layer_range(l);
+    notify(first, end);
+  }
+  embedding_backward(g + lay["wte"].offset, g + lay["wpe"].offset, a.token_col, a.dres.data(),
+                     a.seq, d.C);
+  notify(lay.index_of("wte"), lay.index_of("wpe") + 1);
+}
+
+void Model::backward_block(int l, const float* residual) {
+  Activations& a = *acts_;
+  const Dims d = dims_of(*layout_);
+  const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
+  const float* p = params_.data();
+  float* g = grads_.data();
+  const std::int64_t n = a.n;
+  const float* ln1 = a.ln1.data() + l * n * d.C;
+  const float* qkv = a.qkv.data() + l * n * d.qkv;
+  const float* att = a.att.data() + l * a.batch * d.heads * a.seq * a.seq;
+  const float* atty = a.atty.data() + l * n * d.attn;
+  const float* res2 = a.res2.data() + l * n * d.C;
+  const float* ln2 = a.ln2.data() + l * n * d.C;
+  const float* fch = a.fch.data() + l * n * d.neurons;
+  const float* fch_gelu = a.fch_gelu.data() + l * n * d.neurons;
+  float* dres = a.dres.data();  // gradient of the residual stream, flows through unchanged
+
+  // MLP: res3 = res2 + fc2(gelu(fc1(ln2(res2)))) + fc2_b
+  a.dgelu.zero();
+  tensor::matmul_backward(a.dgelu.data(), g + o.fc2_wt, g + o.fc2_b, dres, fch_gelu, p + o.fc2_wt,
+                          n, d.neurons, d.C, WeightLayout::kInOut);
+  a.dfch.zero();
+  tensor::gelu_backward(ctx_, a.dfch.data(), fch, a.dgelu.data(), n * d.neurons);
+  a.dln.zero();
+  tensor::matmul_backward(a.dln.data(), g + o.fc1_w, g + o.fc1_b, a.dfch.data(), ln2, p + o.fc1_w,
+                          n, d.C, d.neurons, WeightLayout::kOutIn);
+  all_reduce(a.dln.data(), n * d.C);
+  tensor::layernorm_backward(ctx_, dres, g + o.ln2_w, g + o.ln2_b, a.dln.data(), res2, p + o.ln2_w,
+                             a.ln2_mean.data() + l * n, a.ln2_rstd.data() + l * n, n, d.C);
+
+  // Attention: res2 = residual + proj(attn(qkv(ln1(residual)))) + proj_b
+  a.datty.zero();
+  tensor::matmul_backward(a.datty.data(), g + o.proj_wt, g + o.proj_b, dres, atty, p + o.proj_wt,
+                          n, d.attn, d.C, WeightLayout::kInOut);
+  a.dqkv.zero();
+  tensor::attention_backward(ctx_, a.dqkv.data(), a.datty.data(), qkv, att,
+                             {a.batch, a.seq, d.heads, d.hd});
+  a.dln.zero();
+  tensor::matmul_backward(a.dln.data(), g + o.qkv_w, g + o.qkv_b, a.dqkv.data(), ln1, p + o.qkv_w,
+                          n, d.C, d.qkv, WeightLayout::kOutIn);
+  all_reduce(a.dln.data(), n * d.C);
+  tensor::layernorm_backward(ctx_, dres, g + o.ln1_w, g + o.ln1_b, a.dln.data(), residual,
+                             p + o.ln1_w, a.ln1_mean.data() + l * n, a.ln1_rstd.data() + l * n, n,
+                             d.C);
+}
+
+double Model::local_grad_sq_norm() {
+  double total = 0.0;
+  for (const TensorSpec& t : layout_->tensors()) {
+    if (t.kind == UnitKind::kReplicated && !counts_replicated()) continue;
+    total += tensor::sum_squares(ctx_, grads_.data() + t.offset, t.count);
+  }
+  return total;
+}
+
+}  // namespace ntp::model

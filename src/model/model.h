@@ -1,0 +1,112 @@
+#pragma once
+// One TP rank of a GPT-2 model (pre-LN, GELU tanh, learned positions, tied
+// embedding / LM head), fp32, Megatron tensor parallelism over arbitrary unit
+// sets: QKV column-parallel over heads, attention projection row-parallel,
+// fc1 column-parallel over neurons, fc2 row-parallel, vocabulary-parallel
+// embedding and cross-entropy. With tp == nullptr the model is a single rank
+// and must hold every unit.
+//
+//   Model m(config, shard, ctx, tp_group);
+//   m.init(seed);                 // or load values into m.params()
+//   m.set_loss_scale(1.0f / global_tokens);
+//   m.zero_grad();
+//   LossStats loss = m.forward(batch);
+//   m.backward();                 // gradients accumulate into m.grads()
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/group.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "model/shard.h"
+#include "tensor/buffer.h"
+#include "tensor/context.h"
+
+namespace ntp::model {
+
+struct Batch {
+  const std::int32_t* inputs = nullptr;   // [batch, seq] token ids
+  const std::int32_t* targets = nullptr;  // [batch, seq] next-token ids
+  std::int64_t batch = 0;
+  std::int64_t seq = 0;
+};
+
+struct LossStats {
+  double sum = 0.0;         // sum of per-token losses (natural log)
+  std::int64_t tokens = 0;
+  double mean() const { return tokens > 0 ? sum / static_cast<double>(tokens) : 0.0; }
+};
+
+struct BackwardHooks {
+  // Called when the gradients of tensors [first, last) (layout indices) are
+  // final for this backward pass, in reverse layer order; the trainer can
+  // start their gradient sync while the rest of the backward runs.
+  std::function<void(std::size_t first, std::size_t last)> grads_ready;
+};
+
+class Model {
+ public:
+  Model(const GptConfig& config, const Shard& shard, tensor::Context& ctx,
+        comm::Group* tp = nullptr);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const GptConfig& config() const { return layout_->config(); }
+  const ParameterLayout& layout() const { return *layout_; }
+  comm::Group* tp_group() const { return tp_; }
+  tensor::Context& context() { return ctx_; }
+
+  std::span<float> params() { return params_.span(); }
+  std::span<const float> params() const { return params_.span(); }
+  std::span<float> grads() { return grads_.span(); }
+  std::span<const float> grads() const { return grads_.span(); }
+  std::span<float> param(const std::string& name);  // one tensor's view
+  std::span<float> grad(const std::string& name);
+
+  void init(std::uint64_t seed);
+  // d(objective)/d(token loss). 0 (the default) means 1 / (tokens of the batch),
+  // i.e. the mean loss; the trainer sets 1 / (global tokens of the step).
+  void set_loss_scale(float scale) { loss_scale_ = scale; }
+  float loss_scale() const { return loss_scale_; }
+
+  // Runs the forward pass and the fused softmax / cross-entropy, whose
+  // gradient is kept for backward(). Every TP rank must call it with the same batch.
+  LossStats forward(const Batch& batch);
+  void zero_grad();
+  void backward(const BackwardHooks& hooks = {});
+
+  // Sum of squared gradients this rank counts towards the global norm:
+  // its own units, plus the replicated tensors on TP rank 0 only, so that a
+  // sum over the TP group counts every parameter exactly once.
+  double local_grad_sq_norm();
+  bool counts_replicated() const { return tp_ == nullptr || tp_->rank() == 0; }
+
+  // Replaces the shard with `next` and its parameter values (laid out by
+  // ParameterLayout(config, next)); gradients are zeroed. See reshard.h.
+  void adopt(const Shard& next, tensor::Buffer values);
+
+ private:
+  struct Activations;
+  struct BlockOffsets;
+  void forward_block(int layer, const float* residual);
+  void backward_block(int layer, const float* residual);
+  void all_reduce(float* data, std::int64_t count);
+  void ensure_activations(std::int64_t batch, std::int64_t seq);
+
+  tensor::Context& ctx_;
+  comm::Group* tp_;
+  std::unique_ptr<ParameterLayout> layout_;
+  std::vector<BlockOffsets> blocks_;
+  tensor::Buffer params_;
+  tensor::Buffer grads_;
+  std::unique_ptr<Activations> acts_;
+  float loss_scale_ = 0.0f;
+  bool have_forward_ = false;
+};
+
+}  // namespace ntp::model

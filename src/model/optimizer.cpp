@@ -1,0 +1,65 @@
+#include "model/optimizer.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "tensor/adamw.h"
+
+namespace ntp::model {
+
+void AdamWConfig::validate() const {
+  const auto require = [](bool ok, const char* field) {
+    if (!ok) throw std::invalid_argument(std::string("adamw: ") + field + " out of range");
+  };
+  require(lr >= 0.0f, "lr");
+  require(beta1 >= 0.0f && beta1 < 1.0f, "beta1");
+  require(beta2 >= 0.0f && beta2 < 1.0f, "beta2");
+  require(eps > 0.0f, "eps");
+  require(weight_decay >= 0.0f, "weight_decay");
+  require(grad_clip >= 0.0f, "grad_clip");
+}
+
+AdamW::AdamW(const AdamWConfig& config, const ParameterLayout& layout)
+    : config_(config),
+      m_(static_cast<std::size_t>(layout.size())),
+      v_(static_cast<std::size_t>(layout.size())) {
+  config_.validate();
+}
+
+void AdamW::adopt(tensor::Buffer m, tensor::Buffer v) {
+  if (m.size() != v.size()) throw std::invalid_argument("adamw: moment buffers differ in size");
+  m_ = std::move(m);
+  v_ = std::move(v);
+}
+
+double AdamW::grad_norm(Model& model, const SumAllReduce& sum) {
+  double sq = model.local_grad_sq_norm();
+  if (sum) sq = sum(sq);
+  return std::sqrt(sq);
+}
+
+StepStats AdamW::step(Model& model, float lr, const SumAllReduce& sum) {
+  const ParameterLayout& layout = model.layout();
+  if (m_.size() != static_cast<std::size_t>(layout.size()))
+    throw std::logic_error("adamw: moments do not match the model's layout (reshard both)");
+  StepStats stats;
+  if (config_.grad_clip > 0.0f) {
+    stats.grad_norm = grad_norm(model, sum);
+    if (stats.grad_norm > config_.grad_clip)
+      stats.grad_scale = static_cast<float>(config_.grad_clip / stats.grad_norm);
+  }
+  ++steps_;
+  tensor::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, 0.0f, stats.grad_scale,
+                      steps_};
+  float* p = model.params().data();
+  const float* g = model.grads().data();
+  for (const TensorSpec& t : layout.tensors()) {  // one pass; tensors are contiguous ranges
+    s.weight_decay = t.weight_decay ? config_.weight_decay : 0.0f;
+    tensor::adamw_update(model.context(), p + t.offset, g + t.offset, m_.data() + t.offset,
+                         v_.data() + t.offset, t.count, s);
+  }
+  return stats;
+}
+
+}  // namespace ntp::model

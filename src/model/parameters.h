@@ -1,0 +1,80 @@
+#pragma once
+// The flat, named parameter layout of one TP rank. Every parameter (and its
+// gradient, and each AdamW moment) lives in one flat buffer; a TensorSpec says
+// where a named tensor sits in it and, for a TP-sharded tensor, which units it
+// holds. Sharded tensors are unit-major: unit u's `unit_size` elements are
+// contiguous, units in increasing id order, so the same unit has the same
+// element layout on every rank and in the full (TP = 1) model.
+//
+// Per layer l (name prefix "h<l>."), with C = d_model, hd = head_dim:
+//   ln1_w, ln1_b          replicated [C]
+//   qkv_w                 head   unit [3, hd, C]  (the head's q, k, v rows)
+//   qkv_b                 head   unit [3, hd]
+//   proj_wt               head   unit [hd, C]     (row-parallel, stored transposed)
+//   proj_b                replicated [C]
+//   ln2_w, ln2_b          replicated [C]
+//   fc1_w                 neuron unit [C]
+//   fc1_b                 neuron unit [1]
+//   fc2_wt                neuron unit [C]         (row-parallel, stored transposed)
+//   fc2_b                 replicated [C]
+// plus wte (vocab unit [C], tied LM head), wpe [max_seq, C], lnf_w, lnf_b [C].
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "layout/interval_set.h"
+#include "model/config.h"
+#include "model/shard.h"
+
+namespace ntp::model {
+
+enum class UnitKind { kReplicated, kHead, kNeuron, kVocab };
+const char* to_string(UnitKind kind);
+
+struct TensorSpec {
+  std::string name;
+  UnitKind kind = UnitKind::kReplicated;
+  std::int64_t unit_size = 0;  // elements per unit; for replicated tensors the whole size
+  layout::IntervalSet units;   // units held (replicated: {[0,1)})
+  std::int64_t offset = 0;     // first element in the flat buffer
+  std::int64_t count = 0;      // elements held = units.size() * unit_size
+  bool weight_decay = false;   // 2-D weight matrices only (GPT-2 convention)
+  int layer = -1;              // -1 for tensors outside the blocks
+};
+
+class ParameterLayout {
+ public:
+  ParameterLayout(const GptConfig& config, const Shard& shard);
+
+  const GptConfig& config() const { return config_; }
+  const Shard& shard() const { return shard_; }
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  std::int64_t size() const { return size_; }  // elements of the flat buffer
+  // Index of a tensor by name; throws std::out_of_range naming it.
+  std::size_t index_of(const std::string& name) const;
+  const TensorSpec& operator[](const std::string& name) const { return tensors_[index_of(name)]; }
+  // The first and one-past-last tensor index of layer l (its tensors are contiguous).
+  std::pair<std::size_t, std::size_t> layer_range(int layer) const;
+
+ private:
+  void add(const std::string& name, UnitKind kind, std::int64_t unit_size, bool decay, int layer);
+
+  GptConfig config_;
+  Shard shard_;
+  std::vector<TensorSpec> tensors_;
+  std::int64_t size_ = 0;
+};
+
+// Copies the units (and replicated tensors) of `to` out of a full (TP = 1)
+// buffer laid out by `from`. Both layouts must share the config.
+void scatter_from_full(const ParameterLayout& full, std::span<const float> full_values,
+                       const ParameterLayout& shard, std::span<float> shard_values);
+
+// Writes a shard's units into a full buffer (other units untouched);
+// replicated tensors are written only if `include_replicated`.
+void gather_into_full(const ParameterLayout& shard, std::span<const float> shard_values,
+                      const ParameterLayout& full, std::span<float> full_values,
+                      bool include_replicated);
+
+}  // namespace ntp::model

@@ -1,0 +1,22 @@
+#pragma once
+// The units one TP rank holds: a set of attention heads, of FFN neurons and of
+// vocabulary rows. The same head and neuron sets apply to every layer. Any
+// sets are allowed (non-contiguous, uneven, even empty); the TP ranks of one
+// replica must together hold every unit exactly once.
+#include "layout/interval_set.h"
+#include "model/config.h"
+
+namespace ntp::model {
+
+struct Shard {
+  layout::IntervalSet heads;    // units of kind head:   0 .. heads-1
+  layout::IntervalSet neurons;  // units of kind neuron: 0 .. ffn-1
+  layout::IntervalSet vocab;    // units of kind vocab:  0 .. padded_vocab-1
+
+  static Shard full(const GptConfig& config);  // everything: TP = 1
+  // Throws std::invalid_argument if a set reaches outside its unit range.
+  void validate(const GptConfig& config) const;
+  bool operator==(const Shard&) const = default;
+};
+
+}  // namespace ntp::model

@@ -1,0 +1,72 @@
+#include "model/vocab_parallel.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace ntp::model {
+
+std::vector<std::int64_t> local_columns(const layout::IntervalSet& rows, const std::int32_t* ids,
+                                        std::int64_t count, std::int64_t vocab, const char* what) {
+  std::vector<std::int64_t> cols(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw std::invalid_argument(std::string("batch ") + what + "[" + std::to_string(i) +
+                                  "] = " + std::to_string(ids[i]) + " outside vocabulary [0," +
+                                  std::to_string(vocab) + ")");
+    cols[static_cast<std::size_t>(i)] = rows.offset_of(ids[i]);
+  }
+  return cols;
+}
+
+void embedding_forward(tensor::Context& ctx, float* out, const std::vector<std::int64_t>& token_col,
+                       const float* wte, const float* wpe, std::int64_t seq, std::int64_t dim,
+                       comm::Group* tp) {
+  const auto n = static_cast<std::int64_t>(token_col.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    float* row = out + i * dim;
+    const std::int64_t col = token_col[static_cast<std::size_t>(i)];
+    if (col >= 0) std::copy_n(wte + col * dim, dim, row);
+    else std::fill_n(row, dim, 0.0f);
+  }
+  // Exactly one rank holds each row, so the sum is exact (x + 0 = x).
+  if (tp != nullptr) tp->all_reduce(out, static_cast<std::size_t>(n * dim));
+  ctx.pool().parallel_for(n, 16, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const float* pos = wpe + (i % seq) * dim;
+      float* row = out + i * dim;
+      for (std::int64_t j = 0; j < dim; ++j) row[j] += pos[j];
+    }
+  });
+}
+
+void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t>& token_col,
+                        const float* dout, std::int64_t seq, std::int64_t dim) {
+  const auto n = static_cast<std::int64_t>(token_col.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* d = dout + i * dim;
+    float* pos = dwpe + (i % seq) * dim;
+    for (std::int64_t j = 0; j < dim; ++j) pos[j] += d[j];
+    const std::int64_t col = token_col[static_cast<std::size_t>(i)];
+    if (col < 0) continue;
+    float* row = dwte + col * dim;
+    for (std::int64_t j = 0; j < dim; ++j) row[j] += d[j];
+  }
+}
+
+void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* logits,
+                                  const std::vector<std::int64_t>& target_col,
+                                  const tensor::LogitShape& shape, float dloss_scale,
+                                  float* scratch, comm::Group* tp) {
+  const auto rows = static_cast<std::size_t>(shape.rows);
+  float* row_max = scratch;
+  float* sums = scratch + rows;  // [sum_exp | target_logit]
+  tensor::crossentropy_local_max(ctx, row_max, logits, shape);
+  if (tp != nullptr) tp->all_reduce(row_max, rows, comm::ReduceOp::kMax);
+  tensor::crossentropy_local_sums(ctx, sums, logits, target_col.data(), row_max, shape);
+  if (tp != nullptr) tp->all_reduce(sums, 2 * rows, comm::ReduceOp::kSum);
+  tensor::crossentropy_finish(ctx, losses, logits, target_col.data(), row_max, sums, dloss_scale,
+                              shape);
+}
+
+}  // namespace ntp::model

@@ -1,0 +1,36 @@
+#pragma once
+// Vocabulary-parallel pieces of the model: each TP rank holds a set of rows of
+// the tied token embedding / LM head. A token id is looked up in the rank's
+// intervals; ranks that do not hold it contribute zeros to the embedding
+// all-reduce, and the cross-entropy all-reduces the row max and sum-exp.
+#include <cstdint>
+#include <vector>
+
+#include "comm/group.h"
+#include "layout/interval_set.h"
+#include "tensor/context.h"
+#include "tensor/cross_entropy.h"
+
+namespace ntp::model {
+
+// Column of each token in this rank's rows, -1 where another rank holds it.
+// Throws std::invalid_argument naming `what` and the position of an id outside [0, vocab).
+std::vector<std::int64_t> local_columns(const layout::IntervalSet& rows, const std::int32_t* ids,
+                                        std::int64_t count, std::int64_t vocab, const char* what);
+
+// out[b, t] = wte[token] + wpe[t]
+void embedding_forward(tensor::Context& ctx, float* out, const std::vector<std::int64_t>& token_col,
+                       const float* wte, const float* wpe, std::int64_t seq, std::int64_t dim,
+                       comm::Group* tp);
+// dwte[col] += dout (held tokens only), dwpe[t] += dout
+void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t>& token_col,
+                        const float* dout, std::int64_t seq, std::int64_t dim);
+
+// Per-token losses; logits are replaced by dloss_scale * d(loss)/d(logits).
+// `scratch` holds 3 * rows floats.
+void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* logits,
+                                  const std::vector<std::int64_t>& target_col,
+                                  const tensor::LogitShape& shape, float dloss_scale,
+                                  float* scratch, comm::Group* tp);
+
+}  // namespace ntp::model

@@ -1,0 +1,112 @@
+#include "model/llmc_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "model/parameters.h"
+#include "model_test_util.h"
+
+namespace ntp::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LlmcCheckpoint : public ::testing::Test {
+ protected:
+  LlmcCheckpoint() : dir_(fs::temp_directory_path() / ("ntp-llmc-" + std::to_string(::getpid()))) {
+    fs::create_directories(dir_);
+    config_ = testing::small_test_config();
+    params_.resize(static_cast<std::size_t>(parameter_count(config_)));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> d;
+    for (float& p : params_) p = d(rng);
+  }
+  ~LlmcCheckpoint() override { fs::remove_all(dir_); }
+
+  std::string path(const char* name) const { return (dir_ / name).string(); }
+  std::vector<char> bytes(const std::string& p) const {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  void write_bytes(const std::string& p, const std::vector<char>& b) const {
+    std::ofstream(p, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
+  }
+  // Expects reading `p` to fail with a message naming the file and `field`.
+  void expect_rejected(const std::string& p, const std::string& field) const {
+    try {
+      read_llmc_checkpoint(p);
+      ADD_FAILURE() << "accepted a bad file; expected an error about " << field;
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(p), std::string::npos) << what;
+      EXPECT_NE(what.find(field), std::string::npos) << what;
+    }
+  }
+
+  fs::path dir_;
+  GptConfig config_;
+  std::vector<float> params_;
+};
+
+TEST_F(LlmcCheckpoint, WriteReadRoundTripsBitExactly) {
+  write_llmc_checkpoint(path("a.bin"), config_, params_);
+  const auto ckpt = read_llmc_checkpoint(path("a.bin"));
+  EXPECT_EQ(ckpt.config, config_);
+  ASSERT_EQ(ckpt.params.size(), params_.size());
+  EXPECT_EQ(std::memcmp(ckpt.params.data(), params_.data(), params_.size() * 4), 0);
+  write_llmc_checkpoint(path("b.bin"), ckpt.config, ckpt.params);
+  EXPECT_EQ(bytes(path("a.bin")), bytes(path("b.bin")));
+}
+
+TEST_F(LlmcCheckpoint, UsesLlmcOrderForQkvAndTransposedProjections) {
+  const ParameterLayout full(config_, Shard::full(config_));
+  const std::vector<float> llmc = to_llmc_order(config_, params_);
+  const std::int64_t C = config_.d_model, hd = config_.head_dim(), Vp = config_.padded_vocab;
+  const std::int64_t T = config_.max_seq, L = config_.layers;
+  // qkvw of layer 0 starts after wte, wpe, ln1w, ln1b. llm.c row C + 5 is
+  // k row 1 of head 1 (hd = 4); in the unit-major layout that is
+  // head 1 (offset 3*hd rows) + k (hd rows) + row 1.
+  const std::int64_t qkvw = Vp * C + T * C + 2 * L * C;
+  const std::int64_t ours_row = 1 * 3 * hd + hd + 1;
+  EXPECT_EQ(llmc[static_cast<std::size_t>(qkvw + (C + 5) * C + 2)],
+            params_[static_cast<std::size_t>(full["h0.qkv_w"].offset + ours_row * C + 2)]);
+  // attprojw of layer 0: llm.c [out=3][in=7] is proj_wt [in=7][out=3].
+  const std::int64_t attprojw = qkvw + L * 3 * C * C + L * 3 * C;
+  EXPECT_EQ(llmc[static_cast<std::size_t>(attprojw + 3 * C + 7)],
+            params_[static_cast<std::size_t>(full["h0.proj_wt"].offset + 7 * C + 3)]);
+  EXPECT_EQ(from_llmc_order(config_, llmc), params_);
+}
+
+TEST_F(LlmcCheckpoint, RejectsMalformedFilesNamingFileAndField) {
+  write_llmc_checkpoint(path("good.bin"), config_, params_);
+  const std::vector<char> good = bytes(path("good.bin"));
+  auto with_int = [&](std::size_t index, std::int32_t value) {
+    std::vector<char> b = good;
+    std::memcpy(b.data() + index * 4, &value, 4);
+    return b;
+  };
+  write_bytes(path("magic.bin"), with_int(0, 1234));
+  expect_rejected(path("magic.bin"), "header[0] magic");
+  write_bytes(path("version.bin"), with_int(1, 5));
+  expect_rejected(path("version.bin"), "header[1] version");
+  write_bytes(path("heads.bin"), with_int(5, 0));
+  expect_rejected(path("heads.bin"), "header[5] heads");
+  write_bytes(path("vp.bin"), with_int(7, 10));
+  expect_rejected(path("vp.bin"), "padded_vocab");
+  write_bytes(path("short.bin"), std::vector<char>(good.begin(), good.end() - 4));
+  expect_rejected(path("short.bin"), "parameters");
+  write_bytes(path("header.bin"), std::vector<char>(good.begin(), good.begin() + 100));
+  expect_rejected(path("header.bin"), "checkpoint header");
+  std::vector<char> longer = good;
+  longer.push_back(0);
+  write_bytes(path("long.bin"), longer);
+  expect_rejected(path("long.bin"), "parameters");
+  expect_rejected(path("missing.bin"), "file");
+}
+
+}  // namespace
+}  // namespace ntp::model

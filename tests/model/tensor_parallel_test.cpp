@@ -1,0 +1,198 @@
+// TP = k over random, non-contiguous, uneven unit sets must compute what one
+// rank computes: the loss, every gradient element, and the parameters after
+// one AdamW step (with weight decay and norm clipping), within 1e-5 relative.
+// Ranks run as threads, each with its own Gloo group over loopback TCP.
+#include <gtest/gtest.h>
+
+#include <cblas.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "model/optimizer.h"
+#include "model/parameters.h"
+#include "model_test_util.h"
+#include "tests/comm/thread_ranks.h"
+
+namespace ntp::model {
+namespace {
+
+// Relative error 1e-5, with elements smaller than the tensor's RMS measured
+// against the RMS: |a - b| <= 1e-5 * (|b| + rms(b)). The all-reduce adds the
+// ranks' partial sums in another order than one rank's GEMM does; the fp32
+// error of such a reassociated sum is relative to the magnitude of its terms,
+// not of a result that cancels to almost nothing (e.g. the key-bias gradient,
+// which is mathematically zero).
+float rms(std::span<const float> v) {
+  double sq = 0.0;
+  for (float x : v) sq += static_cast<double>(x) * x;
+  return v.empty() ? 0.0f : static_cast<float>(std::sqrt(sq / static_cast<double>(v.size())));
+}
+
+void expect_close(std::span<const float> got, std::span<const float> want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const float floor = rms(want);
+  int failures = 0;
+  for (std::size_t i = 0; i < want.size() && failures < 5; ++i) {
+    if (std::abs(got[i] - want[i]) > 1e-5f * (std::abs(want[i]) + floor)) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i] << " (rms " << floor << ")";
+      ++failures;
+    }
+  }
+}
+
+// Parameters after one AdamW step from each run's own gradients. Adam's first
+// update is lr * u(g) with u(g) = g / (|g| + eps), and for any a, b:
+// |u(a) - u(b)| <= 2 |a - b| / max(|a|, |b|). The gradients may differ by the
+// tolerance checked above, d = 1e-5 (|g| + rms(g)), so the parameters may
+// differ by 1e-5 relative plus lr * min(2, 2 d / |g|): as tight as the
+// gradients where |g| is large, up to two opposite updates where the
+// gradient is itself at noise level (a mathematically zero gradient whose
+// sign is arbitrary).
+void expect_step_close(std::span<const float> got, std::span<const float> want,
+                       std::span<const float> ref_grad, float lr, const std::string& what) {
+  const float floor = rms(want);
+  const float grad_floor = rms(ref_grad);
+  int failures = 0;
+  for (std::size_t i = 0; i < want.size() && failures < 5; ++i) {
+    const float g = std::abs(ref_grad[i]);
+    const float d = 1e-5f * (g + grad_floor);
+    const float tol = 1e-5f * (std::abs(want[i]) + floor) + lr * std::min(2.0f, 2.0f * d / g);
+    if (std::abs(got[i] - want[i]) > tol) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i] << " (grad "
+                    << ref_grad[i] << ")";
+      ++failures;
+    }
+  }
+}
+
+struct Reference {
+  double loss = 0.0;
+  std::vector<float> params_before, grads, params_after;
+};
+
+constexpr float kLr = 1e-2f;
+
+AdamWConfig optimizer_config() {
+  AdamWConfig c;
+  c.weight_decay = 0.1f;
+  c.grad_clip = 0.05f;  // below the gradient norm here, so clipping is active
+  return c;
+}
+
+Reference single_rank(const GptConfig& c, const testing::TokenBatch& batch, float loss_scale) {
+  tensor::Context ctx({1, 1}, false);
+  Model m(c, Shard::full(c), ctx);
+  m.init(42);
+  Reference ref;
+  ref.params_before.assign(m.params().begin(), m.params().end());
+  m.set_loss_scale(loss_scale);
+  m.zero_grad();
+  ref.loss = m.forward(batch.view()).mean();
+  m.backward();
+  ref.grads.assign(m.grads().begin(), m.grads().end());
+  AdamW opt(optimizer_config(), m.layout());
+  const StepStats stats = opt.step(m, kLr);
+  EXPECT_LT(stats.grad_scale, 1.0f) << "clipping should be active in this test";
+  ref.params_after.assign(m.params().begin(), m.params().end());
+  return ref;
+}
+
+class TensorParallel : public ::testing::TestWithParam<int> {};
+
+TEST_P(TensorParallel, MatchesOneRankElementByElement) {
+  openblas_set_num_threads(1);  // ranks are threads of this process
+  const int tp = GetParam();
+  const GptConfig c = testing::small_test_config();
+  const auto batch = testing::random_batch(c, 2, 8, 17);
+  const float loss_scale = 1.0f / 48.0f;  // as if the global batch had 48 tokens
+  const Reference ref = single_rank(c, batch, loss_scale);
+  const ParameterLayout full(c, Shard::full(c));
+  const auto shards = testing::random_shards(c, tp, 1000 + static_cast<std::uint32_t>(tp));
+
+  std::vector<float> grads(ref.grads.size(), 0.0f), after(ref.grads.size(), 0.0f);
+  std::vector<float> after_shared(ref.grads.size(), 0.0f);
+  std::vector<double> losses(static_cast<std::size_t>(tp));
+  std::mutex mutex;
+  comm::testing::run_group(tp, "tp", [&](comm::Group& group) {
+    tensor::Context ctx({1, 1}, false);
+    const int r = group.rank();
+    Model m(c, shards[static_cast<std::size_t>(r)], ctx, &group);
+    scatter_from_full(full, ref.params_before, m.layout(), m.params());
+    m.set_loss_scale(loss_scale);
+    m.zero_grad();
+    losses[static_cast<std::size_t>(r)] = m.forward(batch.view()).mean();
+    m.backward();
+    {
+      std::lock_guard lock(mutex);
+      gather_into_full(m.layout(), m.grads(), full, grads, r == 0);
+    }
+    // Replicated gradients must be complete (not partial) on every rank.
+    for (const TensorSpec& t : m.layout().tensors()) {
+      if (t.kind != UnitKind::kReplicated) continue;
+      const TensorSpec& ft = full[t.name];
+      expect_close(m.grad(t.name),
+                   std::span<const float>(ref.grads).subspan(static_cast<std::size_t>(ft.offset),
+                                                             static_cast<std::size_t>(ft.count)),
+                   "rank " + std::to_string(r) + " replicated grad " + t.name);
+    }
+    const SumAllReduce sum = [&](double x) {
+      group.all_reduce(&x, 1);
+      return x;
+    };
+    AdamW opt(optimizer_config(), m.layout());
+    opt.step(m, kLr, sum);
+    {
+      std::lock_guard lock(mutex);
+      gather_into_full(m.layout(), m.params(), full, after, r == 0);
+    }
+    // The same step from the reference gradients isolates the sharded
+    // optimizer (decay masks, clipping norm over shards, moment layout).
+    scatter_from_full(full, ref.params_before, m.layout(), m.params());
+    scatter_from_full(full, ref.grads, m.layout(), m.grads());
+    AdamW fresh(optimizer_config(), m.layout());
+    fresh.step(m, kLr, sum);
+    std::lock_guard lock(mutex);
+    gather_into_full(m.layout(), m.params(), full, after_shared, r == 0);
+  });
+  for (int r = 0; r < tp; ++r)
+    EXPECT_NEAR(losses[static_cast<std::size_t>(r)], ref.loss, 1e-5 * ref.loss) << "rank " << r;
+  for (const TensorSpec& t : full.tensors()) {
+    const auto slice = [&](const std::vector<float>& v) {
+      return std::span<const float>(v).subspan(static_cast<std::size_t>(t.offset),
+                                               static_cast<std::size_t>(t.count));
+    };
+    expect_close(slice(grads), slice(ref.grads), "TP " + std::to_string(tp) + " grad " + t.name);
+    expect_close(slice(after_shared), slice(ref.params_after),
+                 "TP " + std::to_string(tp) + " param after step from shared grads " + t.name);
+    expect_step_close(slice(after), slice(ref.params_after), slice(ref.grads), kLr,
+                      "TP " + std::to_string(tp) + " param after step " + t.name);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Degrees, TensorParallel, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
+                         [](const auto& param_info) { return "tp" + std::to_string(param_info.param); });
+
+TEST(TensorParallelShards, RandomShardsAreNonContiguousAndCoverEveryUnit) {
+  const GptConfig c = testing::small_test_config();
+  for (int tp : {2, 3, 4, 5, 7, 8}) {
+    const auto shards = testing::random_shards(c, tp, 1000 + static_cast<std::uint32_t>(tp));
+    layout::IntervalSet heads, neurons, vocab;
+    bool some_split = false;
+    for (const Shard& s : shards) {
+      EXPECT_TRUE(heads.intersect(s.heads).empty());
+      heads.add(s.heads);
+      neurons.add(s.neurons);
+      vocab.add(s.vocab);
+      some_split |= s.neurons.intervals().size() > 1;
+    }
+    EXPECT_EQ(heads, layout::IntervalSet::range(0, c.heads));
+    EXPECT_EQ(neurons, layout::IntervalSet::range(0, c.ffn()));
+    EXPECT_EQ(vocab, layout::IntervalSet::range(0, c.padded_vocab));
+    EXPECT_TRUE(some_split) << "TP " << tp;
+    EXPECT_NE(c.heads % tp, 0) << "heads should not divide evenly at TP " << tp;
+  }
+}
+
+}  // namespace
+}  // namespace ntp::model

@@ -1,0 +1,83 @@
+#include "model/token_data.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace ntp::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TokenFiles : public ::testing::Test {
+ protected:
+  TokenFiles() : dir_(fs::temp_directory_path() / ("ntp-tokens-" + std::to_string(::getpid()))) {
+    fs::create_directories(dir_);
+  }
+  ~TokenFiles() override { fs::remove_all(dir_); }
+  std::string path(const char* name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(TokenFiles, RoundTripAndLlmcSequentialOrder) {
+  std::vector<std::uint16_t> tokens(101);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i * 600);
+  TokenData::write_token_file(path("t.bin"), tokens);
+  const TokenData data = TokenData::read_token_file(path("t.bin"));
+  ASSERT_EQ(data.size(), 101);
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), data.tokens().begin()));
+  EXPECT_EQ(data.max_token(), 60000);
+  // B = 2, T = 5: batch i covers tokens [10 i, 10 i + 11).
+  EXPECT_EQ(data.sequential_batches(2, 5), 10);
+  std::vector<std::int32_t> in(10), tg(10);
+  data.sequential_batch(3, 2, 5, in.data(), tg.data());
+  for (int k = 0; k < 10; ++k) {
+    EXPECT_EQ(in[k], (30 + k) * 600);
+    EXPECT_EQ(tg[k], (31 + k) * 600);
+  }
+  EXPECT_THROW(data.sequential_batch(10, 2, 5, in.data(), tg.data()), std::out_of_range);
+  // Sample 7 of length 5: tokens [35, 41).
+  EXPECT_EQ(data.samples(5), 20);
+  data.sample(7, 5, in.data(), tg.data());
+  EXPECT_EQ(in[0], 35 * 600);
+  EXPECT_EQ(tg[4], 40 * 600);
+  EXPECT_THROW(data.sample(20, 5, in.data(), tg.data()), std::out_of_range);
+}
+
+TEST_F(TokenFiles, TextIsReadAsBytes) {
+  std::ofstream(path("x.txt"), std::ios::binary) << "hi\xff";
+  const TokenData data = TokenData::read_text_bytes(path("x.txt"));
+  ASSERT_EQ(data.size(), 3);
+  EXPECT_EQ(data.tokens()[0], 'h');
+  EXPECT_EQ(data.tokens()[2], 255);
+}
+
+TEST_F(TokenFiles, RejectsMalformedFilesNamingFileAndField) {
+  std::vector<std::uint16_t> tokens(10, 7);
+  TokenData::write_token_file(path("good.bin"), tokens);
+  std::ifstream in(path("good.bin"), std::ios::binary);
+  const std::vector<char> good{std::istreambuf_iterator<char>(in), {}};
+  const auto expect_rejected = [&](const char* name, std::vector<char> b, const char* field) {
+    std::ofstream(path(name), std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
+    try {
+      TokenData::read_token_file(path(name));
+      ADD_FAILURE() << name << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(path(name)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  std::vector<char> bad = good;
+  bad[0] = 1;
+  expect_rejected("magic.bin", bad, "header[0] magic");
+  bad = good;
+  bad[4] = 9;
+  expect_rejected("version.bin", bad, "header[1] version");
+  expect_rejected("short.bin", std::vector<char>(good.begin(), good.end() - 2), "header[2] count");
+  expect_rejected("header.bin", std::vector<char>(good.begin(), good.begin() + 12), "token file header");
+}
+
+}  // namespace
+}  // namespace ntp::model
