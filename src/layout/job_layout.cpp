@@ -1,0 +1,139 @@
+#include "layout/job_layout.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "layout/errors.h"
+#include "layout/sync_partition.h"
+
+namespace ntp::layout {
+
+namespace {
+
+void require_positive(long long value, const char* field) {
+  if (value < 1)
+    throw std::invalid_argument(std::string(field) + " must be >= 1, got " + std::to_string(value));
+}
+
+bool trains(const JobConfig& config, int alive) {
+  return alive >= config.min_tp;
+}
+
+int alive_count(const JobConfig& config, int replica) {
+  auto it = config.failed.find(replica);
+  return config.tp - (it == config.failed.end() ? 0 : static_cast<int>(it->second.size()));
+}
+
+void check_ids(const JobLayout& job, int replica, int slot) {
+  if (replica < 0 || replica >= job.num_replicas())
+    throw std::out_of_range("replica " + std::to_string(replica) + " out of range [0, " +
+                            std::to_string(job.num_replicas()) + ")");
+  if (slot < 0 || slot >= job.tp)
+    throw std::out_of_range("slot " + std::to_string(slot) + " out of range [0, " +
+                            std::to_string(job.tp) + ")");
+}
+
+}  // namespace
+
+std::vector<int> alive_slots(const JobConfig& config, int replica) {
+  std::vector<int> alive;
+  auto it = config.failed.find(replica);
+  const std::vector<int> none;
+  const std::vector<int>& failed = it == config.failed.end() ? none : it->second;
+  for (int slot = 0; slot < config.tp; ++slot)
+    if (std::find(failed.begin(), failed.end(), slot) == failed.end()) alive.push_back(slot);
+  return alive;
+}
+
+void validate(const JobConfig& config) {
+  require_positive(config.units, "units");
+  require_positive(config.tp, "tp");
+  require_positive(config.replicas, "replicas");
+  require_positive(config.min_tp, "min_tp");
+  if (config.min_tp > config.tp)
+    throw std::invalid_argument("min_tp (" + std::to_string(config.min_tp) + ") exceeds tp (" +
+                                std::to_string(config.tp) + ")");
+  validate_failed_slots(config.failed, config.replicas, config.tp);
+  bool any_trains = false;
+  for (int r = 0; r < config.replicas; ++r) {
+    const int alive = alive_count(config, r);
+    if (!trains(config, alive)) continue;
+    any_trains = true;
+    if (config.units < alive)
+      throw std::invalid_argument("units (" + std::to_string(config.units) + ") smaller than the " +
+                                  std::to_string(alive) + " active slots of replica " +
+                                  std::to_string(r));
+  }
+  if (!any_trains)
+    throw InfeasibleError("no replica can train: every replica has fewer than min_tp (" +
+                          std::to_string(config.min_tp) + ") alive slots");
+}
+
+JobLayout plan_job(const JobConfig& config) {
+  validate(config);
+  std::vector<std::vector<int>> alive(static_cast<size_t>(config.replicas));
+  JobLayout job;
+  job.units = config.units;
+  job.tp = config.tp;
+  job.min_tp = config.min_tp;
+  job.sync_degree = config.tp;
+  for (int r = 0; r < config.replicas; ++r) {
+    alive[static_cast<size_t>(r)] = alive_slots(config, r);
+    const int k = static_cast<int>(alive[static_cast<size_t>(r)].size());
+    if (trains(config, k)) job.sync_degree = std::min(job.sync_degree, k);
+  }
+  job.sync_partition = sync_partition(config.units, job.sync_degree);
+  // Most replicas share their alive set (all healthy ones do): compute each once.
+  std::map<std::vector<int>, ReplicaLayout> computed;
+  job.replicas.reserve(alive.size());
+  for (const std::vector<int>& slots : alive) {
+    auto it = computed.find(slots);
+    if (it == computed.end()) {
+      ReplicaLayout layout = trains(config, static_cast<int>(slots.size()))
+                                 ? replica_layout(config.units, config.tp, slots, job.sync_degree)
+                                 : dropped_replica(config.tp, slots);
+      it = computed.emplace(slots, std::move(layout)).first;
+    }
+    job.replicas.push_back(it->second);
+  }
+  return job;
+}
+
+const IntervalSet& JobLayout::units_of(int replica, int slot) const {
+  check_ids(*this, replica, slot);
+  return replicas[static_cast<size_t>(replica)].slots[static_cast<size_t>(slot)];
+}
+
+SlotView JobLayout::slot_view(int replica, int slot) const {
+  check_ids(*this, replica, slot);
+  const ReplicaLayout& layout = replicas[static_cast<size_t>(replica)];
+  SlotView view;
+  view.replica = replica;
+  view.slot = slot;
+  view.alive = layout.is_active(slot);
+  view.trains = view.alive && !layout.dropped;
+  view.sync_group = layout.sync_group(slot);
+  view.units = layout.slots[static_cast<size_t>(slot)];
+  if (view.is_core()) view.sync_units = sync_partition[static_cast<size_t>(view.sync_group)];
+  for (const SlotTransfer& t : layout.pre_sync) {
+    if (t.from == slot) view.pre_sync_sends.push_back(t);
+    if (t.to == slot) view.pre_sync_receives.push_back(t);
+  }
+  return view;
+}
+
+std::vector<std::pair<int, int>> JobLayout::sync_group_members(int j) const {
+  if (j < 0 || j >= sync_degree)
+    throw std::out_of_range("sync group " + std::to_string(j) + " out of range [0, " +
+                            std::to_string(sync_degree) + ")");
+  std::vector<std::pair<int, int>> members;
+  for (int r = 0; r < num_replicas(); ++r) {
+    const ReplicaLayout& layout = replicas[static_cast<size_t>(r)];
+    if (!layout.dropped) members.emplace_back(r, layout.core[static_cast<size_t>(j)]);
+  }
+  return members;
+}
+
+}  // namespace ntp::layout

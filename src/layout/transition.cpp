@@ -1,0 +1,230 @@
+#include "layout/transition.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include "layout/errors.h"
+
+namespace ntp::layout {
+
+namespace {
+
+// A replica's layout as a sorted list of (interval, slot): for a training
+// replica the pieces partition [0, U), so one sweep finds any unit's holder.
+struct Piece {
+  Interval units;
+  int slot = 0;
+};
+using Pieces = std::vector<Piece>;
+
+Pieces pieces_of(const ReplicaLayout& layout) {
+  Pieces pieces;
+  for (size_t slot = 0; slot < layout.slots.size(); ++slot)
+    for (const Interval& iv : layout.slots[slot].intervals())
+      pieces.push_back({iv, static_cast<int>(slot)});
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& a, const Piece& b) { return a.units.start < b.units.start; });
+  return pieces;
+}
+
+// A replica as a cross-domain source: its old pieces, which of its slots are
+// alive in the new configuration, and how much it has sent so far.
+struct Source {
+  Pieces pieces;
+  std::vector<char> alive;  // per slot, in the new configuration
+  bool whole = false;       // every old holder survives: it can serve any unit
+  Unit load = 0;
+
+  // Calls fn(part, slot) for each part of `want` held by a surviving slot.
+  template <typename Fn>
+  void for_each_held(Interval want, Fn&& fn) const {
+    auto it = std::upper_bound(pieces.begin(), pieces.end(), want.start,
+                               [](Unit u, const Piece& p) { return u < p.units.end; });
+    for (; it != pieces.end() && it->units.start < want.end; ++it) {
+      if (!alive[static_cast<size_t>(it->slot)]) continue;
+      fn(Interval{std::max(want.start, it->units.start), std::min(want.end, it->units.end)},
+         it->slot);
+    }
+  }
+  Unit held_size(Interval want) const {
+    if (whole) return want.size();
+    Unit held = 0;
+    for_each_held(want, [&](Interval part, int) { held += part.size(); });
+    return held;
+  }
+};
+
+// Collects transfers per (to, from) pair, so each pair becomes one move.
+class MoveBook {
+ public:
+  void add(SlotRef from, SlotRef to, Interval units) {
+    moves_[{to, from}].add(units.start, units.end);
+  }
+  std::vector<Move> moves() const {
+    std::vector<Move> out;
+    out.reserve(moves_.size());
+    for (const auto& [key, units] : moves_)
+      out.push_back({key.second, key.first, units, key.first.replica != key.second.replica});
+    return out;
+  }
+
+ private:
+  std::map<std::pair<SlotRef, SlotRef>, IntervalSet> moves_;
+};
+
+// A piece a new holder needs from another replica.
+struct Need {
+  SlotRef to;
+  Interval units;
+};
+
+std::vector<char> alive_mask(const ReplicaLayout& layout) {
+  std::vector<char> alive(layout.slots.size(), 0);
+  for (int slot : layout.active) alive[static_cast<size_t>(slot)] = 1;
+  return alive;
+}
+
+// Sweeps the old and new pieces of replica r together: units that change slot
+// move inside the replica when their old holder survives, else become needs.
+void plan_inside_replica(int replica, const Pieces& old_pieces, const Pieces& new_pieces,
+                         const std::vector<char>& alive, MoveBook& book, std::vector<Need>& needs) {
+  size_t i = 0;
+  for (const Piece& np : new_pieces) {
+    const SlotRef to{replica, np.slot};
+    for (Unit lo = np.units.start; lo < np.units.end;) {
+      while (i < old_pieces.size() && old_pieces[i].units.end <= lo) ++i;
+      if (i == old_pieces.size()) {  // the replica held nothing (it sat out)
+        needs.push_back({to, {lo, np.units.end}});
+        break;
+      }
+      const Piece& op = old_pieces[i];
+      const Unit hi = std::min(np.units.end, op.units.end);
+      if (op.slot == np.slot) {
+        // stays on the same slot: nothing moves
+      } else if (alive[static_cast<size_t>(op.slot)]) {
+        book.add({replica, op.slot}, to, {lo, hi});
+      } else if (!needs.empty() && needs.back().to == to && needs.back().units.end == lo) {
+        needs.back().units.end = hi;
+      } else {
+        needs.push_back({to, {lo, hi}});
+      }
+      lo = hi;
+    }
+  }
+}
+
+// The peer that serves `want`: one holding all of it if any, least loaded,
+// lowest id; -1 if no peer holds any of it.
+int pick_source(const std::vector<Source>& sources, int needing_replica, Interval want) {
+  int best = -1;
+  std::tuple<bool, Unit, int> best_key{};
+  for (int p = 0; p < static_cast<int>(sources.size()); ++p) {
+    const Source& s = sources[static_cast<size_t>(p)];
+    if (p == needing_replica || s.pieces.empty()) continue;
+    const Unit held = s.held_size(want);
+    if (held == 0) continue;
+    const std::tuple<bool, Unit, int> key{held < want.size(), s.load, p};
+    if (best < 0 || key < best_key) best = p, best_key = key;
+  }
+  return best;
+}
+
+// Serves one need from peers, splitting it when no single peer holds all of
+// it; what no peer holds is lost.
+void serve_from_peers(const Need& need, std::vector<Source>& sources, MoveBook& book,
+                      std::map<int, IntervalSet>& lost) {
+  std::vector<Interval> work{need.units};
+  while (!work.empty()) {
+    const Interval want = work.back();
+    work.pop_back();
+    const int p = pick_source(sources, need.to.replica, want);
+    if (p < 0) {
+      lost[need.to.replica].add(want.start, want.end);
+      continue;
+    }
+    Source& source = sources[static_cast<size_t>(p)];
+    Unit cursor = want.start;
+    source.for_each_held(want, [&](Interval part, int slot) {
+      if (cursor < part.start) work.push_back({cursor, part.start});
+      book.add({p, slot}, need.to, part);
+      source.load += part.size();
+      cursor = part.end;
+    });
+    if (cursor < want.end) work.push_back({cursor, want.end});
+  }
+}
+
+void check_same_job(const JobLayout& from, const JobLayout& to) {
+  if (from.units != to.units || from.tp != to.tp || from.num_replicas() != to.num_replicas())
+    throw std::invalid_argument("transition between different jobs: units/tp/replicas " +
+                                std::to_string(from.units) + "/" + std::to_string(from.tp) + "/" +
+                                std::to_string(from.num_replicas()) + " vs " +
+                                std::to_string(to.units) + "/" + std::to_string(to.tp) + "/" +
+                                std::to_string(to.num_replicas()));
+}
+
+}  // namespace
+
+TransitionPlan plan_transition(const JobLayout& from, const JobLayout& to) {
+  check_same_job(from, to);
+  std::vector<Source> sources(static_cast<size_t>(from.num_replicas()));
+  for (size_t r = 0; r < sources.size(); ++r) {
+    Source& s = sources[r];
+    s.alive = alive_mask(to.replicas[r]);
+    if (from.replicas[r].dropped) continue;  // holds nothing
+    s.pieces = pieces_of(from.replicas[r]);
+    s.whole = std::all_of(from.replicas[r].active.begin(), from.replicas[r].active.end(),
+                          [&](int slot) { return s.alive[static_cast<size_t>(slot)] != 0; });
+  }
+  MoveBook book;
+  std::vector<Need> needs;
+  for (int r = 0; r < to.num_replicas(); ++r) {
+    const ReplicaLayout& next = to.replicas[static_cast<size_t>(r)];
+    if (next.dropped) continue;  // sits out: needs nothing
+    plan_inside_replica(r, sources[static_cast<size_t>(r)].pieces, pieces_of(next),
+                        sources[static_cast<size_t>(r)].alive, book, needs);
+  }
+  std::map<int, IntervalSet> lost;
+  for (const Need& need : needs) serve_from_peers(need, sources, book, lost);
+
+  TransitionPlan plan;
+  plan.moves = book.moves();
+  for (const Move& m : plan.moves)
+    (m.cross_domain ? plan.cross_units : plan.intra_units) += m.units.size();
+  for (auto& [replica, units] : lost) plan.lost.push_back({replica, std::move(units)});
+  return plan;
+}
+
+std::string TransitionPlan::lost_summary() const {
+  std::string out;
+  for (const LostUnits& l : lost) {
+    if (!out.empty()) out += "; ";
+    out += "replica " + std::to_string(l.replica) + " would lose " +
+           std::to_string(l.units.size()) + " units " + l.units.to_string();
+  }
+  return out;
+}
+
+void TransitionPlan::require_recoverable() const {
+  if (!recoverable())
+    throw UnitsLostError("in-job recovery impossible, no surviving slot holds them: " +
+                         lost_summary());
+}
+
+std::vector<Move> TransitionPlan::receives_of(SlotRef slot) const {
+  std::vector<Move> out;
+  for (const Move& m : moves)
+    if (m.to == slot) out.push_back(m);
+  return out;
+}
+
+std::vector<Move> TransitionPlan::sends_of(SlotRef slot) const {
+  std::vector<Move> out;
+  for (const Move& m : moves)
+    if (m.from == slot) out.push_back(m);
+  return out;
+}
+
+}  // namespace ntp::layout

@@ -1,0 +1,198 @@
+// Property tests of job layouts and gradient-sync plans on thousands of seeded
+// random configurations (DESIGN §3): checked with interval algebra, so a
+// 50k-unit layout costs a few intervals, not 50k set entries.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "layout/errors.h"
+#include "layout/sync_partition.h"
+#include "random_job.h"
+
+namespace ntp::layout {
+namespace {
+
+using testing::random_config;
+using testing::some_replica_trains;
+
+// The units of the transfers that `pick` selects, and their count with
+// repetitions (equal to the set's size only when no unit appears twice).
+template <typename Pick>
+std::pair<IntervalSet, Unit> gather(const std::vector<SlotTransfer>& plan, Pick pick) {
+  IntervalSet units;
+  Unit count = 0;
+  for (const SlotTransfer& t : plan) {
+    if (!pick(t)) continue;
+    units.add(t.units);
+    count += t.units.size();
+  }
+  return {units, count};
+}
+
+void check_partition(const JobLayout& job) {
+  ASSERT_EQ(static_cast<int>(job.sync_partition.size()), job.sync_degree);
+  IntervalSet all;
+  for (const IntervalSet& s : job.sync_partition) {
+    ASSERT_EQ(s.intervals().size(), 1u) << "S_j must be contiguous";
+    ASSERT_LE(s.size() - job.units / job.sync_degree, 1);
+    ASSERT_GE(s.size(), job.units / job.sync_degree);
+    ASSERT_TRUE(all.intersect(s).empty());
+    all.add(s);
+  }
+  ASSERT_EQ(all, IntervalSet::range(0, job.units));
+}
+
+void check_training_replica(const JobLayout& job, const JobConfig& config, int r) {
+  const ReplicaLayout& layout = job.replicas[static_cast<size_t>(r)];
+  const int k = static_cast<int>(layout.active.size());
+  const int K = job.sync_degree;
+  ASSERT_GE(k, config.min_tp);
+  ASSERT_GE(k, K);
+  ASSERT_EQ(layout.core, std::vector<int>(layout.active.begin(), layout.active.begin() + K));
+  // Every unit exactly once; balanced within one unit; failed slots empty.
+  IntervalSet all;
+  Unit total = 0;
+  for (int slot = 0; slot < job.tp; ++slot) {
+    const IntervalSet& units = layout.slots[static_cast<size_t>(slot)];
+    if (!layout.is_active(slot)) {
+      ASSERT_TRUE(units.empty()) << "failed slot " << slot << " holds units";
+      continue;
+    }
+    ASSERT_GE(units.size(), job.units / k) << "replica " << r << " slot " << slot;
+    ASSERT_LE(units.size(), (job.units + k - 1) / k) << "replica " << r << " slot " << slot;
+    all.add(units);
+    total += units.size();
+  }
+  ASSERT_EQ(total, job.units);
+  ASSERT_EQ(all, IntervalSet::range(0, job.units));
+  // Pre-sync: extra -> core only; core j ends with exactly S_j; each extra
+  // slot sends everything it holds, once. Post-sync is the exact inverse.
+  for (const SlotTransfer& t : layout.pre_sync) {
+    ASSERT_FALSE(layout.is_core(t.from));
+    ASSERT_TRUE(layout.is_core(t.to));
+    ASSERT_FALSE(t.units.empty());
+    const IntervalSet& target = job.sync_partition[static_cast<size_t>(layout.sync_group(t.to))];
+    ASSERT_EQ(t.units.intersect(target), t.units);
+  }
+  for (int j = 0; j < K; ++j) {
+    const int core = layout.core[static_cast<size_t>(j)];
+    const auto [in, count] =
+        gather(layout.pre_sync, [&](const SlotTransfer& t) { return t.to == core; });
+    const IntervalSet& own = layout.slots[static_cast<size_t>(core)];
+    ASSERT_EQ(count, in.size());
+    ASSERT_TRUE(in.intersect(own).empty());
+    ASSERT_EQ(own.unite(in), job.sync_partition[static_cast<size_t>(j)]);
+    ASSERT_EQ(own.prefix(own.size()), job.sync_partition[static_cast<size_t>(j)].prefix(own.size()))
+        << "core slot keeps a prefix of S_j";
+  }
+  for (size_t e = static_cast<size_t>(K); e < layout.active.size(); ++e) {
+    const int extra = layout.active[e];
+    const auto [out, count] =
+        gather(layout.pre_sync, [&](const SlotTransfer& t) { return t.from == extra; });
+    ASSERT_EQ(count, out.size());
+    ASSERT_EQ(out, layout.slots[static_cast<size_t>(extra)]);
+  }
+  ASSERT_EQ(layout.post_sync.size(), layout.pre_sync.size());
+  for (const SlotTransfer& t : layout.pre_sync)
+    ASSERT_NE(std::find(layout.post_sync.begin(), layout.post_sync.end(),
+                        SlotTransfer{t.to, t.from, t.units}),
+              layout.post_sync.end());
+  if (k == K) {
+    ASSERT_TRUE(layout.pre_sync.empty());
+    for (int j = 0; j < K; ++j)
+      ASSERT_EQ(layout.slots[static_cast<size_t>(layout.core[static_cast<size_t>(j)])],
+                job.sync_partition[static_cast<size_t>(j)]);
+  }
+  // Few transfers: at most one per (extra, core) edge of a forest.
+  ASSERT_LE(static_cast<int>(layout.pre_sync.size()), std::max(0, k - 1));
+}
+
+void check_job(const JobLayout& job, const JobConfig& config) {
+  check_partition(job);
+  int min_k = config.tp;
+  for (int r = 0; r < config.replicas; ++r) {
+    const ReplicaLayout& layout = job.replicas[static_cast<size_t>(r)];
+    ASSERT_EQ(layout.active, alive_slots(config, r));
+    const int k = static_cast<int>(layout.active.size());
+    ASSERT_EQ(layout.dropped, k < config.min_tp) << "replica " << r;
+    if (layout.dropped) {
+      ASSERT_TRUE(layout.core.empty());
+      ASSERT_TRUE(layout.pre_sync.empty() && layout.post_sync.empty());
+      for (const IntervalSet& s : layout.slots) ASSERT_TRUE(s.empty());
+      continue;
+    }
+    min_k = std::min(min_k, k);
+    check_training_replica(job, config, r);
+  }
+  ASSERT_EQ(job.sync_degree, min_k);
+}
+
+TEST(LayoutProperty, RandomJobsHoldEveryInvariant) {
+  std::mt19937_64 rng(20240611);
+  int checked = 0, infeasible = 0, mixed_k = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const JobConfig config = random_config(rng);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": U=" + std::to_string(config.units) + " n=" +
+                 std::to_string(config.tp) + " failed=" + format_failed_slots(config.failed) +
+                 " min_tp=" + std::to_string(config.min_tp));
+    if (!some_replica_trains(config)) {
+      EXPECT_THROW(plan_job(config), InfeasibleError);
+      ++infeasible;
+      continue;
+    }
+    const JobLayout job = plan_job(config);
+    check_job(job, config);
+    if (HasFatalFailure()) return;
+    std::set<size_t> ks;
+    for (const ReplicaLayout& l : job.replicas)
+      if (!l.dropped) ks.insert(l.active.size());
+    mixed_k += ks.size() >= 3;
+    ++checked;
+  }
+  // The generator must exercise the interesting cases, not only healthy jobs.
+  EXPECT_GT(checked, 3000);
+  EXPECT_GT(infeasible, 10);
+  EXPECT_GT(mixed_k, 300);
+}
+
+TEST(LayoutProperty, HealthyJobIsStandardMegatronLayoutWithEmptyPlans) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 1000; ++trial) {
+    JobConfig config = random_config(rng);
+    config.failed.clear();
+    const JobLayout job = plan_job(config);
+    ASSERT_EQ(job.sync_degree, config.tp);
+    for (const ReplicaLayout& layout : job.replicas) {
+      ASSERT_TRUE(layout.pre_sync.empty());
+      ASSERT_TRUE(layout.post_sync.empty());
+      Unit next = 0;
+      for (int slot = 0; slot < config.tp; ++slot) {
+        // Contiguous, in slot order, balanced: Megatron's split (larger parts first).
+        const Unit size = config.units / config.tp + (slot < config.units % config.tp);
+        ASSERT_EQ(layout.slots[static_cast<size_t>(slot)], IntervalSet::range(next, next + size));
+        next += size;
+      }
+    }
+  }
+}
+
+TEST(LayoutProperty, UnitsFewerThanActiveSlotsAreRejected) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 500; ++trial) {
+    JobConfig config = random_config(rng);
+    config.min_tp = 1;
+    config.failed.erase(0);  // replica 0 trains with all tp slots
+    if (config.tp < 2) continue;
+    config.units = testing::pick(rng, 1, config.tp - 1);
+    try {
+      plan_job(config);
+      FAIL() << "U=" << config.units << " < tp=" << config.tp << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("active slots of replica"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ntp::layout

@@ -1,0 +1,166 @@
+// Property tests of transition plans between random pairs of configurations
+// of the same job: new failures, repairs, both at once, K down or up, replicas
+// dropping out and coming back, and failures that lose units outright.
+#include <gtest/gtest.h>
+
+#include "layout/errors.h"
+#include "layout/transition.h"
+#include "random_job.h"
+
+namespace ntp::layout {
+namespace {
+
+using testing::pick;
+
+// The next configuration: some failed slots repaired, some new failures.
+JobConfig random_next(std::mt19937_64& rng, const JobConfig& from) {
+  JobConfig to = from;
+  std::bernoulli_distribution repair(0.4);
+  for (auto it = to.failed.begin(); it != to.failed.end();) {
+    std::erase_if(it->second, [&](int) { return repair(rng); });
+    it = it->second.empty() ? to.failed.erase(it) : std::next(it);
+  }
+  const FailedSlots fresh = testing::random_failures(rng, to.replicas, to.tp, 0.3);
+  for (const auto& [r, slots] : fresh)
+    for (int slot : slots) {
+      std::vector<int>& list = to.failed[r];
+      if (std::find(list.begin(), list.end(), slot) == list.end()) list.push_back(slot);
+    }
+  return to;
+}
+
+// Units of replica r's old layout whose holder is alive in the new one.
+IntervalSet surviving(const JobLayout& from, const JobLayout& to, int r) {
+  IntervalSet units;
+  for (int slot : to.replicas[static_cast<size_t>(r)].active) units.add(from.units_of(r, slot));
+  return units;
+}
+
+void check_moves_are_sound(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
+  Unit intra = 0, cross = 0;
+  for (const Move& m : plan.moves) {
+    ASSERT_FALSE(m.units.empty());
+    ASSERT_EQ(m.cross_domain, m.from.replica != m.to.replica);
+    ASSERT_TRUE(to.replicas[static_cast<size_t>(m.from.replica)].is_active(m.from.slot))
+        << "source slot failed";
+    const IntervalSet& held = from.units_of(m.from.replica, m.from.slot);
+    ASSERT_EQ(m.units.intersect(held), m.units) << "source never held them";
+    ASSERT_EQ(m.units.intersect(to.units_of(m.to.replica, m.to.slot)), m.units)
+        << "destination does not need them";
+    if (m.cross_domain) {
+      // Cross-domain only for units whose holder in the receiving replica is gone.
+      ASSERT_TRUE(m.units.intersect(surviving(from, to, m.to.replica)).empty());
+      cross += m.units.size();
+    } else {
+      intra += m.units.size();
+    }
+  }
+  ASSERT_EQ(plan.intra_units, intra);
+  ASSERT_EQ(plan.cross_units, cross);
+}
+
+void check_delivery(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
+  std::map<SlotRef, std::pair<IntervalSet, Unit>> in;  // received, count with repeats
+  for (const Move& m : plan.moves) {
+    auto& [units, count] = in[m.to];
+    units.add(m.units);
+    count += m.units.size();
+  }
+  std::map<int, IntervalSet> lost;
+  for (const LostUnits& l : plan.lost) lost[l.replica] = l.units;
+  for (int r = 0; r < to.num_replicas(); ++r) {
+    for (int slot = 0; slot < to.tp; ++slot) {
+      const SlotRef ref{r, slot};
+      const IntervalSet& need = to.units_of(r, slot);
+      const auto& [got, count] = in[ref];
+      if (need.empty()) {
+        ASSERT_TRUE(got.empty()) << "a slot that holds nothing receives units";
+        continue;
+      }
+      const IntervalSet stays = need.intersect(from.units_of(r, slot));
+      ASSERT_EQ(count, got.size()) << "a unit delivered twice";
+      ASSERT_TRUE(got.intersect(stays).empty()) << "moved a unit that stays";
+      ASSERT_EQ(stays.unite(got).unite(need.intersect(lost[r])), need);
+    }
+  }
+}
+
+void check_losses(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
+  for (const LostUnits& l : plan.lost) {
+    ASSERT_FALSE(l.units.empty());
+    ASSERT_FALSE(to.replicas[static_cast<size_t>(l.replica)].dropped);
+    for (int p = 0; p < from.num_replicas(); ++p)
+      ASSERT_TRUE(l.units.intersect(surviving(from, to, p)).empty())
+          << "replica " << p << " still holds lost units";
+  }
+  if (!plan.recoverable()) {
+    EXPECT_THROW(plan.require_recoverable(), UnitsLostError);
+  }
+}
+
+// Replicas that lost none of their old holders serve cross-domain refills in
+// turn: their loads differ by at most one slot's share.
+void check_spread(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
+  std::map<int, Unit> load;
+  for (int p = 0; p < from.num_replicas(); ++p)
+    if (!from.replicas[static_cast<size_t>(p)].dropped &&
+        surviving(from, to, p) == IntervalSet::range(0, from.units))
+      load[p] = 0;
+  if (load.size() < 2) return;
+  for (const Move& m : plan.moves)
+    if (m.cross_domain && load.count(m.from.replica)) load[m.from.replica] += m.units.size();
+  Unit lo = load.begin()->second, hi = lo;
+  for (const auto& [p, units] : load) lo = std::min(lo, units), hi = std::max(hi, units);
+  const Unit slot_share = (to.units + to.sync_degree - 1) / to.sync_degree;
+  ASSERT_LE(hi - lo, slot_share);
+}
+
+TEST(TransitionProperty, RandomTransitionsDeliverExactlyWhatIsNeeded) {
+  std::mt19937_64 rng(99);
+  int checked = 0, lossy = 0, cross = 0, k_up = 0, k_down = 0, rejoined = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const JobConfig a = testing::random_config(rng);
+    const JobConfig b = random_next(rng, a);
+    if (!testing::some_replica_trains(a) || !testing::some_replica_trains(b)) continue;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": U=" + std::to_string(a.units) +
+                 " n=" + std::to_string(a.tp) + " R=" + std::to_string(a.replicas) + " failed " +
+                 format_failed_slots(a.failed) + " -> " + format_failed_slots(b.failed) +
+                 " min_tp=" + std::to_string(a.min_tp));
+    const JobLayout from = plan_job(a), to = plan_job(b);
+    const TransitionPlan plan = plan_transition(from, to);
+    check_moves_are_sound(from, to, plan);
+    check_delivery(from, to, plan);
+    check_losses(from, to, plan);
+    check_spread(from, to, plan);
+    if (HasFatalFailure()) return;
+    ++checked;
+    lossy += !plan.recoverable();
+    cross += plan.cross_units > 0;
+    k_up += to.sync_degree > from.sync_degree;
+    k_down += to.sync_degree < from.sync_degree;
+    for (int r = 0; r < a.replicas; ++r)
+      rejoined += from.replicas[static_cast<size_t>(r)].dropped &&
+                  !to.replicas[static_cast<size_t>(r)].dropped;
+  }
+  EXPECT_GT(checked, 2000);
+  EXPECT_GT(lossy, 20);
+  EXPECT_GT(cross, 500);
+  EXPECT_GT(k_up, 200);
+  EXPECT_GT(k_down, 200);
+  EXPECT_GT(rejoined, 50);
+}
+
+TEST(TransitionProperty, UnchangedConfigurationMovesNothing) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 500; ++trial) {
+    const JobConfig config = testing::random_config(rng);
+    if (!testing::some_replica_trains(config)) continue;
+    const JobLayout job = plan_job(config);
+    const TransitionPlan plan = plan_transition(job, job);
+    ASSERT_TRUE(plan.moves.empty());
+    ASSERT_TRUE(plan.recoverable());
+  }
+}
+
+}  // namespace
+}  // namespace ntp::layout
