@@ -14,13 +14,19 @@ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// A standard normal from a counter (Box-Muller on two hashed uniforms).
-float normal_at(std::uint64_t seed, std::uint64_t tensor, std::uint64_t element) {
-  const std::uint64_t h = splitmix64(seed ^ splitmix64(tensor * 0x100000001b3ULL ^ element));
+// Standard normals from a counter: Box-Muller on two hashed uniforms gives the
+// pair of elements (2k, 2k + 1) at once (cosine and sine).
+struct NormalPair {
+  float even, odd;
+};
+NormalPair normals_at(std::uint64_t seed, std::uint64_t tensor, std::uint64_t pair) {
+  const std::uint64_t h = splitmix64(seed ^ splitmix64(tensor * 0x100000001b3ULL ^ pair));
   const std::uint64_t h2 = splitmix64(h);
   const double u1 = (static_cast<double>(h >> 11) + 1.0) / 9007199254740993.0;  // (0, 1]
   const double u2 = static_cast<double>(h2 >> 11) / 9007199254740992.0;
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  return {static_cast<float>(r * std::cos(2.0 * M_PI * u2)),
+          static_cast<float>(r * std::sin(2.0 * M_PI * u2))};
 }
 
 bool ends_with(const std::string& s, const char* suffix) {
@@ -46,9 +52,17 @@ void init_parameters(const ParameterLayout& layout, std::span<float> values, std
     std::int64_t local = 0;
     for (const layout::Interval& iv : t.units.intervals()) {
       const std::int64_t first = iv.start * t.unit_size;  // index in the full tensor
-      for (std::int64_t e = 0; e < iv.size() * t.unit_size; ++e)
-        out[local + e] = std_dev * normal_at(seed, ti, static_cast<std::uint64_t>(first + e));
-      local += iv.size() * t.unit_size;
+      const std::int64_t count = iv.size() * t.unit_size;
+      for (std::int64_t e = 0; e < count; ++e) {
+        const auto full_index = static_cast<std::uint64_t>(first + e);
+        const NormalPair z = normals_at(seed, ti, full_index / 2);
+        out[local + e] = std_dev * ((full_index % 2 == 0) ? z.even : z.odd);
+        if (full_index % 2 == 0 && e + 1 < count) {  // its partner is next: use the sine too
+          out[local + e + 1] = std_dev * z.odd;
+          ++e;
+        }
+      }
+      local += count;
     }
   }
 }

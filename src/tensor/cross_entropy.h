@@ -23,11 +23,12 @@ void crossentropy_local_max(Context& ctx, float* row_max, const float* logits,
                             const LogitShape& shape);
 
 // sums[i] = sum_j exp(logit - row_max[i]); sums[rows + i] = target logit or 0.
-void crossentropy_local_sums(Context& ctx, float* sums, const float* logits,
+// The logits are replaced by exp(logit - row_max) (one exp per element in all).
+void crossentropy_local_sums(Context& ctx, float* sums, float* logits,
                              const std::int64_t* target_col, const float* row_max,
                              const LogitShape& shape);
 
-// losses[i] = log(sum_exp) + max - target_logit; logits becomes
+// losses[i] = log(sum_exp) + max - target_logit; the exps become
 // dloss_scale * (softmax - onehot) (0 on padding columns).
 void crossentropy_finish(Context& ctx, float* losses, float* logits,
                          const std::int64_t* target_col, const float* row_max, const float* sums,

@@ -1,0 +1,157 @@
+// One training step (zero_grad, forward, fused loss, backward, fused AdamW) of
+// the GPT-2 presets at TP = 1, batch 4 x sequence 64, next to OpenBLAS sgemm
+// on the same machine in the same run. Reports tokens/s, model FLOP/s (per
+// token 6 * parameters + 6 * layers * d_model * seq, llm.c's count) as a
+// fraction of the measured sgemm FLOP/s, and the process's peak RSS.
+//
+//   model_bench [--blas-threads=N] [--pool-threads=N] [benchmark flags]
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "tensor/buffer.h"
+#include "tensor/context.h"
+#include "tensor/matmul.h"
+
+namespace {
+
+using namespace ntp;
+
+tensor::ThreadSetup g_threads{2, 2};
+tensor::Context* g_ctx = nullptr;
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
+
+// sgemm FLOP/s on a large square product (OpenBLAS near its peak).
+double measure_sgemm_flops(std::int64_t n, double min_seconds) {
+  tensor::Buffer a(n * n), b(n * n), c(n * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = b.data()[i] = 1e-3f * static_cast<float>(i % 97);
+  tensor::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm up
+  int reps = 0;
+  const auto start = std::chrono::steady_clock::now();
+  double seconds = 0.0;
+  while (seconds < min_seconds) {
+    tensor::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    ++reps;
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return 2.0 * static_cast<double>(n * n * n) * reps / seconds;
+}
+
+double sgemm_peak() {
+  static const double peak = measure_sgemm_flops(2048, 2.0);
+  return peak;
+}
+
+void BM_Sgemm(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  double flops = 0.0;
+  for (auto _ : state) flops = measure_sgemm_flops(n, 0.5);
+  state.counters["GFLOP/s"] = flops / 1e9;
+}
+
+void BM_TrainStep(benchmark::State& state, const std::string& preset) {
+  const model::GptConfig config = model::preset(preset);
+  const std::int64_t B = 4, T = 64;
+  model::Model m(config, model::Shard::full(config), *g_ctx);
+  m.init(1);
+  model::AdamWConfig opt_config;
+  opt_config.lr = 1e-4f;
+  opt_config.weight_decay = 0.1f;
+  opt_config.grad_clip = 1.0f;
+  model::AdamW opt(opt_config, m.layout());
+  std::vector<std::int32_t> inputs(B * T), targets(B * T);
+  for (std::int64_t i = 0; i < B * T; ++i) {
+    inputs[i] = static_cast<std::int32_t>((i * 7919) % config.vocab);
+    targets[i] = static_cast<std::int32_t>((i * 104729 + 1) % config.vocab);
+  }
+  const model::Batch batch{inputs.data(), targets.data(), B, T};
+  const double peak = sgemm_peak();  // measured before the timed loop
+  double loss = 0.0;
+  for (auto _ : state) {
+    m.zero_grad();
+    loss = m.forward(batch).mean();
+    m.backward();
+    opt.step(m, opt_config.lr);
+  }
+  const double params = static_cast<double>(model::parameter_count(config));
+  const double flops_per_token =
+      6.0 * params + 6.0 * static_cast<double>(config.layers * config.d_model * T);
+  const double tokens = static_cast<double>(state.iterations() * B * T);
+  state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  state.counters["model_GFLOP/s"] =
+      benchmark::Counter(tokens * flops_per_token / 1e9, benchmark::Counter::kIsRate);
+  state.counters["sgemm_GFLOP/s"] = peak / 1e9;
+  state.counters["params_M"] = params / 1e6;
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+  state.counters["loss"] = loss;
+}
+
+// "fraction of sgemm" = model_GFLOP/s / sgemm_GFLOP/s, printed after the table
+// from the same measurements.
+class FractionReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      const auto model_rate = run.counters.find("model_GFLOP/s");
+      const auto peak = run.counters.find("sgemm_GFLOP/s");
+      if (model_rate == run.counters.end() || peak == run.counters.end()) continue;
+      // Rate counters are already divided by the measured time in the reporter's copy.
+      std::printf("  %s: %.1f%% of sgemm FLOP/s, %.0f tokens/s, %.3f s/step, peak RSS %.0f MiB\n",
+                  run.benchmark_name().c_str(), 100.0 * model_rate->second / peak->second,
+                  static_cast<double>(run.counters.at("tokens/s")),
+                  static_cast<double>(run.iterations) > 0
+                      ? run.real_accumulated_time / static_cast<double>(run.iterations)
+                      : 0.0,
+                  static_cast<double>(run.counters.at("peak_rss_MiB")));
+    }
+  }
+};
+
+int parse_flag(int& argc, char** argv, const char* name, int fallback) {
+  const std::string prefix = std::string("--") + name + "=";
+  int value = fallback;
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) value = std::stoi(argv[i] + prefix.size());
+    else argv[out++] = argv[i];
+  }
+  argc = out;
+  return value;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_threads.blas_threads = parse_flag(argc, argv, "blas-threads", 2);
+  g_threads.pool_threads = parse_flag(argc, argv, "pool-threads", 2);
+  tensor::Context ctx(g_threads);
+  g_ctx = &ctx;
+  std::printf("threads: %s\n", ctx.describe().c_str());
+  benchmark::Initialize(&argc, argv);
+  benchmark::RegisterBenchmark("sgemm", BM_Sgemm)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisecond);
+  for (const char* preset : {"small", "gpt2"}) {
+    benchmark::RegisterBenchmark((std::string("train_step/") + preset + "/B4xT64").c_str(),
+                                 BM_TrainStep, std::string(preset))
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(5.0)
+        ->UseRealTime();
+  }
+  FractionReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
