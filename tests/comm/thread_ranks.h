@@ -30,6 +30,7 @@ class TempStoreDir {
     std::filesystem::remove_all(path_, ec);
   }
   std::string spec() const { return "file:" + path_.string(); }
+  std::string path() const { return path_.string(); }
 
  private:
   std::filesystem::path path_;
