@@ -1,0 +1,129 @@
+// `ntp sim`: the cluster-scale goodput simulator (docs/sim.md).
+//   ntp sim run SCENARIO.toml [--mode snapshot|timeline] [--sweep key=v1,v2,..]
+//                             [--set key=value]... [--seeds N] [--threads N] [--out DIR]
+//   ntp sim model SCENARIO.toml [--set key=value]...
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/command.h"
+#include "sim/policy_table.h"
+#include "sim/report.h"
+#include "sim/scenario_toml.h"
+#include "sim/step_model.h"
+#include "sim/study.h"
+
+namespace {
+
+using namespace ntp::sim;
+
+struct SimOptions {
+  std::string scenario;
+  std::vector<std::string> sets;
+  std::string mode;
+  std::string sweep;
+  std::string out;
+  int seeds = 0;
+  int threads = 0;
+  bool json = false;
+};
+
+toml::table load(const SimOptions& o) {
+  toml::table table = load_scenario_file(o.scenario);
+  for (const std::string& kv : o.sets) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("--set '" + kv + "': expected key=value");
+    set_override(table, kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  if (!o.mode.empty()) set_override(table, "run.mode", "\"" + o.mode + "\"");
+  if (o.seeds > 0) set_override(table, "run.seeds", std::to_string(o.seeds));
+  if (o.threads > 0) set_override(table, "run.threads", std::to_string(o.threads));
+  return table;
+}
+
+int run(const SimOptions& o) {
+  const toml::table table = load(o);
+  SweepSpec sweep = sweep_from_table(table, o.scenario);
+  if (!o.sweep.empty()) sweep = parse_sweep_flag(o.sweep);
+  toml::table base = table;
+  base.erase("sweep");
+  const Study study = run_study(base, o.scenario, sweep);
+  if (o.json) {
+    std::printf("%s\n", study_json(study).dump(2).c_str());
+  } else {
+    std::printf("%s", text_summary(study).c_str());
+  }
+  if (!o.out.empty()) {
+    for (const std::string& path : write_report(study, o.out)) std::fprintf(stderr, "wrote %s\n", path.c_str());
+  }
+  return ntp::cli::kExitOk;
+}
+
+int model(const SimOptions& o) {
+  const Scenario s = scenario_from_table(load(o), o.scenario);
+  const StepModel m(s);
+  const StepBreakdown b = m.healthy();
+  std::printf("healthy step: %.3f s  MFU %.1f %%  %.3g tokens/s  %.3g params\n", b.step_s,
+              100.0 * b.mfu, b.tokens_per_s, b.params);
+  std::printf("  per microbatch and stage: compute %.4f s, TP all-reduce %.4f s (%.4f exposed), "
+              "p2p %.4f s -> %.4f s\n",
+              b.compute_s, b.tp_comm_s, b.tp_exposed_s, b.p2p_s, b.microbatch_s);
+  std::printf("  %.2f microbatches, bubble %.4f s, DP sync %.4f s (%.4f exposed)\n",
+              b.microbatches, b.bubble_s, b.dp_sync_s, b.dp_exposed_s);
+  std::printf("\n active  runs_at  ntp_speed  ntp_share  boost  ntp-pw_speed  ntp-pw_share  "
+              "step_at_sync(s)\n");
+  const PolicyTable ntp = make_policy_table(Policy::kNtp, s, m);
+  const PolicyTable pw = make_policy_table(Policy::kNtpPw, s, m);
+  for (int k = s.parallel.tp; k >= 1; --k) {
+    const auto i = static_cast<std::size_t>(k);
+    if (ntp.run_tp[i] == 0) break;
+    std::printf(" %6d  %7d  %9.4f  %9.4f  %5.3f  %12.4f  %12.4f  %.4f\n", k, ntp.run_tp[i],
+                ntp.speed[i], ntp.share[i], boost_speedup(s, ntp.run_tp[i]), pw.speed[i],
+                pw.share[i], m.step_s(ntp.run_tp[i]));
+  }
+  return ntp::cli::kExitOk;
+}
+
+int run_sim(int argc, char** argv) {
+  CLI::App app{"Cluster-scale goodput simulator: compare dp-drop, spares, ckpt-restart, ntp and "
+               "ntp-pw on a scenario (docs/sim.md).",
+               "ntp sim"};
+  app.require_subcommand(1);
+  SimOptions o;
+  auto add_common = [&o](CLI::App* sub) {
+    sub->add_option("scenario", o.scenario, "scenario TOML file")->required();
+    sub->add_option("--set", o.sets, "override a scenario key (TOML value), repeatable");
+  };
+  CLI::App* run_cmd = app.add_subcommand("run", "run a scenario (snapshot or timeline mode)");
+  add_common(run_cmd);
+  run_cmd->add_option("--mode", o.mode, "snapshot or timeline (overrides run.mode)")
+      ->check(CLI::IsMember({"snapshot", "timeline"}));
+  run_cmd->add_option("--sweep", o.sweep, "sweep one key: key=v1,v2,... (overrides [sweep])");
+  run_cmd->add_option("--seeds", o.seeds, "Monte-Carlo seeds (overrides run.seeds)");
+  run_cmd->add_option("--threads", o.threads, "threads (overrides run.threads)");
+  run_cmd->add_option("--out", o.out, "write summary.json, CSV tables and SVG charts here");
+  run_cmd->add_flag("--json", o.json, "print the JSON summary instead of the text table");
+  CLI::App* model_cmd = app.add_subcommand("model", "print the step-time model of a scenario");
+  add_common(model_cmd);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? ntp::cli::kExitOk : ntp::cli::kExitBadInput;
+  }
+  try {
+    return run_cmd->parsed() ? run(o) : model(o);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "ntp sim: %s\n", e.what());
+    return ntp::cli::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ntp sim: %s\n", e.what());
+    return ntp::cli::kExitFailure;
+  }
+}
+
+}  // namespace
+
+NTP_REGISTER_COMMAND("sim", "cluster-scale goodput simulator (snapshot, timeline, sweeps)", run_sim);

@@ -1,0 +1,343 @@
+// Outputs of a study (formats: docs/sim.md, "Outputs").
+#include "sim/report.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace ntp::sim {
+namespace {
+
+using nlohmann::json;
+
+std::vector<Policy> compared(const StudyPoint& p) { return p.scenario.policies.compare; }
+
+std::size_t idx(Policy p) { return static_cast<std::size_t>(p); }
+
+double finite_or(double v, double fallback) { return std::isfinite(v) ? v : fallback; }
+
+json step_json(const StepBreakdown& b) {
+  return {{"microbatches", b.microbatches},   {"compute_s", b.compute_s},
+          {"tp_comm_s", b.tp_comm_s},         {"tp_exposed_s", b.tp_exposed_s},
+          {"p2p_s", b.p2p_s},                 {"microbatch_s", b.microbatch_s},
+          {"bubble_s", b.bubble_s},           {"dp_sync_s", b.dp_sync_s},
+          {"dp_exposed_s", b.dp_exposed_s},   {"step_s", b.step_s},
+          {"flops_per_token", b.flops_per_token}, {"tokens_per_s", b.tokens_per_s},
+          {"mfu", b.mfu},                     {"params", b.params}};
+}
+
+json snapshot_json(const StudyPoint& p) {
+  json points = json::array();
+  for (const SnapshotPoint& sp : p.snapshot->points) {
+    json policies;
+    for (const Policy pol : compared(p)) {
+      if (pol == Policy::kCkptRestart) continue;  // no static value (docs/sim.md)
+      policies[policy_name(pol)] = {{"throughput", sp.mean[idx(pol)]},
+                                    {"stderr", sp.stderr_[idx(pol)]}};
+    }
+    points.push_back({{"failed_fraction", sp.failed_fraction},
+                      {"healthy_tp_groups", sp.healthy_groups_mean},
+                      {"healthy_tp_groups_stderr", sp.healthy_groups_stderr},
+                      {"healthy_tp_groups_expected",
+                       std::pow(1.0 - sp.failed_fraction, p.scenario.parallel.tp)},
+                      {"policies", policies}});
+  }
+  return {{"placements", p.snapshot->placements}, {"points", points}};
+}
+
+json timeline_json(const StudyPoint& p) {
+  const TimelineResult& t = *p.timeline;
+  json policies;
+  for (const Policy pol : compared(p)) {
+    const PolicySummary& s = t.policy[idx(pol)];
+    json entry = {{"goodput", s.goodput_mean},
+                  {"goodput_stderr", s.goodput_stderr},
+                  {"goodput_min", s.goodput_min},
+                  {"loss_percent", 100.0 * (1.0 - s.goodput_mean)},
+                  {"pause_hours", s.pause_hours_mean},
+                  {"spares_for_zero_pause", s.spares_needed_max}};
+    if (pol == Policy::kCkptRestart) {
+      entry["lost_work_hours"] = t.ckpt_lost_hours_mean;
+      entry["interval_hours"] = finite_or(t.ckpt_interval_hours, -1.0);
+    }
+    policies[policy_name(pol)] = entry;
+  }
+  return {{"duration_hours", t.duration_hours},
+          {"seeds", t.seeds},
+          {"failures_per_seed", t.failures_mean},
+          {"failed_fraction", t.failed_fraction_mean},
+          {"peak_failed_gpus_mean", t.peak_failed_gpus_mean},
+          {"peak_failed_gpus_max", t.peak_failed_gpus_max},
+          {"policies", policies}};
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text,
+                std::vector<std::string>& written) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw std::runtime_error(path.string() + ": cannot write");
+  written.push_back(path.string());
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os.precision(10);
+  os << v;
+  return os.str();
+}
+
+std::string label(const Study& study, const StudyPoint& p) {
+  return study.sweep_key.empty() ? "" : study.sweep_key + " = " + p.sweep_value;
+}
+
+bool numeric(const std::string& text, double& v) {
+  try {
+    std::size_t used = 0;
+    v = std::stod(text, &used);
+    return used == text.size();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+json study_json(const Study& study) {
+  json points = json::array();
+  for (const StudyPoint& p : study.points) {
+    const Scenario& s = p.scenario;
+    json point = {{"sweep_value", p.sweep_value},
+                  {"gpus", s.cluster.gpus},
+                  {"tp", s.parallel.tp},
+                  {"pp", s.parallel.pp},
+                  {"dp", s.dp()},
+                  {"domain_size", s.cluster.domain_size},
+                  {"spare_domains", s.spares.domains},
+                  {"failure_rate_per_gpu_day", s.failures.rate_per_gpu_day * s.failures.rate_multiplier},
+                  {"mean_repair_hours", s.failures.mean_repair_hours()},
+                  {"pack", s.policies.pack},
+                  {"fixed_global_batch", s.policies.fixed_global_batch},
+                  {"healthy_step", step_json(p.step)}};
+    if (p.snapshot) point["snapshot"] = snapshot_json(p);
+    if (p.timeline) point["timeline"] = timeline_json(p);
+    points.push_back(point);
+  }
+  return {{"scenario", study.source}, {"sweep_key", study.sweep_key}, {"points", points}};
+}
+
+std::string step_model_csv(const Study& study) {
+  std::ostringstream os;
+  os << "sweep_value,microbatches,compute_s,tp_comm_s,tp_exposed_s,p2p_s,microbatch_s,bubble_s,"
+        "dp_sync_s,dp_exposed_s,step_s,tokens_per_s,mfu\n";
+  for (const StudyPoint& p : study.points) {
+    const StepBreakdown& b = p.step;
+    os << p.sweep_value << "," << fmt(b.microbatches) << "," << fmt(b.compute_s) << ","
+       << fmt(b.tp_comm_s) << "," << fmt(b.tp_exposed_s) << "," << fmt(b.p2p_s) << ","
+       << fmt(b.microbatch_s) << "," << fmt(b.bubble_s) << "," << fmt(b.dp_sync_s) << ","
+       << fmt(b.dp_exposed_s) << "," << fmt(b.step_s) << "," << fmt(b.tokens_per_s) << ","
+       << fmt(b.mfu) << "\n";
+  }
+  return os.str();
+}
+
+std::string snapshot_csv(const Study& study) {
+  std::ostringstream os;
+  os << "sweep_value,failed_fraction,policy,throughput,stderr,healthy_tp_groups,"
+        "healthy_tp_groups_expected\n";
+  for (const StudyPoint& p : study.points) {
+    if (!p.snapshot) continue;
+    for (const SnapshotPoint& sp : p.snapshot->points) {
+      for (const Policy pol : compared(p)) {
+        if (pol == Policy::kCkptRestart) continue;
+        os << p.sweep_value << "," << fmt(sp.failed_fraction) << "," << policy_name(pol) << ","
+           << fmt(sp.mean[idx(pol)]) << "," << fmt(sp.stderr_[idx(pol)]) << ","
+           << fmt(sp.healthy_groups_mean) << ","
+           << fmt(std::pow(1.0 - sp.failed_fraction, p.scenario.parallel.tp)) << "\n";
+      }
+    }
+  }
+  return os.str();
+}
+
+std::string timeline_summary_csv(const Study& study) {
+  std::ostringstream os;
+  os << "sweep_value,policy,goodput,goodput_stderr,goodput_min,loss_percent,pause_hours,"
+        "spares_for_zero_pause,failed_fraction,peak_failed_gpus_max,failures_per_seed\n";
+  for (const StudyPoint& p : study.points) {
+    if (!p.timeline) continue;
+    const TimelineResult& t = *p.timeline;
+    for (const Policy pol : compared(p)) {
+      const PolicySummary& s = t.policy[idx(pol)];
+      os << p.sweep_value << "," << policy_name(pol) << "," << fmt(s.goodput_mean) << ","
+         << fmt(s.goodput_stderr) << "," << fmt(s.goodput_min) << ","
+         << fmt(100.0 * (1.0 - s.goodput_mean)) << "," << fmt(s.pause_hours_mean) << ","
+         << fmt(s.spares_needed_max) << "," << fmt(t.failed_fraction_mean) << ","
+         << t.peak_failed_gpus_max << "," << fmt(t.failures_mean) << "\n";
+    }
+  }
+  return os.str();
+}
+
+std::string timeline_series_csv(const Study& study) {
+  std::ostringstream os;
+  os << "sweep_value,hours,failed_gpus_mean,failed_gpus_seed0";
+  const std::vector<Policy> pols = study.points.front().scenario.policies.compare;
+  for (const Policy pol : pols) os << "," << policy_name(pol) << "_mean";
+  for (const Policy pol : pols) os << "," << policy_name(pol) << "_seed0";
+  os << "\n";
+  for (const StudyPoint& p : study.points) {
+    if (!p.timeline) continue;
+    const TimelineResult& t = *p.timeline;
+    for (std::size_t b = 0; b < t.series_mean.size(); ++b) {
+      os << p.sweep_value << "," << fmt(static_cast<double>(b) * t.bucket_hours) << ","
+         << fmt(t.failed_series_mean[b]) << "," << fmt(t.first_seed.failed_series[b]);
+      for (const Policy pol : pols) os << "," << fmt(t.series_mean[b][idx(pol)]);
+      for (const Policy pol : pols) os << "," << fmt(t.first_seed.series[b][idx(pol)]);
+      os << "\n";
+    }
+  }
+  return os.str();
+}
+
+Chart loss_vs_failed_fraction_chart(const StudyPoint& point) {
+  Chart c{"Throughput loss vs failed GPUs", "failed GPUs (%)", "throughput loss (%)", "", {}};
+  if (!point.snapshot) return c;
+  for (const Policy pol : compared(point)) {
+    if (pol == Policy::kCkptRestart) continue;
+    Series s{policy_name(pol), {}, {}, false, true, false};
+    for (const SnapshotPoint& sp : point.snapshot->points) {
+      s.x.push_back(100.0 * sp.failed_fraction);
+      s.y.push_back(100.0 * (1.0 - sp.mean[idx(pol)]));
+    }
+    c.series.push_back(s);
+  }
+  return c;
+}
+
+Chart failure_timeline_chart(const StudyPoint& point) {
+  Chart c{"Failure timeline (seed 0)", "day", "throughput (relative to failure-free)",
+          "failed GPUs", {}};
+  if (!point.timeline) return c;
+  const TimelineResult& t = *point.timeline;
+  std::vector<double> days;
+  for (std::size_t b = 0; b < t.first_seed.series.size(); ++b) {
+    days.push_back(static_cast<double>(b) * t.bucket_hours / 24.0);
+  }
+  for (const Policy pol : compared(point)) {
+    Series s{policy_name(pol), days, {}, true, false, false};
+    for (const PolicyValues& v : t.first_seed.series) s.y.push_back(v[idx(pol)]);
+    c.series.push_back(s);
+  }
+  c.series.push_back({"failed GPUs (right axis)", days, t.first_seed.failed_series, true, false, true});
+  return c;
+}
+
+Chart sweep_chart(const Study& study) {
+  Chart c{"Goodput loss vs " + study.sweep_key, study.sweep_key, "goodput loss (%)", "", {}};
+  if (study.sweep_key.empty() || !study.points.front().timeline) return c;
+  for (const Policy pol : compared(study.points.front())) {
+    Series s{policy_name(pol), {}, {}, false, true, false};
+    for (const StudyPoint& p : study.points) {
+      double x = 0;
+      if (!numeric(p.sweep_value, x)) return Chart{};
+      s.x.push_back(x);
+      s.y.push_back(100.0 * (1.0 - p.timeline->policy[idx(pol)].goodput_mean));
+    }
+    c.series.push_back(s);
+  }
+  return c;
+}
+
+Chart spares_vs_pause_chart(const Study& study) {
+  Chart c{"Pause time vs spare domains", "spare domains", "pause (hours, mean per run)", "", {}};
+  if (study.sweep_key != "spares.domains" || !study.points.front().timeline) return c;
+  for (const Policy pol : compared(study.points.front())) {
+    Series s{policy_name(pol), {}, {}, false, true, false};
+    for (const StudyPoint& p : study.points) {
+      s.x.push_back(p.scenario.spares.domains);
+      s.y.push_back(p.timeline->policy[idx(pol)].pause_hours_mean);
+    }
+    c.series.push_back(s);
+  }
+  return c;
+}
+
+std::string text_summary(const Study& study) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  for (const StudyPoint& p : study.points) {
+    const std::string l = label(study, p);
+    if (!l.empty()) os << "== " << l << "\n";
+    os.precision(3);
+    os << "healthy step " << p.step.step_s << " s, MFU " << 100.0 * p.step.mfu << " %, "
+       << p.scenario.dp() << " replicas of TP " << p.scenario.parallel.tp << " x PP "
+       << p.scenario.parallel.pp << "\n";
+    if (p.snapshot) {
+      os << "failed%   healthyTP";
+      for (const Policy pol : compared(p)) {
+        if (pol != Policy::kCkptRestart) os << "  " << policy_name(pol);
+      }
+      os << "\n";
+      for (const SnapshotPoint& sp : p.snapshot->points) {
+        os << 100.0 * sp.failed_fraction << "   " << sp.healthy_groups_mean;
+        for (const Policy pol : compared(p)) {
+          if (pol != Policy::kCkptRestart) os << "  " << sp.mean[idx(pol)];
+        }
+        os << "\n";
+      }
+    }
+    if (p.timeline) {
+      const TimelineResult& t = *p.timeline;
+      os << t.seeds << " seeds x " << t.duration_hours / 24.0 << " days: " << t.failures_mean
+         << " failures per run, peak " << t.peak_failed_gpus_max << " failed GPUs\n";
+      os << "policy        goodput  loss%   pause_h  spares_for_zero_pause\n";
+      for (const Policy pol : compared(p)) {
+        const PolicySummary& s = t.policy[idx(pol)];
+        os.width(12);
+        os << std::left << policy_name(pol) << std::right << "  " << s.goodput_mean << "   "
+           << 100.0 * (1.0 - s.goodput_mean) << "   " << s.pause_hours_mean << "   "
+           << s.spares_needed_max << "\n";
+      }
+    }
+  }
+  return os.str();
+}
+
+std::vector<std::string> write_report(const Study& study, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(dir + ": cannot create output directory: " + ec.message());
+  std::vector<std::string> written;
+  const fs::path root(dir);
+  write_file(root / "summary.json", study_json(study).dump(2) + "\n", written);
+  write_file(root / "step_model.csv", step_model_csv(study), written);
+  const StudyPoint& first = study.points.front();
+  if (first.snapshot) {
+    write_file(root / "snapshot.csv", snapshot_csv(study), written);
+    for (std::size_t i = 0; i < study.points.size(); ++i) {
+      const std::string name = study.points.size() == 1
+                                   ? "loss_vs_failed_fraction.svg"
+                                   : "loss_vs_failed_fraction_" + std::to_string(i) + ".svg";
+      Chart c = loss_vs_failed_fraction_chart(study.points[i]);
+      if (!label(study, study.points[i]).empty()) c.title += " (" + label(study, study.points[i]) + ")";
+      write_file(root / name, render_svg(c), written);
+    }
+  }
+  if (first.timeline) {
+    write_file(root / "timeline_summary.csv", timeline_summary_csv(study), written);
+    write_file(root / "timeline_series.csv", timeline_series_csv(study), written);
+    write_file(root / "failure_timeline.svg", render_svg(failure_timeline_chart(first)), written);
+    if (const Chart c = sweep_chart(study); !c.series.empty()) {
+      write_file(root / "sweep.svg", render_svg(c), written);
+    }
+    if (const Chart c = spares_vs_pause_chart(study); !c.series.empty()) {
+      write_file(root / "spares_vs_pause.svg", render_svg(c), written);
+    }
+  }
+  return written;
+}
+
+}  // namespace ntp::sim

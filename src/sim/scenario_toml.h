@@ -1,0 +1,27 @@
+#pragma once
+// Reading a scenario from TOML: the file, `--set key=value` overrides and sweep
+// values all edit one toml::table, which is then turned into a validated
+// Scenario. Unknown keys, wrong types and out-of-range values throw
+// std::invalid_argument naming the source and the dotted key.
+#include <string>
+
+#include <toml++/toml.h>
+
+#include "sim/scenario.h"
+
+namespace ntp::sim {
+
+// Parses TOML text; `source` names it in errors (a file name).
+toml::table parse_scenario_text(const std::string& text, const std::string& source);
+
+// Reads and parses a file; throws std::invalid_argument naming the file.
+toml::table load_scenario_file(const std::string& path);
+
+// Sets the dotted key (creating tables on the way) to `value` parsed as TOML;
+// text that is not a TOML value is taken as a string ("mode=snapshot").
+void set_override(toml::table& table, const std::string& key, const std::string& value);
+
+// Converts and validates. Every key not listed in docs/sim.md is rejected.
+Scenario scenario_from_table(const toml::table& table, const std::string& source);
+
+}  // namespace ntp::sim

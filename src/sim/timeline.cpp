@@ -1,0 +1,407 @@
+// Event-driven timeline (see timeline.h and docs/sim.md, "Timeline mode").
+#include "sim/timeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <queue>
+
+#include "sim/fleet.h"
+#include "sim/parallel.h"
+#include "sim/random.h"
+
+namespace ntp::sim {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+enum class EventKind { kFail = 0, kRepair = 1, kSwapDone = 2 };
+
+struct Event {
+  double hours;
+  EventKind kind;
+  int a;  // element, or logical domain of a swap
+  int b;  // trace index (kFail from a trace), or spare domain of a swap
+  bool operator>(const Event& o) const {
+    if (hours != o.hours) return hours > o.hours;
+    if (kind != o.kind) return kind > o.kind;
+    if (a != o.a) return a > o.a;
+    return b > o.b;
+  }
+};
+
+// Adds rate * (overlap hours) to each bucket that [a, b) touches.
+void accumulate(std::vector<double>& buckets, double bucket_h, double a, double b, double rate) {
+  if (b <= a || rate == 0.0) return;
+  auto i = static_cast<std::size_t>(a / bucket_h);
+  while (i < buckets.size() && a < b) {
+    const double end = std::min(b, (static_cast<double>(i) + 1.0) * bucket_h);
+    buckets[i] += rate * (end - a);
+    a = end;
+    ++i;
+  }
+}
+
+// One seed of the timeline. Hours are the time unit throughout.
+class SeedRun {
+ public:
+  SeedRun(const Scenario& s, const Pricing& pricing, const std::vector<TraceFailure>* trace,
+          int seed_index)
+      : s_(s),
+        pricing_(pricing),
+        trace_(trace),
+        topo_(s),
+        fleet_(topo_),
+        pool_(topo_),
+        raw_(s.groups(), s.parallel.pp, s.parallel.tp),
+        spared_(s.groups(), s.parallel.pp, s.parallel.tp),
+        rng_(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index))),
+        end_(s.run.duration_days * 24.0),
+        bucket_h_(s.run.bucket_hours),
+        buckets_(static_cast<std::size_t>(std::ceil(end_ / bucket_h_ - 1e-9))),
+        ckpt_tau_(ckpt_interval_hours(s, trace)),
+        ckpt_write_(s.policies.ckpt.write_s / 3600.0) {
+    for (auto& series : series_) series.assign(buckets_, 0.0);
+    failed_series_.assign(buckets_, 0.0);
+    for (const Policy p : s.policies.compare) active_[static_cast<std::size_t>(p)] = true;
+    for (std::size_t p = 0; p < kPolicyCount; ++p) value_[p] = 1.0;
+  }
+
+  TimelineSeed run() {
+    schedule_initial_failures();
+    while (!events_.empty() && events_.top().hours < end_) {
+      const Event e = events_.top();
+      events_.pop();
+      advance(e.hours);
+      handle(e);
+    }
+    advance(end_);
+    ckpt_commit(ckpt_up_since_, end_, true);
+    return finish();
+  }
+
+ private:
+  // --- failure process -----------------------------------------------------
+  double element_mean_uptime() const {
+    const double rate = s_.failures.rate_per_gpu_hour() * topo_.blast;
+    return rate > 0.0 ? 1.0 / rate : kInf;
+  }
+
+  double sample_uptime() {
+    const double mean = element_mean_uptime();
+    if (!std::isfinite(mean)) return kInf;
+    if (s_.failures.distribution == FailureDist::kWeibull) {
+      return sample_weibull(rng_, s_.failures.weibull_shape, mean);
+    }
+    return sample_exponential(rng_, mean);
+  }
+
+  double sample_repair() {
+    const bool hardware = rng_.open01() < s_.failures.hardware_share;
+    return sample_repair_hours(rng_, hardware ? s_.failures.hardware_repair
+                                              : s_.failures.software_repair);
+  }
+
+  void push(double hours, EventKind kind, int a, int b) {
+    if (hours < end_) events_.push({hours, kind, a, b});
+  }
+
+  void schedule_initial_failures() {
+    if (trace_) {
+      for (std::size_t i = 0; i < trace_->size(); ++i) {
+        const TraceFailure& f = (*trace_)[i];
+        push(f.hours, EventKind::kFail, f.gpu / topo_.blast, static_cast<int>(i));
+      }
+      return;
+    }
+    for (int e = 0; e < topo_.elements(); ++e) push(sample_uptime(), EventKind::kFail, e, -1);
+  }
+
+  // --- state changes -------------------------------------------------------
+  void handle(const Event& e) {
+    swaps_.clear();
+    double pause_s = s_.policies.rejoin_s;
+    switch (e.kind) {
+      case EventKind::kFail:
+        if (fleet_.down(e.a)) return;  // a trace failure on a GPU already down
+        on_fail(e.a, e.b >= 0 ? (*trace_)[static_cast<std::size_t>(e.b)].repair_hours
+                              : sample_repair());
+        pause_s = s_.policies.reconfig_s;
+        break;
+      case EventKind::kRepair:
+        on_repair(e.a);
+        break;
+      case EventKind::kSwapDone: {
+        const SparePool::Swap swap{e.a, e.b};
+        pool_.on_swap_done(swap, fleet_, swaps_);
+        refresh_spared(swap.spare);
+        break;
+      }
+    }
+    for (const SparePool::Swap& swap : swaps_) {
+      push(now_ + s_.spares.swap_hours, EventKind::kSwapDone, swap.logical, swap.spare);
+    }
+    reprice(pause_s / 3600.0);
+  }
+
+  void on_fail(int element, double repair_hours) {
+    const int domain = topo_.domain_of(element);
+    const bool job = domain < topo_.job_domains;
+    const bool was_stalled = job && stalled(domain);
+    const bool was_failed = fleet_.failed_gpus(domain) > 0;
+    fleet_.fail(element);
+    push(now_ + repair_hours, EventKind::kRepair, element, -1);
+    if (job) {
+      refresh_raw(domain, element);
+      failed_gpus_ += topo_.blast;
+      ++failures_;
+      peak_failed_gpus_ = std::max(peak_failed_gpus_, failed_gpus_);
+      failed_domains_ += was_failed ? 0 : 1;
+      stalled_domains_ += (!was_stalled && stalled(domain)) ? 1 : 0;
+      peak_failed_domains_ = std::max(peak_failed_domains_, failed_domains_);
+      peak_stalled_domains_ = std::max(peak_stalled_domains_, stalled_domains_);
+      ckpt_failure();
+    }
+    refresh_spared(domain);
+    pool_.on_failure(domain, fleet_, swaps_);
+  }
+
+  void on_repair(int element) {
+    const int domain = topo_.domain_of(element);
+    const bool job = domain < topo_.job_domains;
+    const bool was_stalled = job && stalled(domain);
+    fleet_.repair(element);
+    if (job) {
+      refresh_raw(domain, element);
+      failed_gpus_ -= topo_.blast;
+      failed_domains_ -= fleet_.failed_gpus(domain) == 0 ? 1 : 0;
+      stalled_domains_ -= (was_stalled && !stalled(domain)) ? 1 : 0;
+    }
+    refresh_spared(domain);
+    pool_.on_repair(domain, fleet_, swaps_);
+    if (!trace_) push(now_ + sample_uptime(), EventKind::kFail, element, -1);
+  }
+
+  // A job domain stalls an NTP job when one of its groups is below min_tp.
+  bool stalled(int domain) const {
+    const PolicyTable& ntp = pricing_.table(Policy::kNtp);
+    for (int g = 0; g < topo_.groups_per_domain; ++g) {
+      if (!ntp.participates(fleet_.active(domain, g))) return true;
+    }
+    return false;
+  }
+
+  void refresh_raw(int domain, int element) {
+    const int first = topo_.first_group(element);
+    for (int g = first; g < first + topo_.group_span(element); ++g) {
+      raw_.set_active(domain * topo_.groups_per_domain + g, fleet_.active(domain, g));
+    }
+  }
+
+  void refresh_spared(int physical_domain) {
+    const int logical = pool_.logical(physical_domain);
+    if (logical < 0) return;
+    for (int g = 0; g < topo_.groups_per_domain; ++g) {
+      spared_.set_active(logical * topo_.groups_per_domain + g, fleet_.active(physical_domain, g));
+    }
+  }
+
+  // A policy whose throughput changed has reconfigured: it pauses.
+  void reprice(double pause_h) {
+    for (std::size_t i = 0; i < kPolicyCount; ++i) {
+      const auto p = static_cast<Policy>(i);
+      if (!active_[i] || p == Policy::kCkptRestart) continue;
+      const double v = pricing_.value(p, raw_, spared_);
+      if (v != value_[i]) pause_until_[i] = std::max(pause_until_[i], now_ + pause_h);
+      value_[i] = v;
+    }
+  }
+
+  // --- integration ---------------------------------------------------------
+  void advance(double to) {
+    if (to <= now_) return;
+    accumulate(failed_series_, bucket_h_, now_, to, failed_gpus_);
+    for (std::size_t i = 0; i < kPolicyCount; ++i) {
+      if (!active_[i] || static_cast<Policy>(i) == Policy::kCkptRestart) continue;
+      const double run_from = std::clamp(pause_until_[i], now_, to);
+      pause_h_[i] += run_from - now_;
+      if (value_[i] <= 0.0) pause_h_[i] += to - run_from;
+      accumulate(series_[i], bucket_h_, run_from, to, value_[i]);
+    }
+    now_ = to;
+  }
+
+  // ckpt-restart: every failure of a job GPU stops the job for restart_s and
+  // loses what was computed since the last completed checkpoint. While up,
+  // the job alternates tau hours of compute with write_s of checkpointing.
+  void ckpt_failure() {
+    if (!active_[static_cast<std::size_t>(Policy::kCkptRestart)]) return;
+    const double restart_h = s_.policies.ckpt.restart_s / 3600.0;
+    if (now_ >= ckpt_up_since_) ckpt_commit(ckpt_up_since_, now_, false);
+    ckpt_up_since_ = now_ + restart_h;
+  }
+
+  void ckpt_commit(double a, double b, bool final) {
+    if (!active_[static_cast<std::size_t>(Policy::kCkptRestart)] || b <= a) return;
+    auto& series = series_[static_cast<std::size_t>(Policy::kCkptRestart)];
+    double compute = b - a;  // what is left after the completed cycles
+    if (std::isfinite(ckpt_tau_)) {
+      const double cycle = ckpt_tau_ + ckpt_write_;
+      const double cycles = std::floor((b - a) / cycle);
+      for (double i = 0; i < cycles; i += 1.0) {
+        accumulate(series, bucket_h_, a + i * cycle, a + i * cycle + ckpt_tau_, 1.0);
+      }
+      a += cycles * cycle;
+      compute = std::min(b - a, ckpt_tau_);
+    }
+    if (final) {
+      accumulate(series, bucket_h_, a, a + compute, 1.0);
+    } else {
+      ckpt_lost_h_ += compute;
+    }
+  }
+
+  TimelineSeed finish() const {
+    TimelineSeed out;
+    out.series.assign(buckets_, PolicyValues{});
+    out.failed_series.assign(buckets_, 0.0);
+    for (std::size_t b = 0; b < buckets_; ++b) {
+      const double width = std::min(bucket_h_, end_ - static_cast<double>(b) * bucket_h_);
+      out.failed_series[b] = failed_series_[b] / width;
+      for (std::size_t i = 0; i < kPolicyCount; ++i) out.series[b][i] = series_[i][b] / width;
+    }
+    double failed_h = 0.0;
+    for (const double v : failed_series_) failed_h += v;
+    out.failed_fraction = failed_h / (end_ * s_.cluster.gpus);
+    for (std::size_t i = 0; i < kPolicyCount; ++i) {
+      double work = 0.0;
+      for (const double v : series_[i]) work += v;
+      out.goodput[i] = work / end_;
+      out.pause_hours[i] = pause_h_[i];
+      const auto p = static_cast<Policy>(i);
+      out.spares_needed[i] =
+          (p == Policy::kNtp || p == Policy::kNtpPw) ? peak_stalled_domains_ : peak_failed_domains_;
+    }
+    const auto ck = static_cast<std::size_t>(Policy::kCkptRestart);
+    out.ckpt_lost_hours = ckpt_lost_h_;
+    out.pause_hours[ck] = end_ - out.goodput[ck] * end_ - ckpt_lost_h_;
+    out.peak_failed_gpus = peak_failed_gpus_;
+    out.failures = failures_;
+    return out;
+  }
+
+  const Scenario& s_;
+  const Pricing& pricing_;
+  const std::vector<TraceFailure>* trace_;
+  Topology topo_;
+  Fleet fleet_;
+  SparePool pool_;
+  ReplicaView raw_;
+  ReplicaView spared_;
+  Rng rng_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::vector<SparePool::Swap> swaps_;
+
+  double end_;
+  double bucket_h_;
+  std::size_t buckets_;
+  double now_ = 0.0;
+  std::array<bool, kPolicyCount> active_{};
+  PolicyValues value_{};
+  PolicyValues pause_until_{};
+  PolicyValues pause_h_{};
+  std::array<std::vector<double>, kPolicyCount> series_;
+  std::vector<double> failed_series_;
+
+  double ckpt_tau_;
+  double ckpt_write_;
+  double ckpt_up_since_ = 0.0;
+  double ckpt_lost_h_ = 0.0;
+
+  int failed_gpus_ = 0;
+  int peak_failed_gpus_ = 0;
+  int failures_ = 0;
+  int failed_domains_ = 0;
+  int stalled_domains_ = 0;
+  int peak_failed_domains_ = 0;
+  int peak_stalled_domains_ = 0;
+};
+
+void add_seed(TimelineResult& r, const TimelineSeed& seed) {
+  for (std::size_t i = 0; i < kPolicyCount; ++i) {
+    PolicySummary& p = r.policy[i];
+    p.goodput_mean += seed.goodput[i];
+    p.goodput_stderr += seed.goodput[i] * seed.goodput[i];  // sum of squares until the end
+    p.goodput_min = std::min(p.goodput_min, seed.goodput[i]);
+    p.pause_hours_mean += seed.pause_hours[i];
+    p.spares_needed_max = std::max(p.spares_needed_max, seed.spares_needed[i]);
+  }
+  r.ckpt_lost_hours_mean += seed.ckpt_lost_hours;
+  r.failed_fraction_mean += seed.failed_fraction;
+  r.peak_failed_gpus_mean += seed.peak_failed_gpus;
+  r.peak_failed_gpus_max = std::max(r.peak_failed_gpus_max, seed.peak_failed_gpus);
+  r.failures_mean += seed.failures;
+  for (std::size_t b = 0; b < seed.series.size(); ++b) {
+    r.failed_series_mean[b] += seed.failed_series[b];
+    for (std::size_t i = 0; i < kPolicyCount; ++i) r.series_mean[b][i] += seed.series[b][i];
+  }
+}
+
+void finish_means(TimelineResult& r) {
+  const double n = r.seeds;
+  for (PolicySummary& p : r.policy) {
+    p.goodput_mean /= n;
+    const double var = std::max(0.0, p.goodput_stderr / n - p.goodput_mean * p.goodput_mean);
+    p.goodput_stderr = r.seeds > 1 ? std::sqrt(var * n / (n - 1.0) / n) : 0.0;
+    p.pause_hours_mean /= n;
+  }
+  r.ckpt_lost_hours_mean /= n;
+  r.failed_fraction_mean /= n;
+  r.peak_failed_gpus_mean /= n;
+  r.failures_mean /= n;
+  for (std::size_t b = 0; b < r.series_mean.size(); ++b) {
+    r.failed_series_mean[b] /= n;
+    for (double& v : r.series_mean[b]) v /= n;
+  }
+}
+
+}  // namespace
+
+double ckpt_interval_hours(const Scenario& s, const std::vector<TraceFailure>* trace) {
+  if (s.policies.ckpt.interval_hours > 0.0) return s.policies.ckpt.interval_hours;
+  double failures_per_hour = s.failures.rate_per_gpu_hour() * s.cluster.gpus;
+  if (trace) failures_per_hour = static_cast<double>(trace->size()) / (s.run.duration_days * 24.0);
+  if (failures_per_hour <= 0.0) return kInf;
+  const double write_h = s.policies.ckpt.write_s / 3600.0;
+  const double mtbf_h = 1.0 / failures_per_hour;
+  // Young (1974): tau = sqrt(2 * C * M); with C = 0 checkpoints are free, so
+  // take them as often as one step would allow (a minute).
+  return std::max(std::sqrt(2.0 * write_h * mtbf_h), 1.0 / 60.0);
+}
+
+TimelineSeed run_timeline_seed(const Scenario& s, const Pricing& pricing,
+                               const std::vector<TraceFailure>* trace, int seed_index) {
+  return SeedRun(s, pricing, trace, seed_index).run();
+}
+
+TimelineResult run_timeline(const Scenario& s, const Pricing& pricing,
+                            const std::vector<TraceFailure>* trace) {
+  std::vector<TimelineSeed> seeds(static_cast<std::size_t>(s.run.seeds));
+  parallel_for(s.run.seeds, s.run.threads, [&](int i) {
+    seeds[static_cast<std::size_t>(i)] = run_timeline_seed(s, pricing, trace, i);
+  });
+  TimelineResult r;
+  r.duration_hours = s.run.duration_days * 24.0;
+  r.bucket_hours = s.run.bucket_hours;
+  r.seeds = s.run.seeds;
+  r.ckpt_interval_hours = ckpt_interval_hours(s, trace);
+  for (PolicySummary& p : r.policy) p.goodput_min = kInf;
+  r.series_mean.assign(seeds.front().series.size(), PolicyValues{});
+  r.failed_series_mean.assign(seeds.front().series.size(), 0.0);
+  for (const TimelineSeed& seed : seeds) add_seed(r, seed);  // seed order: deterministic sums
+  finish_means(r);
+  r.first_seed = std::move(seeds.front());
+  return r;
+}
+
+}  // namespace ntp::sim
