@@ -57,6 +57,15 @@ void bind_all(void* h, const std::string& lib, NvmlFunctions& f) {
 
 double to_watts(unsigned milliwatts) { return milliwatts / 1000.0; }
 
+// Watts to NVML milliwatts, rounding down so a budget is never exceeded; a
+// value that came from to_watts() (a limit being restored) maps back exactly.
+unsigned to_milliwatts(double watts) {
+  const double milliwatts = watts * 1000.0;
+  const double nearest = std::round(milliwatts);
+  return static_cast<unsigned>(std::abs(milliwatts - nearest) < 1e-6 ? nearest
+                                                                      : std::floor(milliwatts));
+}
+
 }  // namespace
 
 struct NvmlPowerController::Library {
@@ -166,7 +175,7 @@ double NvmlPowerController::get_limit_w(int device) const {
 void NvmlPowerController::set_limit_w(int device, double watts) {
   check_device(device);
   check_limit(device, watts);
-  const auto milliwatts = static_cast<unsigned>(std::floor(watts * 1000.0));
+  const unsigned milliwatts = to_milliwatts(watts);
   const NvmlReturn code =
       nvml_->fn.set_limit(nvml_->devices[static_cast<std::size_t>(device)], milliwatts);
   if (code == kNvmlNoPermission) {

@@ -1,0 +1,125 @@
+// `ntp power plan` through the built binary: JSON and table output, exit codes,
+// and bad input naming the flag with nothing on stdout.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "power/boost_policy.h"
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+CliRun run_ntp(const std::string& args) {
+  const std::string err_path = ::testing::TempDir() + "power_cli_stderr.txt";
+  const std::string command = std::string(NTP_BINARY) + " " + args + " 2>" + err_path;
+  CliRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  std::size_t got = 0;
+  while ((got = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, got);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream text;
+  text << err.rdbuf();
+  run.err = text.str();
+  return run;
+}
+
+const char* kPlan =
+    "power plan --tp 8 --active \"8,7,4\" --tdp 1000 --max-frac 1.3 --headroom-w 1000 "
+    "--alpha 0.65 --global-batch 300";
+
+TEST(PowerCli, PlanJsonMatchesThePolicy) {
+  const CliRun run = run_ntp(std::string(kPlan) + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json doc = nlohmann::json::parse(run.out);
+  ASSERT_EQ(doc.size(), 1u);
+  const auto& replicas = doc.at("replicas");
+  const ntp::power::BoostPlan plan =
+      ntp::power::plan_boost(8, {8, 7, 4}, 1000.0, 300, {1000.0, 1.3, 0.65});
+  ASSERT_EQ(replicas.size(), 3u);
+  long total = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(replicas[i].size(), 4u);
+    EXPECT_EQ(replicas[i].at("active").get<int>(), plan.replicas[i].active);
+    EXPECT_EQ(replicas[i].at("limit_w").get<double>(), plan.replicas[i].limit_w);
+    EXPECT_EQ(replicas[i].at("speedup").get<double>(), plan.replicas[i].speedup);
+    EXPECT_EQ(replicas[i].at("share").get<long>(), plan.replicas[i].share);
+    total += replicas[i].at("share").get<long>();
+  }
+  EXPECT_EQ(total, 300);
+  EXPECT_EQ(replicas[0].at("limit_w").get<double>(), 1000.0);
+  EXPECT_EQ(replicas[2].at("limit_w").get<double>(), 1300.0);
+}
+
+TEST(PowerCli, PlanTableIsReadable) {
+  const CliRun run = run_ntp(kPlan);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("domain budget 8 x 1000.0 W + 1000.0 W headroom = 9000.0 W"),
+            std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("replica"), std::string::npos);
+  EXPECT_NE(run.out.find("7/8"), std::string::npos);
+  EXPECT_NE(run.out.find("1300.0"), std::string::npos);
+}
+
+void expect_bad_input(const std::string& args, const std::string& flag) {
+  const CliRun run = run_ntp(args);
+  EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.err;
+  EXPECT_TRUE(run.out.empty()) << args << "\nstdout: " << run.out;
+  EXPECT_NE(run.err.find(flag), std::string::npos) << args << "\nstderr: " << run.err;
+}
+
+TEST(PowerCli, BadInputNamesTheFlagAndPrintsNothing) {
+  const std::string base = "power plan --global-batch 64 ";
+  expect_bad_input(base + "--tp 8 --active \"8,9\"", "--active");
+  expect_bad_input(base + "--tp 8 --active \"8,x\"", "--active");
+  expect_bad_input(base + "--tp 8 --active \"8,,8\"", "--active");
+  expect_bad_input(base + "--tp 8 --active \"8,-1\"", "--active");
+  expect_bad_input(base + "--tp 0 --active \"0\"", "--tp");
+  expect_bad_input(base + "--tp abc --active \"8\"", "--tp");
+  expect_bad_input(base + "--tp 8 --active 8 --tdp 0", "--tdp");
+  expect_bad_input(base + "--tp 8 --active 8 --tdp nan", "--tdp");
+  expect_bad_input(base + "--tp 8 --active 8 --max-frac 0.9", "--max-frac");
+  expect_bad_input(base + "--tp 8 --active 8 --alpha -1", "--alpha");
+  expect_bad_input(base + "--tp 8 --active 8 --headroom-w -5", "--headroom-w");
+  expect_bad_input(base + "--tp 8 --active 8 --headroom-w inf", "--headroom-w");
+  expect_bad_input("power plan --tp 8 --active 8 --global-batch 0", "--global-batch");
+  expect_bad_input("power plan --tp 8 --active 8", "--global-batch");
+  expect_bad_input("power plan --tp 8 --active 8 --global-batch 8 --bogus 1", "--bogus");
+}
+
+TEST(PowerCli, EveryReplicaSittingOutIsImpossible) {
+  const CliRun run = run_ntp("power plan --tp 8 --active \"0,0\" --global-batch 64 --json");
+  EXPECT_EQ(run.exit_code, 3);
+  EXPECT_TRUE(run.out.empty());
+  EXPECT_NE(run.err.find("sits out"), std::string::npos) << run.err;
+}
+
+TEST(PowerCli, ShowReportsMissingNvmlCleanlyOrListsDevices) {
+  const CliRun run = run_ntp("power show");
+  if (run.exit_code == 0) {
+    EXPECT_NE(run.out.find("default_w"), std::string::npos);
+  } else {
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_NE(run.err.find("NVML not available"), std::string::npos) << run.err;
+  }
+  const CliRun simulated = run_ntp("power show --backend simulated --simulated-devices 2");
+  EXPECT_EQ(simulated.exit_code, 0) << simulated.err;
+  EXPECT_NE(simulated.out.find("simulated device 1"), std::string::npos) << simulated.out;
+}
+
+}  // namespace
