@@ -1,15 +1,9 @@
 #include "train/progress.h"
 
-#include <unistd.h>
-
 namespace ntp::train {
 
 Progress::Progress(std::FILE* out, std::int64_t total_steps, bool live)
     : out_(out), total_steps_(total_steps), live_(live) {}
-
-Progress Progress::for_stdout(std::int64_t total_steps) {
-  return Progress(stdout, total_steps, ::isatty(STDOUT_FILENO) == 1);
-}
 
 void Progress::update(const StepMetrics& m, double elapsed_s) {
   const std::string line = progress_line(m, total_steps_, elapsed_s);

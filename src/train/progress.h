@@ -13,8 +13,6 @@ class Progress {
  public:
   // live = true rewrites one line (for a TTY); false prints a line per update.
   Progress(std::FILE* out, std::int64_t total_steps, bool live);
-  // A Progress on stdout, live when stdout is a terminal.
-  static Progress for_stdout(std::int64_t total_steps);
 
   void update(const StepMetrics& m, double elapsed_s);
   // Ends the live line (so the next output starts on a fresh line).

@@ -1,0 +1,53 @@
+// `ntp train`: train a model from a TOML configuration (docs/train.md,
+// docs/config.md). With no arguments it runs the built-in demo.
+#include <CLI/CLI.hpp>
+
+#include "cli/command.h"
+#include "elastic/train_job.h"
+
+namespace {
+
+int run_train(int argc, char** argv) {
+  CLI::App app{"Train a GPT with data parallelism over (nonuniform) tensor-parallel replicas.",
+               "ntp train"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string run_dir;
+  bool verify = false;
+  app.add_option("--config", config_path, "run configuration (TOML); default: the built-in demo");
+  app.add_option("--set", overrides, "override one key: --set train.lr=1e-3 (repeatable)");
+  app.add_option("--run-dir", run_dir, "run directory (default: run.dir, else runs/<UTC time>)");
+  app.add_flag("--verify", verify,
+               "after training, replay the schedule at TP = 1, DP = 1 and compare (exit 1 on fail)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? ntp::cli::kExitOk : ntp::cli::kExitBadInput;
+  }
+  ntp::train::Config config;
+  try {
+    config = ntp::train::load_config(config_path, overrides);
+  } catch (const ntp::train::ConfigError& e) {
+    std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
+    return ntp::cli::kExitBadInput;
+  }
+  try {
+    const auto result = ntp::elastic::run_train_job(
+        config, ntp::elastic::choose_run_dir(config, run_dir), verify, stdout);
+    if (result.verify) {
+      std::printf("%s\n", result.verify->to_json().dump().c_str());
+      return result.verify->pass ? ntp::cli::kExitOk : ntp::cli::kExitFailure;
+    }
+    return ntp::cli::kExitOk;
+  } catch (const ntp::train::ConfigError& e) {
+    std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
+    return ntp::cli::kExitBadInput;
+  } catch (const ntp::elastic::UnsupportedRequest& e) {
+    std::fprintf(stderr, "ntp train: %s\n", e.what());
+    return ntp::cli::kExitImpossible;
+  }
+}
+
+}  // namespace
+
+NTP_REGISTER_COMMAND("train", "train a model (no arguments: the built-in demo)", run_train);

@@ -1,0 +1,36 @@
+#pragma once
+// What `ntp train` does around the trainer: make the run directory, write the
+// resolved configuration, run the training (in this process for TP = DP = 1),
+// show progress, write summary.json, and optionally verify the run against a
+// single-process replay. Errors in the configuration surface as
+// train::ConfigError before anything runs.
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "train/config.h"
+#include "train/verify.h"
+
+namespace ntp::elastic {
+
+// The request is valid but this build cannot carry it out (exit code 3).
+class UnsupportedRequest : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainJobResult {
+  std::filesystem::path run_dir;
+  nlohmann::json summary;
+  std::optional<train::VerifyResult> verify;
+};
+
+// The run directory of a job: --run-dir, else run.dir, else runs/<UTC time>.
+std::filesystem::path choose_run_dir(const train::Config& config, const std::string& flag);
+
+TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
+                             bool verify, std::FILE* out);
+
+}  // namespace ntp::elastic

@@ -1,0 +1,135 @@
+#include "train/local_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "model/llmc_checkpoint.h"
+#include "train/dataset.h"
+#include "train/lr_schedule.h"
+#include "train/run_dir.h"
+#include "train/schedule.h"
+
+namespace ntp::train {
+namespace {
+
+tensor::ThreadSetup threads_for(const ModelConfig& keys) {
+  const int threads = keys.threads > 0 ? static_cast<int>(keys.threads)
+                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return {threads, threads};
+}
+
+model::AdamWConfig adamw_config(const OptimConfig& t) {
+  model::AdamWConfig c;
+  c.lr = static_cast<float>(t.lr);
+  c.beta1 = static_cast<float>(t.beta1);
+  c.beta2 = static_cast<float>(t.beta2);
+  c.eps = static_cast<float>(t.eps);
+  c.weight_decay = static_cast<float>(t.weight_decay);
+  c.grad_clip = static_cast<float>(t.grad_clip);
+  return c;
+}
+
+// Records [start, now) as a span when a recorder is given.
+void span(TraceRecorder* trace, const char* name, double start, std::int64_t step) {
+  if (trace != nullptr) trace->add({name, Track::kCompute, start, unix_time_s() - start, step});
+}
+
+}  // namespace
+
+LocalTrainer::LocalTrainer(const Config& config, const std::filesystem::path& run_dir)
+    : config_(config),
+      data_(open_dataset(config.data, run_dir)),
+      setup_(resolve_model(config.model, data_.max_token())),
+      ctx_(std::make_unique<tensor::Context>(threads_for(config.model))) {
+  const model::Shard full = model::Shard::full(setup_.gpt);
+  model_ = std::make_unique<model::Model>(setup_.gpt, full, *ctx_);
+  if (setup_.init_params.empty()) {
+    model_->init(static_cast<std::uint64_t>(config.train.seed));
+  } else {
+    std::copy(setup_.init_params.begin(), setup_.init_params.end(), model_->params().begin());
+  }
+  optimizer_ = std::make_unique<model::AdamW>(adamw_config(config.train), model_->layout());
+}
+
+LocalTrainer::~LocalTrainer() = default;
+
+StepMetrics LocalTrainer::step(std::int64_t step,
+                               const std::vector<std::vector<std::int64_t>>& samples,
+                               TraceRecorder* trace) {
+  const double start = unix_time_s();
+  const std::int64_t T = setup_.seq_len;
+  std::vector<std::int64_t> all;
+  StepMetrics m;
+  m.step = step;
+  for (const auto& replica : samples) {
+    all.insert(all.end(), replica.begin(), replica.end());
+    m.samples.push_back(static_cast<std::int64_t>(replica.size()));
+  }
+  m.tokens = static_cast<std::int64_t>(all.size()) * T;
+  model_->zero_grad();
+  model_->set_loss_scale(1.0f / static_cast<float>(m.tokens));
+  double loss_sum = 0;
+  std::size_t next = 0;
+  for (std::int64_t micro : micro_batches(static_cast<std::int64_t>(all.size()), config_.train.micro_batch)) {
+    inputs_.resize(static_cast<std::size_t>(micro * T));
+    targets_.resize(inputs_.size());
+    for (std::int64_t i = 0; i < micro; ++i, ++next) {
+      data_.sample(all[next], T, inputs_.data() + i * T, targets_.data() + i * T);
+    }
+    double t0 = unix_time_s();
+    const model::LossStats loss =
+        model_->forward({inputs_.data(), targets_.data(), micro, T});
+    span(trace, "forward", t0, step);
+    t0 = unix_time_s();
+    model_->backward();
+    span(trace, "backward", t0, step);
+    loss_sum += loss.sum;
+  }
+  const double t0 = unix_time_s();
+  m.lr = learning_rate(config_.train, step);
+  const model::StepStats stats = optimizer_->step(*model_, static_cast<float>(m.lr));
+  span(trace, "optimizer", t0, step);
+  m.loss = loss_sum / static_cast<double>(m.tokens);
+  m.grad_norm = stats.grad_norm;
+  m.step_time_s = unix_time_s() - start;
+  return m;
+}
+
+std::vector<StepMetrics> train_local(const Config& config, const std::filesystem::path& run_dir,
+                                     const std::function<void(const StepMetrics&)>& on_step) {
+  const RunDir run = RunDir::open(run_dir);
+  const double run_start = unix_time_s();
+  LocalTrainer trainer(config, run_dir);
+  run.event("model_ready", {{"model", model::to_string(trainer.setup().gpt)},
+                            {"parameters", model::parameter_count(trainer.setup().gpt)},
+                            {"seq_len", trainer.setup().seq_len},
+                            {"data_tokens", trainer.data().size()},
+                            {"threads", trainer.thread_setup()}});
+  const SampleSchedule schedule(samples_in(trainer.data().size(), trainer.setup().seq_len),
+                                config.train.global_batch, config.data.order, config.train.seed);
+  const BatchSplitInput split = split_input(config.parallel, config.train.global_batch);
+  const std::vector<std::int64_t> shares = batch_shares(config.parallel.batch_policy, split);
+  const std::int64_t first_traced = config.train.steps > 1 ? 1 : 0;
+  TraceRecorder trace(0, "rank 0: replica 0 slot 0", run_start);
+  std::vector<StepMetrics> metrics;
+  for (std::int64_t s = 0; s < config.train.steps; ++s) {
+    const auto samples = assign_samples(schedule.step_samples(s), shares);
+    run.append_schedule(s, schedule.epoch_of(s), samples);
+    const bool traced = s >= first_traced && s < first_traced + config.run.trace_steps;
+    StepMetrics m = trainer.step(s, samples, traced ? &trace : nullptr);
+    m.epoch = schedule.epoch_of(s);
+    m.tp = split.active;
+    run.append_metrics(m);
+    metrics.push_back(m);
+    if (on_step) on_step(m);
+  }
+  model::write_llmc_checkpoint(run.file("model.bin").string(), trainer.setup().gpt, trainer.params());
+  if (config.run.trace_steps > 0) {
+    trace.write(run.path() / "trace" / "rank-0.json");
+    merge_traces(run.path() / "trace", run.file("trace.json"));
+  }
+  return metrics;
+}
+
+}  // namespace ntp::train

@@ -1,0 +1,67 @@
+#pragma once
+// The single-process trainer (TP = 1, DP = 1): the whole model in one
+// process. It is both the trainer of single-rank runs (llm.c-compatible with
+// data.order = "sequential", model.init_from and llm.c's optimizer settings)
+// and the reference that `--verify` replays a run's logged schedule on.
+//
+//   LocalTrainer trainer(config, run_dir);
+//   for (step ...) trainer.step(step, samples_per_replica);
+//
+// A step trains on every sample of the global batch, the samples of replica
+// 0 first, then replica 1's, ..., in micro-batches of train.micro_batch; the
+// loss of each token is scaled by 1 / (tokens of the global batch), so the
+// update is the global mean gradient whatever the split.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "model/token_data.h"
+#include "tensor/context.h"
+#include "train/config.h"
+#include "train/metrics.h"
+#include "train/model_setup.h"
+#include "train/trace.h"
+
+namespace ntp::train {
+
+class LocalTrainer {
+ public:
+  // Reads the data and builds the model (from model.init_from or random init).
+  // Throws ConfigError naming the key when the model does not fit the data.
+  LocalTrainer(const Config& config, const std::filesystem::path& run_dir);
+  ~LocalTrainer();
+
+  const ModelSetup& setup() const { return setup_; }
+  const model::TokenData& data() const { return data_; }
+  std::span<const float> params() const { return model_->params(); }
+  std::string thread_setup() const { return ctx_->describe(); }
+
+  // One optimizer step on `samples` (one list per replica). Fills loss, lr,
+  // grad_norm, tokens, samples and step_time_s; spans go to `trace` if given.
+  StepMetrics step(std::int64_t step, const std::vector<std::vector<std::int64_t>>& samples,
+                   TraceRecorder* trace = nullptr);
+
+ private:
+  Config config_;
+  model::TokenData data_;
+  ModelSetup setup_;
+  std::unique_ptr<tensor::Context> ctx_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<model::AdamW> optimizer_;
+  std::vector<std::int32_t> inputs_;
+  std::vector<std::int32_t> targets_;
+};
+
+// Runs a single-process training (parallel.tp = parallel.dp = 1) in the run
+// directory: schedule.jsonl, metrics.jsonl, events, trace.json, model.bin
+// (llm.c checkpoint of the final parameters); calls on_step after each step.
+// Returns the per-step metrics.
+std::vector<StepMetrics> train_local(const Config& config, const std::filesystem::path& run_dir,
+                                     const std::function<void(const StepMetrics&)>& on_step);
+
+}  // namespace ntp::train

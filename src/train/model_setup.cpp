@@ -1,0 +1,73 @@
+#include "train/model_setup.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "model/llmc_checkpoint.h"
+
+namespace ntp::train {
+namespace {
+
+// A key set in the config must match the checkpoint's value.
+void agree(const char* key, std::int64_t set, std::int64_t checkpoint, const std::string& path) {
+  if (set != 0 && set != checkpoint) {
+    throw ConfigError(fmt::format("{} = {}, but the checkpoint model.init_from = '{}' has {}", key,
+                                  set, path, checkpoint));
+  }
+}
+
+void apply(std::int64_t value, std::int64_t& field) {
+  if (value != 0) field = value;
+}
+
+}  // namespace
+
+ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token) {
+  ModelSetup setup;
+  if (!keys.init_from.empty()) {
+    model::LlmcCheckpoint checkpoint;
+    try {
+      checkpoint = model::read_llmc_checkpoint(keys.init_from);
+    } catch (const std::runtime_error& e) {
+      throw ConfigError(fmt::format("model.init_from: {}", e.what()));
+    }
+    setup.gpt = checkpoint.config;
+    agree("model.vocab", keys.vocab, setup.gpt.vocab, keys.init_from);
+    agree("model.layers", keys.layers, setup.gpt.layers, keys.init_from);
+    agree("model.d_model", keys.d_model, setup.gpt.d_model, keys.init_from);
+    agree("model.heads", keys.heads, setup.gpt.heads, keys.init_from);
+    setup.init_params = std::move(checkpoint.params);
+  } else {
+    try {
+      setup.gpt = model::preset(keys.preset);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(fmt::format("model.preset: {}", e.what()));
+    }
+    if (keys.vocab != 0) {
+      setup.gpt.vocab = keys.vocab;
+      setup.gpt.padded_vocab = keys.vocab;
+    }
+    apply(keys.layers, setup.gpt.layers);
+    apply(keys.d_model, setup.gpt.d_model);
+    apply(keys.heads, setup.gpt.heads);
+    apply(keys.seq_len, setup.gpt.max_seq);
+    try {
+      setup.gpt.validate();
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(fmt::format("model: {}", e.what()));
+    }
+  }
+  setup.seq_len = keys.seq_len != 0 ? keys.seq_len : setup.gpt.max_seq;
+  if (setup.seq_len > setup.gpt.max_seq) {
+    throw ConfigError(fmt::format("model.seq_len = {} exceeds the model's {} positions",
+                                  setup.seq_len, setup.gpt.max_seq));
+  }
+  if (data_max_token >= setup.gpt.vocab) {
+    throw ConfigError(fmt::format("data.path: token id {} is outside the model.vocab of {}",
+                                  data_max_token, setup.gpt.vocab));
+  }
+  return setup;
+}
+
+}  // namespace ntp::train

@@ -1,0 +1,24 @@
+#pragma once
+// The model of a run: the preset with the [model] keys applied, or the
+// architecture of the llm.c checkpoint in model.init_from (whose keys must
+// then agree with it), checked against the data.
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "train/config.h"
+
+namespace ntp::train {
+
+struct ModelSetup {
+  model::GptConfig gpt;
+  std::int64_t seq_len = 0;        // T of every sample (<= gpt.max_seq)
+  std::vector<float> init_params;  // full unit-major values from init_from; empty = random init
+};
+
+// Throws ConfigError naming the key (model.preset, model.vocab, model.seq_len,
+// model.init_from, ...) when the model does not fit the keys or the data:
+// every token id of the data must be below the vocabulary.
+ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token);
+
+}  // namespace ntp::train
