@@ -18,6 +18,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "comm/gloo_store.h"
 #include "comm/reduce.h"
 #include "comm/rendezvous.h"
 
@@ -50,15 +51,9 @@ std::shared_ptr<gloo::transport::Device> make_device(const GroupOptions& opts) {
   try {
     return gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
-    CommErrorInfo info;
-    info.kind = CommErrorKind::kBadInput;
-    info.group = opts.name;
-    info.epoch = opts.epoch;
-    info.rank = opts.global_rank;
-    info.op = "create_group";
-    info.detail = "cannot use " + (opts.interface.empty() ? "host '" + opts.hostname : "interface '" + opts.interface) +
-                  "' for TCP: " + e.what();
-    throw CommError(std::move(info));
+    throw group_error(opts, CommErrorKind::kBadInput, "create_group",
+                      "cannot use " + (opts.interface.empty() ? "host '" + opts.hostname : "interface '" + opts.interface) +
+                          "' for TCP: " + e.what());
   }
 }
 
@@ -141,25 +136,13 @@ void GlooGroup::map_peer_addresses() {
 }
 
 void GlooGroup::fail(CommErrorKind kind, const char* op, const std::string& detail, int peer_group_rank) {
-  CommErrorInfo info;
-  info.kind = kind;
-  info.group = opts_.name;
-  info.epoch = opts_.epoch;
-  info.rank = opts_.global_rank;
-  info.op = op;
-  info.detail = detail;
-  if (peer_group_rank >= 0 && peer_group_rank < size()) info.peer = opts_.ranks[peer_group_rank];
-  throw CommError(std::move(info));
+  const bool known = peer_group_rank >= 0 && peer_group_rank < size();
+  throw group_error(opts_, kind, op, detail, known ? opts_.ranks[static_cast<std::size_t>(peer_group_rank)] : -1);
 }
 
 CommError GlooGroup::translate(const char* op, const std::exception& e) const {
   const std::string message = e.what();
-  CommErrorInfo info;
-  info.group = opts_.name;
-  info.epoch = opts_.epoch;
-  info.rank = opts_.global_rank;
-  info.op = op;
-  info.detail = message;
+  CommErrorInfo info = group_error(opts_, CommErrorKind::kPeerError, op, message).info();
   if (contains(message, "Timed out") || contains(message, "timed out") || contains(message, "Timeout")) {
     info.kind = CommErrorKind::kTimeout;
   } else if (contains(message, "closed") || contains(message, "reset") || contains(message, "Broken pipe") ||
@@ -433,13 +416,12 @@ void GlooGroup::exchange(const std::vector<P2POp>& ops) {
         header_bufs[i]->waitRecv(deadline());
         if (header[i][0] != static_cast<std::int64_t>(op.buffer.type) ||
             header[i][1] != static_cast<std::int64_t>(op.buffer.count)) {
-          CommErrorInfo info{CommErrorKind::kBadInput, opts_.name, opts_.epoch, opts_.global_rank,
-                             opts_.ranks[static_cast<std::size_t>(op.peer)], "recv",
-                             "rank " + std::to_string(op.peer) + " sends " + std::to_string(header[i][1]) + " " +
-                                 to_string(static_cast<DataType>(header[i][0])) + " elements with tag " +
-                                 std::to_string(op.tag) + ", receiver expects " + std::to_string(op.buffer.count) +
-                                 " " + to_string(op.buffer.type)};
-          CommError error(std::move(info));
+          CommError error = group_error(
+              opts_, CommErrorKind::kBadInput, "recv",
+              "rank " + std::to_string(op.peer) + " sends " + std::to_string(header[i][1]) + " " +
+                  to_string(static_cast<DataType>(header[i][0])) + " elements with tag " + std::to_string(op.tag) +
+                  ", receiver expects " + std::to_string(op.buffer.count) + " " + to_string(op.buffer.type),
+              opts_.ranks[static_cast<std::size_t>(op.peer)]);
           break_group(error);  // the peer's send stays pending: the group cannot go on
           throw error;
         }

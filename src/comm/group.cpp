@@ -6,6 +6,7 @@
 
 #include "comm/gloo_group.h"
 #include "comm/nccl_group.h"
+#include "comm/rendezvous.h"
 
 namespace ntp::comm {
 
@@ -93,14 +94,7 @@ namespace {
 // Rejects options no backend could honour, naming the group and the rank.
 void check_options(const Store* store, const GroupOptions& opts) {
   auto fail = [&](const std::string& detail) {
-    CommErrorInfo info;
-    info.kind = CommErrorKind::kBadInput;
-    info.group = opts.name;
-    info.epoch = opts.epoch;
-    info.rank = opts.global_rank;
-    info.op = "create_group";
-    info.detail = detail;
-    throw CommError(std::move(info));
+    throw group_error(opts, CommErrorKind::kBadInput, "create_group", detail);
   };
   if (store == nullptr) fail("no store given");
   if (opts.name.empty()) fail("group name is empty");

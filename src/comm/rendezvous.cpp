@@ -5,6 +5,19 @@
 
 namespace ntp::comm {
 
+CommError group_error(const GroupOptions& opts, CommErrorKind kind, const std::string& op, const std::string& detail,
+                      int peer_global_rank) {
+  CommErrorInfo info;
+  info.kind = kind;
+  info.group = opts.name;
+  info.epoch = opts.epoch;
+  info.rank = opts.global_rank;
+  info.peer = peer_global_rank;
+  info.op = op;
+  info.detail = detail;
+  return CommError(std::move(info));
+}
+
 std::string group_prefix(std::uint64_t epoch, const std::string& name) {
   return "ntp/e" + std::to_string(epoch) + "/" + name + "/";
 }
@@ -19,16 +32,6 @@ std::string membership_text(const std::vector<int>& ranks) {
   std::ostringstream out;
   for (std::size_t i = 0; i < ranks.size(); ++i) out << (i ? "," : "") << ranks[i];
   return out.str();
-}
-
-CommErrorInfo join_error(const GroupOptions& opts, CommErrorKind kind) {
-  CommErrorInfo info;
-  info.kind = kind;
-  info.group = opts.name;
-  info.epoch = opts.epoch;
-  info.rank = opts.global_rank;
-  info.op = "create_group";
-  return info;
 }
 
 }  // namespace
@@ -47,36 +50,20 @@ void join_group(Store& store, const std::string& prefix, const GroupOptions& opt
     for (std::size_t i = 0; i < keys.size(); ++i) {
       if (!store.try_get(keys[i])) absent.push_back(opts.ranks[i]);
     }
-    CommErrorInfo info = join_error(opts, CommErrorKind::kTimeout);
-    info.peer = absent.empty() ? -1 : absent.front();
-    info.detail = "rank(s) " + membership_text(absent) + " did not join within " + std::to_string(timeout.count()) +
-                  " ms (store " + store.describe() + ")";
-    throw CommError(std::move(info));
+    throw group_error(opts, CommErrorKind::kTimeout, "create_group",
+                      "rank(s) " + membership_text(absent) + " did not join within " +
+                          std::to_string(timeout.count()) + " ms (store " + store.describe() + ")",
+                      absent.empty() ? -1 : absent.front());
   }
   for (int r : opts.ranks) {
     const std::string theirs = to_text(store.get(join_key(prefix, r), timeout));
     if (theirs != mine) {
-      CommErrorInfo info = join_error(opts, CommErrorKind::kBadInput);
-      info.peer = r;
-      info.detail = "rank " + std::to_string(r) + " joined with members {" + theirs + "} but rank " +
-                    std::to_string(opts.global_rank) + " has {" + mine + "}";
-      throw CommError(std::move(info));
+      throw group_error(opts, CommErrorKind::kBadInput, "create_group",
+                        "rank " + std::to_string(r) + " joined with members {" + theirs + "} but rank " +
+                            std::to_string(opts.global_rank) + " has {" + mine + "}",
+                        r);
     }
   }
-}
-
-void GlooStoreAdapter::set(const std::string& key, const std::vector<char>& data) {
-  store_.set(prefix_ + key, data);
-}
-
-std::vector<char> GlooStoreAdapter::get(const std::string& key) { return store_.get(prefix_ + key, timeout_); }
-
-void GlooStoreAdapter::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
-
-void GlooStoreAdapter::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
-  std::vector<std::string> full;
-  for (const auto& key : keys) full.push_back(prefix_ + key);
-  store_.wait(full, std::min(timeout, timeout_));
 }
 
 }  // namespace ntp::comm
