@@ -5,34 +5,44 @@
 namespace ntp::sim {
 namespace {
 
-// Sum of replica contributions and the lowest TP degree any contributing
-// group syncs at. Without packing a replica is worth its lowest stage; with
-// packing the groups, sorted by k, fill replicas pp at a time.
+// Replicas worth training and the TP degree the job syncs at. Without
+// packing a replica is worth its lowest stage; with packing the groups,
+// sorted by k, fill replicas pp at a time. Every replica that trains makes
+// the whole job sync at its degree, so the policy admits replicas from the
+// healthiest down and stops where admitting more would lower the throughput.
 struct Contribution {
   double replicas = 0.0;
   int sync_tp = 0;
+  double throughput = 0.0;  // relative to failure-free (fraction of dp replicas)
 };
 
-Contribution contribution(const ReplicaView& view, const PolicyTable& t, bool pack) {
+Contribution contribution(const ReplicaView& view, const PolicyTable& t, const StepTable& steps,
+                          bool pack) {
   const int tp = view.tp();
-  Contribution c;
-  c.sync_tp = tp;
+  const double healthy = steps.step_s[static_cast<std::size_t>(tp)];
   const std::vector<int>& hist = pack ? view.groups_with() : view.replicas_with();
+  Contribution best;
+  double replicas_sum = 0.0;
+  int sync_tp = tp;
   int carry = 0;  // packed groups waiting to fill a replica
   for (int k = tp; k >= 0; --k) {
     const int n = hist[static_cast<std::size_t>(k)];
+    const double share = t.share[static_cast<std::size_t>(k)];
+    if (share <= 0.0) break;  // shares only shrink with k
     if (n == 0) continue;
     int replicas = n;
     if (pack) {
       replicas = (carry + n) / view.pp();
       carry = (carry + n) % view.pp();
     }
-    const double share = t.share[static_cast<std::size_t>(k)];
-    if (replicas == 0 || share <= 0.0) continue;
-    c.replicas += replicas * share;
-    c.sync_tp = std::min(c.sync_tp, t.run_tp[static_cast<std::size_t>(k)]);
+    if (replicas == 0) continue;
+    replicas_sum += replicas * share;
+    sync_tp = std::min(sync_tp, t.run_tp[static_cast<std::size_t>(k)]);
+    const double value = replicas_sum / view.replicas() * healthy /
+                         steps.step_s[static_cast<std::size_t>(sync_tp)];
+    if (value > best.throughput) best = {replicas_sum, sync_tp, value};
   }
-  return c;
+  return best;
 }
 
 double fixed_batch_throughput(const ReplicaView& view, const PolicyTable& t,
@@ -60,10 +70,7 @@ StepTable::StepTable(const StepModel& model)
 double throughput(const ReplicaView& view, const PolicyTable& table, const StepTable& steps,
                   const ThroughputOptions& options) {
   if (options.fixed_global_batch) return fixed_batch_throughput(view, table, steps);
-  const Contribution c = contribution(view, table, options.pack);
-  if (c.replicas <= 0.0) return 0.0;
-  const double healthy = steps.step_s[static_cast<std::size_t>(view.tp())];
-  return c.replicas / view.replicas() * healthy / steps.step_s[static_cast<std::size_t>(c.sync_tp)];
+  return contribution(view, table, steps, options.pack).throughput;
 }
 
 }  // namespace ntp::sim

@@ -120,6 +120,8 @@ class SeedRun {
   // --- state changes -------------------------------------------------------
   void handle(const Event& e) {
     swaps_.clear();
+    raw_touched_ = false;
+    spared_touched_ = false;
     double pause_s = s_.policies.rejoin_s;
     switch (e.kind) {
       case EventKind::kFail:
@@ -196,6 +198,7 @@ class SeedRun {
     for (int g = first; g < first + topo_.group_span(element); ++g) {
       raw_.set_active(domain * topo_.groups_per_domain + g, fleet_.active(domain, g));
     }
+    raw_touched_ = true;
   }
 
   void refresh_spared(int physical_domain) {
@@ -204,15 +207,22 @@ class SeedRun {
     for (int g = 0; g < topo_.groups_per_domain; ++g) {
       spared_.set_active(logical * topo_.groups_per_domain + g, fleet_.active(physical_domain, g));
     }
+    spared_touched_ = true;
   }
 
-  // A policy whose throughput changed has reconfigured: it pauses.
+  // A policy reconfigures (and pauses) when its throughput changes, and the
+  // NTP policies also whenever a GPU of their job leaves or joins: the
+  // layouts change even if a boost keeps the throughput.
   void reprice(double pause_h) {
     for (std::size_t i = 0; i < kPolicyCount; ++i) {
       const auto p = static_cast<Policy>(i);
       if (!active_[i] || p == Policy::kCkptRestart) continue;
       const double v = pricing_.value(p, raw_, spared_);
-      if (v != value_[i]) pause_until_[i] = std::max(pause_until_[i], now_ + pause_h);
+      const bool ntp = p == Policy::kNtp || p == Policy::kNtpPw;
+      const bool touched = pricing_.uses_spares(p) ? spared_touched_ : raw_touched_;
+      if (v != value_[i] || (ntp && touched)) {
+        pause_until_[i] = std::max(pause_until_[i], now_ + pause_h);
+      }
       value_[i] = v;
     }
   }
@@ -301,6 +311,8 @@ class SeedRun {
   Rng rng_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<SparePool::Swap> swaps_;
+  bool raw_touched_ = false;     // this event changed the job without spares
+  bool spared_touched_ = false;  // this event changed the job served by spares
 
   double end_;
   double bucket_h_;

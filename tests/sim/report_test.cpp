@@ -1,0 +1,95 @@
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "sim/report.h"
+#include "sim/scenario_toml.h"
+#include "sim/svg.h"
+
+namespace ntp::sim {
+namespace {
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+TEST(Svg, DrawsOneLinePerSeriesWithALegend) {
+  Chart c{"t & t", "x", "y", "y2", {}};
+  c.series.push_back({"a<b", {0, 1, 2}, {1, 2, 3}, false, true, false});
+  c.series.push_back({"steps", {0, 1, 2}, {5, 6, 7}, true, false, true});
+  const std::string svg = render_svg(c);
+  EXPECT_EQ(count(svg, "<polyline"), 2);
+  EXPECT_EQ(count(svg, "<circle"), 3);
+  EXPECT_NE(svg.find("a&lt;b"), std::string::npos);
+  EXPECT_NE(svg.find("t &amp; t"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  c.series[0].y.pop_back();
+  EXPECT_THROW(render_svg(c), std::invalid_argument);
+}
+
+const char* kSmall = R"(
+[cluster]
+gpus = 256
+domain_size = 8
+[model]
+layers = 8
+hidden = 1536
+heads = 24
+ffn = 6144
+vocab = 4800
+seq_len = 2048
+global_batch_tokens = 131072
+[parallelism]
+tp = 8
+pp = 1
+virtual_stages = 1
+[failures]
+rate_per_gpu_day = 0.01
+[run]
+duration_days = 10
+seeds = 3
+bucket_hours = 24
+[snapshot]
+failed_fractions = [0.0, 0.01, 0.05]
+placements = 20
+)";
+
+TEST(Report, SweepOverSparesWritesTablesAndCharts) {
+  const toml::table t = parse_scenario_text(kSmall, "small.toml");
+  const Study study = run_study(t, "small.toml", parse_sweep_flag("spares.domains=0,2"));
+  ASSERT_EQ(study.points.size(), 2u);
+  EXPECT_EQ(study.points[1].scenario.spares.domains, 2);
+  const std::string csv = timeline_summary_csv(study);
+  EXPECT_EQ(count(csv, "\n"), 1 + 2 * 5);  // header + 2 points x 5 policies
+  EXPECT_EQ(count(timeline_series_csv(study), "\n"), 1 + 2 * 10);
+  EXPECT_EQ(spares_vs_pause_chart(study).series.size(), 5u);
+  EXPECT_EQ(sweep_chart(study).series.size(), 5u);
+  const nlohmann::json j = study_json(study);
+  EXPECT_EQ(j["sweep_key"], "spares.domains");
+  EXPECT_TRUE(j["points"][0]["timeline"]["policies"].contains("ntp-pw"));
+  EXPECT_GT(j["points"][0]["healthy_step"]["mfu"].get<double>(), 0.0);
+}
+
+TEST(Report, SnapshotTableHasARowPerFractionAndPolicy) {
+  toml::table t = parse_scenario_text(kSmall, "small.toml");
+  set_override(t, "run.mode", "snapshot");
+  const Study study = run_study(t, "small.toml", SweepSpec{});
+  EXPECT_EQ(count(snapshot_csv(study), "\n"), 1 + 3 * 4);  // ckpt-restart has no static value
+  EXPECT_EQ(loss_vs_failed_fraction_chart(study.points[0]).series.size(), 4u);
+  EXPECT_NE(text_summary(study).find("healthyTP"), std::string::npos);
+}
+
+TEST(Report, SweepValuesAreValidatedNamingTheKey) {
+  const toml::table t = parse_scenario_text(kSmall, "small.toml");
+  try {
+    run_study(t, "small.toml", parse_sweep_flag("parallelism.tp=8,3"));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("parallelism.tp"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ntp::sim

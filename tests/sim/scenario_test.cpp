@@ -1,0 +1,113 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sim/scenario_toml.h"
+#include "sim/study.h"
+
+namespace ntp::sim {
+namespace {
+
+// Parses TOML text and returns the error message ("" when it is accepted).
+std::string error_of(const std::string& text) {
+  try {
+    scenario_from_table(parse_scenario_text(text, "s.toml"), "s.toml");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Scenario, EmptyFileGivesTheReferenceDefaults) {
+  const Scenario s = scenario_from_table(parse_scenario_text("", "s.toml"), "s.toml");
+  EXPECT_EQ(s.cluster.gpus, 32768);
+  EXPECT_EQ(s.dp(), 256);
+  EXPECT_EQ(s.ffn(), 4 * 20480);
+  EXPECT_EQ(s.min_tp(), 16);
+}
+
+TEST(Scenario, ShippedExamplesParse) {
+  for (const char* name : {"b200_32k.toml", "gb200_nvl72.toml"}) {
+    const std::string path = std::string(NTP_SOURCE_DIR) + "/examples/sim/" + name;
+    const Scenario s = scenario_from_table(load_scenario_file(path), path);
+    EXPECT_GT(s.dp(), 0) << name;
+  }
+}
+
+TEST(Scenario, RejectsUnknownKeysNamingThem) {
+  EXPECT_NE(error_of("[cluster]\ngpuz = 8\n").find("cluster.gpuz: unknown key"), std::string::npos);
+  EXPECT_NE(error_of("[clusterr]\n").find("clusterr: unknown key"), std::string::npos);
+  EXPECT_NE(error_of("[failures.hardware.repair]\ndist='fixed'\nhourz=1\n")
+                .find("failures.hardware.repair.hourz"),
+            std::string::npos);
+}
+
+TEST(Scenario, RejectsBadValuesNamingTheField) {
+  EXPECT_NE(error_of("[model]\nlayers = 0\n").find("model.layers"), std::string::npos);
+  EXPECT_NE(error_of("[cluster]\ngpus = 'many'\n").find("cluster.gpus: expected an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of("[efficiency]\ngemm = 1.5\n").find("efficiency.gemm"), std::string::npos);
+  EXPECT_NE(error_of("[run]\nmode = 'fast'\n").find("run.mode: 'fast' is not one of"),
+            std::string::npos);
+  EXPECT_NE(error_of("[policies]\ncompare = ['ntp', 'magic']\n").find("policies.compare[1]"),
+            std::string::npos);
+  EXPECT_NE(error_of("[failures.software]\nshare = 0.5\n").find("failures.software.share"),
+            std::string::npos);
+  EXPECT_NE(error_of("[failures.hardware.repair]\ndist='uniform'\nmin_hours=5\nmax_hours=1\n")
+                .find("failures.hardware.repair.max_hours"),
+            std::string::npos);
+  EXPECT_NE(error_of("[failures]\nrate_per_gpu_day=1\nmtbf_gpu_hours=5\n").find("mtbf_gpu_hours"),
+            std::string::npos);
+  EXPECT_NE(error_of("[snapshot]\nfailed_fractions = [0.1, 2]\n")
+                .find("snapshot.failed_fractions[1]"),
+            std::string::npos);
+}
+
+TEST(Scenario, RejectsInconsistentShapesNamingTheField) {
+  EXPECT_NE(error_of("[parallelism]\ntp = 12\n").find("parallelism.tp"), std::string::npos);
+  EXPECT_NE(error_of("[parallelism]\ndp = 7\n").find("parallelism.dp"), std::string::npos);
+  EXPECT_NE(error_of("[parallelism]\npp = 3\n").find("parallelism.pp"), std::string::npos);
+  EXPECT_NE(error_of("[failures]\nblast_radius = 3\n").find("failures.blast_radius"),
+            std::string::npos);
+  EXPECT_NE(error_of("[cluster]\ngpus = 1000\n").find("cluster.gpus"), std::string::npos);
+}
+
+TEST(Scenario, AcceptsWordValuesAndMtbf) {
+  const Scenario s = scenario_from_table(
+      parse_scenario_text("[failures]\nblast_radius = 'domain'\nmtbf_gpu_hours = 48000\n"
+                          "[policies.ckpt]\ninterval_hours = 'optimal'\n",
+                          "s.toml"),
+      "s.toml");
+  EXPECT_EQ(s.failures.blast_radius, 32);
+  EXPECT_DOUBLE_EQ(s.failures.rate_per_gpu_day, 24.0 / 48000.0);
+  EXPECT_EQ(s.policies.ckpt.interval_hours, 0.0);
+}
+
+TEST(Scenario, OverridesParseTomlOrFallBackToStrings) {
+  toml::table t = parse_scenario_text("[run]\nseeds = 3\n", "s.toml");
+  set_override(t, "run.seeds", "7");
+  set_override(t, "run.mode", "snapshot");  // not TOML: a plain string
+  set_override(t, "power.headroom_w", "1.5e3");
+  const Scenario s = scenario_from_table(t, "s.toml");
+  EXPECT_EQ(s.run.seeds, 7);
+  EXPECT_EQ(s.run.mode, Mode::kSnapshot);
+  EXPECT_DOUBLE_EQ(s.power.headroom_w, 1500.0);
+  EXPECT_THROW(set_override(t, "run.seeds.x", "1"), std::invalid_argument);
+}
+
+TEST(Scenario, SweepSpecsFromFlagAndTable) {
+  const SweepSpec flag = parse_sweep_flag("spares.domains=0,4,8");
+  EXPECT_EQ(flag.key, "spares.domains");
+  EXPECT_EQ(flag.values, (std::vector<std::string>{"0", "4", "8"}));
+  EXPECT_THROW(parse_sweep_flag("spares.domains"), std::invalid_argument);
+  const toml::table t =
+      parse_scenario_text("[sweep]\nkey = 'parallelism.tp'\nvalues = [8, 16]\n", "s.toml");
+  const SweepSpec table = sweep_from_table(t, "s.toml");
+  EXPECT_EQ(table.key, "parallelism.tp");
+  EXPECT_EQ(table.values, (std::vector<std::string>{"8", "16"}));
+  const toml::table bad = parse_scenario_text("[sweep]\nkey = 'x'\nvalue = [1]\n", "s.toml");
+  EXPECT_THROW(sweep_from_table(bad, "s.toml"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ntp::sim

@@ -1,0 +1,124 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/policy_table.h"
+#include "sim/step_model.h"
+#include "test_scenarios.h"
+
+namespace ntp::sim {
+namespace {
+
+TEST(StepModel, FlopsPerTokenMatchesMegatronFormula) {
+  const Scenario s;  // reference: FFN = 4h
+  const StepBreakdown b = StepModel(s).healthy();
+  const double l = 100, h = 20480, sl = 16384, v = 131072;
+  const double megatron = 72.0 * l * h * h * (1.0 + sl / (6.0 * h) + v / (12.0 * h * l));
+  EXPECT_NEAR(b.flops_per_token / megatron, 1.0, 1e-12);
+  EXPECT_NEAR(b.params / 5.06e11, 1.0, 0.01);  // 12 l h^2 + V h
+}
+
+TEST(StepModel, ReferenceSetupIsPlausibleAgainstPublishedMfu) {
+  // Megatron-LM reports 41-48 % MFU for 2B-462B GPTs on H100 clusters, Llama 3
+  // 405B 38-43 % on 16k H100s; a model far outside 30-55 % would be suspect.
+  const StepBreakdown b = StepModel(Scenario{}).healthy();
+  EXPECT_GT(b.mfu, 0.30);
+  EXPECT_LT(b.mfu, 0.55);
+  EXPECT_NEAR(b.microbatches, 4.0, 1e-12);  // 1,024 sequences over 256 replicas
+  EXPECT_NEAR(b.step_s, (b.microbatches + 3.0 / 5.0) * b.microbatch_s + b.dp_exposed_s, 1e-12);
+}
+
+TEST(StepModel, ComputeScalesWithLargestUnitCount) {
+  const Scenario s = testing::small_scenario();
+  const StepModel m(s);
+  // 24 heads, 6144 neurons, 4800 rows all divide 8, 6 and 4: exact n/k scaling.
+  EXPECT_NEAR(m.compute_s(6) / m.compute_s(8), 8.0 / 6.0, 1e-12);
+  EXPECT_NEAR(m.compute_s(4) / m.compute_s(8), 2.0, 1e-12);
+  // 24 heads over 5 GPUs: the busiest holds 5, i.e. more than 24/5.
+  EXPECT_GT(m.compute_s(5) / m.compute_s(8), 8.0 / 5.0);
+}
+
+TEST(StepModel, NtpReplicaContributesKOverNUpToCommunicationTerms) {
+  // With PP 1 a replica at k of n contributes its stage speed
+  // tau_n / tau_k, where tau_k = C n/k + X_k (X: exposed TP + p2p). Hence
+  // k/n <= share <= k/n * (1 + X_n / C): the documented communication term.
+  const Scenario s = testing::small_scenario();
+  const StepModel m(s);
+  const PolicyTable t = make_policy_table(Policy::kNtp, s, m);
+  const double c = m.compute_s(8);
+  const double x = m.microbatch_s(8) - c;
+  ASSERT_GT(x, 0.0);
+  for (const int k : {4, 6, 7}) {
+    const double kn = k / 8.0;
+    const double share = t.share[static_cast<std::size_t>(k)];
+    EXPECT_GE(share, kn * (1.0 - 1e-12)) << k;
+    EXPECT_LE(share, kn * (1.0 + x / c) * (1.0 + 1e-12)) << k;
+  }
+}
+
+TEST(StepModel, WithoutCommunicationAReplicaAtKOfNIsExactlyKOverN) {
+  Scenario s = testing::small_scenario();
+  s.efficiency.tp_overlap = 1.0;  // TP hidden; PP 1: no p2p
+  const StepModel m(s);
+  const PolicyTable t = make_policy_table(Policy::kNtp, s, m);
+  for (const int k : {4, 6, 8}) EXPECT_NEAR(t.share[static_cast<std::size_t>(k)], k / 8.0, 1e-12);
+}
+
+TEST(StepModel, ProportionalShareAccountsForTheBubble) {
+  Scenario s = testing::small_scenario();
+  s.cluster.gpus = 512;
+  s.parallel.pp = 2;
+  s.parallel.virtual_stages = 1;
+  s.model.layers = 8;
+  validate(s);
+  const StepModel m(s);  // m = 2 microbatches, bubble b = 1
+  EXPECT_NEAR(m.proportional_share(1.0), 1.0, 1e-12);
+  // x = (m + b) f - b = 3 * 0.75 - 1 = 1.25 of 2 microbatches.
+  EXPECT_NEAR(m.proportional_share(0.75), 0.625, 1e-12);
+  EXPECT_EQ(m.proportional_share(0.2), 0.0);
+}
+
+TEST(StepModel, SyncingAtLowerDegreeCostsMoreAndHealthyHasNoReshard) {
+  const StepModel m(Scenario{});
+  EXPECT_EQ(m.reshard_s(32), 0.0);
+  EXPECT_GT(m.reshard_s(30), 0.0);
+  EXPECT_GT(m.dp_sync_s(28), m.dp_sync_s(30));
+  EXPECT_GE(m.step_s(28), m.step_s(32));
+}
+
+TEST(PolicyTables, PowerBoostNeverSlowsAGroupAndCoversSmallLossesWithHeadroom) {
+  Scenario s = testing::small_scenario();
+  s.efficiency.tp_overlap = 1.0;
+  s.power.headroom_w = 8 * s.cluster.tdp_w;  // ample: the device cap binds
+  const StepModel m(s);
+  const PolicyTable ntp = make_policy_table(Policy::kNtp, s, m);
+  const PolicyTable pw = make_policy_table(Policy::kNtpPw, s, m);
+  for (int k = 0; k <= 8; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    EXPECT_GE(pw.speed[i], ntp.speed[i]) << k;
+    if (k > 0) {
+      EXPECT_GE(pw.speed[i], pw.speed[i - 1]) << k;
+    }
+  }
+  // 8/6 = 1.333 needs 1.333^(1/0.65) = 1.556 x TDP: capped at 1.3^0.65 = 1.186.
+  EXPECT_NEAR(pw.speed[6], 0.75 * std::pow(1.3, 0.65), 1e-9);
+  s.power.max_frac = 1.6;  // now the need is within the device cap: fully covered
+  EXPECT_NEAR(make_policy_table(Policy::kNtpPw, s, m).speed[6], 1.0, 1e-9);
+}
+
+TEST(PolicyTables, DropPoliciesCountOnlyHealthyGroupsAndNtpStopsBelowMinTp) {
+  Scenario s = testing::small_scenario();
+  s.parallel.tp_step = 2;
+  const StepModel m(s);
+  const PolicyTable drop = make_policy_table(Policy::kDpDrop, s, m);
+  const PolicyTable ntp = make_policy_table(Policy::kNtp, s, m);
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(drop.share[static_cast<std::size_t>(k)], 0.0);
+  EXPECT_EQ(drop.share[8], 1.0);
+  EXPECT_EQ(ntp.run_tp[7], 6);  // rounded down to a multiple of tp_step
+  EXPECT_EQ(ntp.run_tp[4], 4);
+  EXPECT_EQ(ntp.run_tp[3], 0);  // below min_tp = 4
+  EXPECT_EQ(ntp_run_tp(s, 5), 4);
+}
+
+}  // namespace
+}  // namespace ntp::sim

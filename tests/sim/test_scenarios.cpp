@@ -1,0 +1,33 @@
+#include "test_scenarios.h"
+
+namespace ntp::sim::testing {
+
+Scenario small_scenario() {
+  Scenario s;
+  s.cluster.gpus = 256;
+  s.cluster.domain_size = 8;
+  s.model.layers = 8;
+  s.model.hidden = 1536;
+  s.model.heads = 24;
+  s.model.ffn = 6144;
+  s.model.vocab = 4800;
+  s.model.seq_len = 2048;
+  s.model.global_batch_tokens = 2048 * 64;  // 64 sequences: 2 microbatches per replica
+  s.parallel.tp = 8;
+  s.parallel.pp = 1;
+  s.parallel.virtual_stages = 1;
+  s.parallel.tp_step = 1;
+  s.parallel.min_tp = 4;
+  s.spares.domains = 0;
+  s.policies.reconfig_s = 0;
+  s.policies.rejoin_s = 0;
+  s.run.duration_days = 30;
+  s.run.seeds = 4;
+  s.run.threads = 2;
+  s.run.bucket_hours = 24;
+  s.snapshot.placements = 200;
+  validate(s);
+  return s;
+}
+
+}  // namespace ntp::sim::testing

@@ -1,0 +1,142 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/pricing.h"
+#include "sim/timeline.h"
+#include "sim/trace.h"
+#include "test_scenarios.h"
+
+namespace ntp::sim {
+namespace {
+
+std::size_t idx(Policy p) { return static_cast<std::size_t>(p); }
+
+TEST(Timeline, NoFailuresIsFullGoodputForEveryPolicy) {
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.0;
+  s.policies.ckpt.write_s = 60;  // optimal interval without failures: never checkpoint
+  const TimelineResult r = run_timeline(s, Pricing(s), nullptr);
+  for (int p = 0; p < kPolicyCount; ++p) {
+    EXPECT_DOUBLE_EQ(r.policy[static_cast<std::size_t>(p)].goodput_mean, 1.0) << p;
+    EXPECT_DOUBLE_EQ(r.policy[static_cast<std::size_t>(p)].pause_hours_mean, 0.0) << p;
+  }
+  EXPECT_EQ(r.failures_mean, 0.0);
+}
+
+// Little's law / alternating renewal: with failures at rate lambda while up and
+// repairs of mean R, the long-run failed fraction is lambda R / (1 + lambda R)
+// (~ lambda R when small), for any uptime distribution with that mean.
+void expect_littles_law(FailureDist dist, double shape) {
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.024;  // 1e-3 per GPU-hour
+  s.failures.distribution = dist;
+  s.failures.weibull_shape = shape;
+  s.failures.hardware_share = 0.5;
+  s.failures.hardware_repair = {RepairKind::kExponential, 16.0, 0.0};
+  s.failures.software_repair = {RepairKind::kFixed, 4.0, 0.0};  // mean repair 10 h
+  s.run.duration_days = 3000;
+  s.run.bucket_hours = 24 * 30;
+  s.policies.compare = {Policy::kNtp};
+  const TimelineResult r = run_timeline(s, Pricing(s), nullptr);
+  const double lr = 1e-3 * 10.0;
+  EXPECT_NEAR(r.failed_fraction_mean / (lr / (1.0 + lr)), 1.0, 0.03);
+}
+
+TEST(Timeline, SteadyStateFailedFractionFollowsLittlesLaw) {
+  expect_littles_law(FailureDist::kExponential, 1.0);
+}
+
+TEST(Timeline, LittlesLawHoldsForWeibullUptimesToo) {
+  expect_littles_law(FailureDist::kWeibull, 0.7);
+}
+
+TEST(Timeline, SameSeedSameOutputWhateverTheThreadCount) {
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.01;
+  s.spares.domains = 2;
+  s.run.seeds = 6;
+  s.run.threads = 1;
+  const Pricing pricing(s);
+  const TimelineResult a = run_timeline(s, pricing, nullptr);
+  s.run.threads = 4;
+  const TimelineResult b = run_timeline(s, pricing, nullptr);
+  for (std::size_t p = 0; p < kPolicyCount; ++p) {
+    EXPECT_EQ(a.policy[p].goodput_mean, b.policy[p].goodput_mean);
+    EXPECT_EQ(a.policy[p].pause_hours_mean, b.policy[p].pause_hours_mean);
+  }
+  EXPECT_EQ(a.series_mean, b.series_mean);
+  EXPECT_EQ(a.failed_series_mean, b.failed_series_mean);
+  s.run.seed = 2;
+  const TimelineResult c = run_timeline(s, pricing, nullptr);
+  EXPECT_NE(a.failed_series_mean, c.failed_series_mean);
+}
+
+// One failure of GPU 0 at hour 10, back at hour 20, in a 30-day run of 32
+// replicas: every policy's goodput has a closed form.
+class OneFailure : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    s.policies.ckpt = {4.0, 0.0, 3600.0};
+    s.spares.domains = 1;
+    s.spares.swap_hours = 1.0;
+    trace = parse_trace("hours,gpu,repair_hours\n10,0,10\n", "t.csv", s.cluster.gpus);
+  }
+  TimelineSeed run() const { return run_timeline_seed(s, Pricing(s), &trace, 0); }
+
+  Scenario s = testing::small_scenario();
+  std::vector<TraceFailure> trace;
+  const double T = 720.0;
+};
+
+TEST_F(OneFailure, EachPolicyLosesWhatTheFormulaSays) {
+  const TimelineSeed r = run();
+  const Pricing pricing(s);
+  EXPECT_NEAR(r.goodput[idx(Policy::kDpDrop)], 1.0 - 10.0 / T / 32.0, 1e-12);
+  EXPECT_NEAR(r.goodput[idx(Policy::kSpares)], 1.0 - 1.0 / T / 32.0, 1e-12);
+  const StepModel& m = pricing.model();
+  const double v = std::max(
+      (31.0 + pricing.table(Policy::kNtp).share[7]) / 32.0 * m.step_s(8) / m.step_s(7), 31.0 / 32.0);
+  EXPECT_NEAR(r.goodput[idx(Policy::kNtp)], 1.0 - 10.0 / T * (1.0 - v), 1e-12);
+  // ckpt-restart: checkpoints at 4 and 8 h; the 2 h since are lost; 1 h restart.
+  EXPECT_NEAR(r.goodput[idx(Policy::kCkptRestart)], (T - 3.0) / T, 1e-12);
+  EXPECT_NEAR(r.ckpt_lost_hours, 2.0, 1e-12);
+  EXPECT_NEAR(r.pause_hours[idx(Policy::kCkptRestart)], 1.0, 1e-9);
+  EXPECT_EQ(r.failures, 1);
+  EXPECT_EQ(r.peak_failed_gpus, 1);
+  EXPECT_EQ(r.spares_needed[idx(Policy::kDpDrop)], 1);
+  EXPECT_EQ(r.spares_needed[idx(Policy::kNtp)], 0);
+}
+
+TEST_F(OneFailure, ReconfigurationPausesAreCharged) {
+  s.policies.reconfig_s = 360;  // 0.1 h after the failure
+  s.policies.rejoin_s = 720;    // 0.2 h after the repair
+  const TimelineSeed r = run();
+  EXPECT_NEAR(r.pause_hours[idx(Policy::kDpDrop)], 0.3, 1e-9);
+  EXPECT_NEAR(r.pause_hours[idx(Policy::kNtp)], 0.3, 1e-9);
+  EXPECT_NEAR(r.goodput[idx(Policy::kDpDrop)], 1.0 - (9.9 / 32.0 + 0.3) / T, 1e-12);
+}
+
+TEST_F(OneFailure, FixedGlobalBatchPausesDpDropUntilTheSpareArrives) {
+  s.policies.fixed_global_batch = true;
+  const TimelineSeed r = run();
+  EXPECT_NEAR(r.pause_hours[idx(Policy::kDpDrop)], 1.0, 1e-9);
+  EXPECT_NEAR(r.goodput[idx(Policy::kDpDrop)], 1.0 - 1.0 / T, 1e-12);
+  s.spares.domains = 0;
+  EXPECT_NEAR(run().pause_hours[idx(Policy::kDpDrop)], 10.0, 1e-9);
+}
+
+TEST(Trace, BadLinesAreRejectedWithFileAndLine) {
+  try {
+    parse_trace("1,0,2\n3,99,1\n", "f.csv", 64);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("f.csv:2: gpu 99"), std::string::npos);
+  }
+  EXPECT_THROW(parse_trace("1,0\n", "f.csv", 64), std::invalid_argument);
+  EXPECT_THROW(parse_trace("x,0,1\n", "f.csv", 64), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ntp::sim
