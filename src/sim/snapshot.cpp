@@ -25,7 +25,8 @@ class Placer {
   Placer(const Scenario& s, const Pricing& pricing)
       : s_(s), pricing_(pricing), topo_(s), fleet_(topo_),
         raw_(s.groups(), s.parallel.pp, s.parallel.tp),
-        spared_(s.groups(), s.parallel.pp, s.parallel.tp) {}
+        spared_(s.groups(), s.parallel.pp, s.parallel.tp),
+        marked_(static_cast<std::size_t>(topo_.job_domains), 0) {}
 
   Sample measure(double fraction, Rng& rng) {
     const auto target = static_cast<int>(std::llround(fraction * topo_.job_elements()));
@@ -36,8 +37,9 @@ class Placer {
       if (fleet_.down(e)) continue;
       fleet_.fail(e);
       failed_.push_back(e);
-      const int d = topo_.domain_of(e);
-      if (std::find(domains_.begin(), domains_.end(), d) == domains_.end()) domains_.push_back(d);
+      const auto d = static_cast<std::size_t>(topo_.domain_of(e));
+      if (!marked_[d]) domains_.push_back(static_cast<int>(d));
+      marked_[d] = 1;
     }
     // Spares replace the first failed domains, in the order failures were placed.
     const auto covered = std::min(domains_.size(), static_cast<std::size_t>(s_.spares.domains));
@@ -50,7 +52,10 @@ class Placer {
     out.healthy_groups = static_cast<double>(raw_.groups_with()[static_cast<std::size_t>(s_.parallel.tp)]) /
                          raw_.groups();
     for (const int e : failed_) fleet_.repair(e);
-    for (const int d : domains_) set_domain(d, true);
+    for (const int d : domains_) {
+      set_domain(d, true);
+      marked_[static_cast<std::size_t>(d)] = 0;
+    }
     return out;
   }
 
@@ -70,7 +75,8 @@ class Placer {
   ReplicaView raw_;
   ReplicaView spared_;
   std::vector<int> failed_;
-  std::vector<int> domains_;
+  std::vector<int> domains_;   // failed domains in the order they were hit
+  std::vector<char> marked_;   // per job domain: already in domains_
 };
 
 void mean_and_stderr(const std::vector<double>& xs, double& mean, double& err) {
