@@ -14,16 +14,22 @@ int run_train(int argc, char** argv) {
   std::vector<std::string> overrides;
   std::string run_dir;
   bool verify = false;
+  bool worker = false;
   app.add_option("--config", config_path, "run configuration (TOML); default: the built-in demo");
   app.add_option("--set", overrides, "override one key: --set train.lr=1e-3 (repeatable)");
   app.add_option("--run-dir", run_dir, "run directory (default: run.dir, else runs/<UTC time>)");
   app.add_flag("--verify", verify,
                "after training, replay the schedule at TP = 1, DP = 1 and compare (exit 1 on fail)");
+  // One rank of a multi-process run, as the launcher starts it.
+  app.add_flag("--worker", worker)->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? ntp::cli::kExitOk : ntp::cli::kExitBadInput;
   }
+  if (worker) return ntp::elastic::run_train_worker(run_dir);
+  const bool demo = config_path.empty() && overrides.empty();
+  if (demo) overrides = ntp::elastic::demo_overrides();
   ntp::train::Config config;
   try {
     config = ntp::train::load_config(config_path, overrides);

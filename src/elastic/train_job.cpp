@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "elastic/job.h"
+#include "elastic/world.h"
 #include "train/local_trainer.h"
+#include "train/ntp_trainer.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
 
@@ -33,7 +36,50 @@ void print_summary(std::FILE* out, const nlohmann::json& s) {
                100.0 * s["exposed_sync_fraction"].get<double>());
 }
 
+// One process per active slot of every training replica, through the launcher;
+// the progress follows metrics.jsonl, which rank 0 appends to.
+std::vector<train::StepMetrics> train_with_workers(
+    const train::Config& config, const train::RunDir& run,
+    const std::function<void(const train::StepMetrics&)>& on_step) {
+  LaunchOptions options;
+  options.nproc = static_cast<int>(train::job_places(config.parallel).size());
+  options.store = "file:" + run.store_dir().string();
+  options.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "train", "--worker",
+                     "--run-dir", run.path().string()};
+  options.log_dir = run.log_dir();
+  options.straggler_timeout =
+      std::chrono::milliseconds(static_cast<long>(config.deadline.straggler_s * 1000));
+  train::JsonlTail tail(run.file("metrics.jsonl"));
+  options.on_tick = [&] {
+    for (const nlohmann::json& line : tail.read_new()) on_step(train::step_metrics_from_json(line));
+  };
+  const LaunchResult result = run_job(options, {run.file("events.jsonl"), stderr, "ntp train"});
+  if (!result.ok()) {
+    throw std::runtime_error(fmt::format("the workers failed (logs in {}):\n{}",
+                                         run.log_dir().string(), result.report()));
+  }
+  return run.read_metrics();
+}
+
 }  // namespace
+
+int run_train_worker(const std::filesystem::path& run_dir) {
+  const train::Config config = train::load_config((run_dir / "config.toml").string(), {});
+  const Environment env = current_environment();
+  const WorldInfo world = world_from_env(env);
+  train::WorkerOptions options;
+  options.rank = world.rank;
+  options.world_size = world.world_size;
+  options.store = world.store;
+  if (env.contains("NTP_TEST_MISPAIR_RANK")) options.mispair_rank = std::stoi(env.at("NTP_TEST_MISPAIR_RANK"));
+  train::run_ntp_worker(config, run_dir, options);
+  return 0;
+}
+
+std::vector<std::string> demo_overrides() {
+  return {"parallel.tp=4", "parallel.dp=2", "parallel.failed={0=[2]}", "train.steps=30",
+          "train.global_batch=16", "train.lr=1e-3", "train.warmup_steps=3"};
+}
 
 std::filesystem::path choose_run_dir(const train::Config& config, const std::string& flag) {
   if (!flag.empty()) return flag;
@@ -43,12 +89,6 @@ std::filesystem::path choose_run_dir(const train::Config& config, const std::str
 
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
                              bool verify, std::FILE* out) {
-  if (config.parallel.tp * config.parallel.dp != 1) {
-    throw UnsupportedRequest(fmt::format(
-        "parallel.tp = {}, parallel.dp = {}: this build trains in one process only (tp = dp = 1); "
-        "the multi-process NTP trainer is not built yet",
-        config.parallel.tp, config.parallel.dp));
-  }
   const train::RunDir run = train::RunDir::create(run_dir);
   run.write_config(train::to_toml(config));
   run.event("run_started", {{"job", describe_job(config)}, {"ranks", 1}});
@@ -57,9 +97,12 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   const double start = train::unix_time_s();
   // A live line on a terminal, plain lines in logs and pipes.
   train::Progress progress(out, config.train.steps, ::isatty(::fileno(out)) == 1);
-  const std::vector<train::StepMetrics> metrics = train::train_local(
-      config, run_dir,
-      [&](const train::StepMetrics& m) { progress.update(m, train::unix_time_s() - start); });
+  const auto show = [&](const train::StepMetrics& m) {
+    progress.update(m, train::unix_time_s() - start);
+  };
+  const std::vector<train::StepMetrics> metrics =
+      train::job_places(config.parallel).size() == 1 ? train::train_local(config, run_dir, show)
+                                                      : train_with_workers(config, run, show);
   progress.finish();
   TrainJobResult result{run_dir, train::summarize(metrics, train::unix_time_s() - start), {}};
   result.summary["job"] = describe_job(config);

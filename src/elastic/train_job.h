@@ -27,8 +27,17 @@ struct TrainJobResult {
   std::optional<train::VerifyResult> verify;
 };
 
+// The built-in demo (`ntp train` with no --config and no --set): 2 replicas x
+// TP 4 of the tiny preset on the built-in corpus, replica 0 without slot 2.
+std::vector<std::string> demo_overrides();
+
 // The run directory of a job: --run-dir, else run.dir, else runs/<UTC time>.
 std::filesystem::path choose_run_dir(const train::Config& config, const std::string& flag);
+
+// The worker side (`ntp train --worker --run-dir DIR`, started by the
+// launcher): reads DIR/config.toml and its place from the environment
+// (world.h), then runs one rank of the NTP trainer. Returns the exit code.
+int run_train_worker(const std::filesystem::path& run_dir);
 
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
                              bool verify, std::FILE* out);

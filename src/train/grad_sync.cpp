@@ -1,0 +1,188 @@
+#include "train/grad_sync.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace ntp::train {
+namespace {
+
+using model::TensorSpec;
+using model::UnitKind;
+
+constexpr UnitKind kShardedKinds[] = {UnitKind::kHead, UnitKind::kNeuron, UnitKind::kVocab};
+
+// Copies the values of `units` of one tensor from a buffer that stores the
+// unit set `from_set` unit-major to one that stores `to_set`. A run of
+// consecutive unit ids is contiguous in both, so each interval is one copy.
+void move_units(const layout::IntervalSet& units, std::int64_t unit_size,
+                const layout::IntervalSet& from_set, const float* from,
+                const layout::IntervalSet& to_set, float* to) {
+  for (const layout::Interval& iv : units.intervals()) {
+    std::copy_n(from + from_set.offset_of(iv.start) * unit_size, iv.size() * unit_size,
+                to + to_set.offset_of(iv.start) * unit_size);
+  }
+}
+
+}  // namespace
+
+const layout::SlotView& KindViews::of(model::UnitKind kind) const {
+  switch (kind) {
+    case UnitKind::kHead:
+      return heads;
+    case UnitKind::kNeuron:
+      return neurons;
+    case UnitKind::kVocab:
+      return vocab;
+    case UnitKind::kReplicated:
+      break;
+  }
+  throw std::invalid_argument("KindViews: replicated tensors have no slot view");
+}
+
+GradSync::GradSync(const model::ParameterLayout& layout, KindViews views, std::vector<int> active,
+                   comm::Group& tp, comm::Group* dp)
+    : layout_(layout), views_(std::move(views)), active_(std::move(active)), tp_(tp), dp_(dp) {
+  std::size_t sync_size = 0;
+  const bool group0 = views_.heads.sync_group == 0;
+  for (const TensorSpec& spec : layout_.tensors()) {
+    if (spec.kind == UnitKind::kReplicated) {
+      if (group0) sync_size += static_cast<std::size_t>(spec.count);
+      replicated_.resize(replicated_.size() + static_cast<std::size_t>(spec.count));
+    } else if (views_.of(spec.kind).is_core()) {
+      sync_size += static_cast<std::size_t>(views_.of(spec.kind).sync_units.size() * spec.unit_size);
+    }
+  }
+  sync_buffer_.resize(dp_ != nullptr ? sync_size : 0);
+  for (UnitKind kind : kShardedKinds) {
+    for (const layout::SlotTransfer& t : views_.of(kind).pre_sync_sends) {
+      outgoing_.push_back({kind, tp_rank_of(t.to), t.units,
+                           std::vector<float>(transfer_size(kind, t.units))});
+    }
+    for (const layout::SlotTransfer& t : views_.of(kind).pre_sync_receives) {
+      incoming_.push_back({kind, tp_rank_of(t.from), t.units,
+                           std::vector<float>(transfer_size(kind, t.units))});
+    }
+  }
+}
+
+int GradSync::tp_rank_of(int slot) const {
+  const auto it = std::find(active_.begin(), active_.end(), slot);
+  if (it == active_.end()) {
+    throw std::invalid_argument(fmt::format("GradSync: slot {} is not active in this replica", slot));
+  }
+  return static_cast<int>(it - active_.begin());
+}
+
+std::size_t GradSync::transfer_size(UnitKind kind, const layout::IntervalSet& units) const {
+  std::size_t size = 0;
+  for (const TensorSpec& spec : layout_.tensors()) {
+    if (spec.kind == kind) size += static_cast<std::size_t>(units.size() * spec.unit_size);
+  }
+  return size;
+}
+
+void GradSync::pack(const Transfer& t, std::span<const float> grads, std::vector<float>& buffer) const {
+  float* out = buffer.data();
+  for (const TensorSpec& spec : layout_.tensors()) {
+    if (spec.kind != t.kind) continue;
+    move_units(t.units, spec.unit_size, spec.units, grads.data() + spec.offset, t.units, out);
+    out += t.units.size() * spec.unit_size;
+  }
+}
+
+void GradSync::unpack(const Transfer& t, const std::vector<float>& buffer, std::span<float> grads) const {
+  const float* in = buffer.data();
+  for (const TensorSpec& spec : layout_.tensors()) {
+    if (spec.kind != t.kind) continue;
+    move_units(t.units, spec.unit_size, t.units, in, spec.units, grads.data() + spec.offset);
+    in += t.units.size() * spec.unit_size;
+  }
+}
+
+std::int64_t GradSync::exchange(std::vector<Transfer>& sends, std::vector<Transfer>& receives,
+                                std::uint32_t phase) {
+  std::vector<comm::P2POp> ops;
+  std::int64_t bytes = 0;
+  for (Transfer& t : sends) {
+    ops.push_back(comm::P2POp::send(comm::ConstView(t.buffer), t.peer,
+                                    phase * 4 + static_cast<std::uint32_t>(t.kind)));
+    bytes += static_cast<std::int64_t>(t.buffer.size() * sizeof(float));
+  }
+  for (Transfer& t : receives) {
+    ops.push_back(comm::P2POp::recv(comm::View(t.buffer), t.peer,
+                                    phase * 4 + static_cast<std::uint32_t>(t.kind)));
+  }
+  if (!ops.empty()) tp_.exchange(ops);
+  return bytes;
+}
+
+// Between the rank's gradients (plus the received pieces) and the sync
+// buffer: S_j unit-major per sharded tensor, replicated tensors in group 0.
+void GradSync::sync_buffer_copy(std::span<float> grads, bool into_buffer) {
+  const bool group0 = views_.heads.sync_group == 0;
+  std::vector<std::size_t> cursor(incoming_.size(), 0);  // tensor offset inside each piece
+  float* sync = sync_buffer_.data();
+  for (const TensorSpec& spec : layout_.tensors()) {
+    float* mine = grads.data() + spec.offset;
+    if (spec.kind == UnitKind::kReplicated) {
+      if (!group0) continue;
+      if (into_buffer) std::copy_n(mine, spec.count, sync);
+      else std::copy_n(sync, spec.count, mine);
+      sync += spec.count;
+      continue;
+    }
+    const layout::IntervalSet& S = views_.of(spec.kind).sync_units;
+    if (into_buffer) move_units(spec.units, spec.unit_size, spec.units, mine, S, sync);
+    else move_units(spec.units, spec.unit_size, S, sync, spec.units, mine);
+    for (std::size_t i = 0; i < incoming_.size(); ++i) {
+      Transfer& t = incoming_[i];
+      if (t.kind != spec.kind) continue;
+      float* piece = t.buffer.data() + cursor[i];
+      if (into_buffer) move_units(t.units, spec.unit_size, t.units, piece, S, sync);
+      else move_units(t.units, spec.unit_size, S, sync, t.units, piece);
+      cursor[i] += static_cast<std::size_t>(t.units.size() * spec.unit_size);
+    }
+    if (into_buffer && mispair_ && spec.kind == UnitKind::kHead && S.size() >= 2) {
+      // Deliberately wrong: unit 0 and unit 1 of this tensor trade places.
+      std::swap_ranges(sync, sync + spec.unit_size, sync + spec.unit_size);
+    }
+    sync += S.size() * spec.unit_size;
+  }
+}
+
+void GradSync::replicated_broadcast(std::span<float> grads) {
+  if (tp_.size() == 1) return;
+  float* buffer = replicated_.data();
+  for (const TensorSpec& spec : layout_.tensors()) {
+    if (spec.kind != UnitKind::kReplicated) continue;
+    std::copy_n(grads.data() + spec.offset, spec.count, buffer);
+    buffer += spec.count;
+  }
+  tp_.broadcast(comm::View(replicated_), 0);
+  const float* in = replicated_.data();
+  for (const TensorSpec& spec : layout_.tensors()) {
+    if (spec.kind != UnitKind::kReplicated) continue;
+    std::copy_n(in, spec.count, grads.data() + spec.offset);
+    in += spec.count;
+  }
+}
+
+SyncBytes GradSync::run(std::span<float> grads) {
+  SyncBytes bytes;
+  for (Transfer& t : outgoing_) pack(t, grads, t.buffer);
+  bytes.reshard += exchange(outgoing_, incoming_, 0);  // pre-sync: extra -> core
+  if (dp_ != nullptr) {
+    sync_buffer_copy(grads, true);
+    if (dp_->size() > 1) dp_->all_reduce(sync_buffer_.data(), sync_buffer_.size());
+    bytes.allreduce += static_cast<std::int64_t>(sync_buffer_.size() * sizeof(float));
+    sync_buffer_copy(grads, false);
+  }
+  bytes.reshard += exchange(incoming_, outgoing_, 1);  // post-sync: core -> extra
+  for (const Transfer& t : outgoing_) unpack(t, t.buffer, grads);
+  replicated_broadcast(grads);
+  return bytes;
+}
+
+}  // namespace ntp::train

@@ -1,0 +1,79 @@
+#pragma once
+// NTP gradient sync of one rank (DESIGN §3, §4), for each unit kind (heads,
+// neurons, vocabulary rows) with its own layout:
+//   1. pre-sync: an extra slot sends the gradients of the pieces it holds to
+//      the core slot that owns them in the sync partition S (inside the
+//      replica, over the TP group);
+//   2. a core slot j lays out S_j unit-major for every sharded tensor (plus,
+//      in sync group 0, the replicated tensors) and all-reduces that buffer in
+//      DP group j = {core slot j of every training replica};
+//   3. post-sync: the core slots send the reduced pieces back;
+//   4. the replicated gradients, reduced in group 0, are broadcast from core
+//      slot 0 to every slot of the replica, so every copy ends identical.
+// Because every replica stores its units unit-major, a unit's gradient has
+// the same element layout everywhere and the all-reduce adds like to like.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "comm/group.h"
+#include "layout/job_layout.h"
+#include "model/parameters.h"
+
+namespace ntp::train {
+
+// The slot views of one rank, one per sharded unit kind.
+struct KindViews {
+  layout::SlotView heads;
+  layout::SlotView neurons;
+  layout::SlotView vocab;
+  const layout::SlotView& of(model::UnitKind kind) const;
+};
+
+struct SyncBytes {
+  std::int64_t reshard = 0;    // pre-sync + post-sync bytes this rank sent
+  std::int64_t allreduce = 0;  // bytes this rank all-reduced in its DP group
+};
+
+class GradSync {
+ public:
+  // `active` are the replica's active slots in TP-group order; `dp` is the
+  // rank's sync group (nullptr for an extra slot). Groups must outlive this.
+  GradSync(const model::ParameterLayout& layout, KindViews views, std::vector<int> active,
+           comm::Group& tp, comm::Group* dp);
+
+  // Synchronizes `grads` (laid out by `layout`) in place. Blocking.
+  SyncBytes run(std::span<float> grads);
+
+  // Test hook: swap two units of the sync layout on this rank (mis-pairing the
+  // reshard), to show that --verify catches it. Off by default.
+  void mispair_for_test(bool on) { mispair_ = on; }
+
+ private:
+  struct Transfer {
+    model::UnitKind kind;
+    int peer = 0;               // TP-group rank of the other slot
+    layout::IntervalSet units;  // units moved
+    std::vector<float> buffer;  // every tensor of `kind`, unit-major over `units`
+  };
+  int tp_rank_of(int slot) const;
+  std::size_t transfer_size(model::UnitKind kind, const layout::IntervalSet& units) const;
+  void pack(const Transfer& t, std::span<const float> grads, std::vector<float>& buffer) const;
+  void unpack(const Transfer& t, const std::vector<float>& buffer, std::span<float> grads) const;
+  std::int64_t exchange(std::vector<Transfer>& sends, std::vector<Transfer>& receives, std::uint32_t phase);
+  void sync_buffer_copy(std::span<float> grads, bool into_buffer);
+  void replicated_broadcast(std::span<float> grads);
+
+  const model::ParameterLayout& layout_;
+  KindViews views_;
+  std::vector<int> active_;
+  comm::Group& tp_;
+  comm::Group* dp_;
+  std::vector<Transfer> outgoing_;  // pre-sync sends (extra slot)
+  std::vector<Transfer> incoming_;  // pre-sync receives (core slot)
+  std::vector<float> sync_buffer_;
+  std::vector<float> replicated_;
+  bool mispair_ = false;
+};
+
+}  // namespace ntp::train

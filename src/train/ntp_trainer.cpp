@@ -1,0 +1,309 @@
+#include "train/ntp_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "comm/group.h"
+#include "comm/store.h"
+#include "model/llmc_checkpoint.h"
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "train/dataset.h"
+#include "train/grad_sync.h"
+#include "train/lr_schedule.h"
+#include "train/model_setup.h"
+#include "train/run_dir.h"
+#include "train/schedule.h"
+#include "train/trace.h"
+
+namespace ntp::train {
+namespace {
+
+using Groups = std::vector<std::unique_ptr<comm::Group>>;
+
+bool trains(const ParallelConfig& p, std::int64_t replica) {
+  return static_cast<std::int64_t>(p.active_slots(replica).size()) >= p.min_tp;
+}
+
+int global_rank_of(const std::vector<RankPlace>& places, int replica, int slot) {
+  const auto it = std::find(places.begin(), places.end(), RankPlace{replica, slot});
+  if (it == places.end()) {
+    throw std::logic_error(fmt::format("replica {} slot {} has no process", replica, slot));
+  }
+  return static_cast<int>(it - places.begin());
+}
+
+// Every rank holds, per unit kind, the units of its slot in that kind's layout.
+struct RankLayout {
+  KindViews views;
+  model::Shard shard;
+  std::vector<int> active;  // slots of the rank's replica, TP-group order
+};
+
+RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankPlace me) {
+  RankLayout out;
+  const layout::JobLayout heads = layout::plan_job(job_config(p, gpt.heads));
+  const layout::JobLayout neurons = layout::plan_job(job_config(p, gpt.ffn()));
+  const layout::JobLayout vocab = layout::plan_job(job_config(p, gpt.padded_vocab));
+  out.views = {heads.slot_view(me.replica, me.slot), neurons.slot_view(me.replica, me.slot),
+               vocab.slot_view(me.replica, me.slot)};
+  out.shard = {out.views.heads.units, out.views.neurons.units, out.views.vocab.units};
+  out.active = heads.replicas[static_cast<std::size_t>(me.replica)].active;
+  return out;
+}
+
+comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::vector<int> ranks,
+                                 std::string name) {
+  comm::GroupOptions o;
+  o.ranks = std::move(ranks);
+  o.global_rank = w.rank;
+  o.name = std::move(name);
+  o.timeout = std::chrono::milliseconds(static_cast<long>(c.deadline.collective_s * 1000));
+  o.connect_timeout = std::chrono::milliseconds(static_cast<long>(c.deadline.rendezvous_s * 1000));
+  o.world_size = w.world_size;
+  return o;
+}
+
+model::AdamWConfig adamw(const OptimConfig& t) {
+  model::AdamWConfig c;
+  c.lr = static_cast<float>(t.lr);
+  c.beta1 = static_cast<float>(t.beta1);
+  c.beta2 = static_cast<float>(t.beta2);
+  c.eps = static_cast<float>(t.eps);
+  c.weight_decay = static_cast<float>(t.weight_decay);
+  c.grad_clip = static_cast<float>(t.grad_clip);
+  return c;
+}
+
+tensor::ThreadSetup threads_for(const ModelConfig& keys, int ranks_on_host) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      keys.threads > 0 ? static_cast<int>(keys.threads) : std::max(1, cores / ranks_on_host);
+  return {threads, threads};
+}
+
+// One rank's state for the whole run.
+class Worker {
+ public:
+  Worker(const Config& config, const std::filesystem::path& run_dir, const WorkerOptions& options);
+  void run();
+
+ private:
+  void connect();
+  StepMetrics step(std::int64_t s, const SampleSchedule& schedule, TraceRecorder& compute,
+                   TraceRecorder& comm, bool traced);
+  void write_final_model();
+
+  const Config& config_;
+  RunDir run_;
+  WorkerOptions options_;
+  std::vector<RankPlace> places_;
+  RankPlace me_;
+  model::TokenData data_;
+  ModelSetup setup_;
+  RankLayout layout_;
+  std::shared_ptr<comm::Store> store_;
+  std::unique_ptr<comm::Group> world_;
+  std::unique_ptr<comm::Group> tp_;
+  std::unique_ptr<comm::Group> dp_;
+  std::unique_ptr<tensor::Context> ctx_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<model::AdamW> optimizer_;
+  std::unique_ptr<GradSync> sync_;
+  std::vector<std::int64_t> shares_;
+  double run_start_ = unix_time_s();
+};
+
+Worker::Worker(const Config& config, const std::filesystem::path& run_dir,
+               const WorkerOptions& options)
+    : config_(config),
+      run_(RunDir::open(run_dir)),
+      options_(options),
+      places_(job_places(config.parallel)),
+      data_(open_dataset(config.data, run_dir)),
+      setup_(resolve_model(config.model, data_.max_token())) {
+  if (options.world_size != static_cast<int>(places_.size())) {
+    throw std::invalid_argument(fmt::format(
+        "WORLD_SIZE = {}, but the configuration has {} active slots in training replicas",
+        options.world_size, places_.size()));
+  }
+  me_ = places_.at(static_cast<std::size_t>(options.rank));
+  layout_ = plan_rank(config.parallel, setup_.gpt, me_);
+  shares_ = batch_shares(config.parallel.batch_policy,
+                         split_input(config.parallel, config.train.global_batch));
+  connect();
+  const int local = static_cast<int>(places_.size());
+  ctx_ = std::make_unique<tensor::Context>(threads_for(config.model, local));
+  model_ = std::make_unique<model::Model>(setup_.gpt, layout_.shard, *ctx_, tp_.get());
+  if (setup_.init_params.empty()) {
+    model_->init(static_cast<std::uint64_t>(config.train.seed));
+  } else {
+    const model::ParameterLayout full(setup_.gpt, model::Shard::full(setup_.gpt));
+    model::scatter_from_full(full, setup_.init_params, model_->layout(), model_->params());
+  }
+  optimizer_ = std::make_unique<model::AdamW>(adamw(config.train), model_->layout());
+  sync_ = std::make_unique<GradSync>(model_->layout(), layout_.views, layout_.active, *tp_, dp_.get());
+  sync_->mispair_for_test(options.mispair_rank == options.rank);
+  run_.event("rank_ready", {{"rank", options.rank},
+                            {"replica", me_.replica},
+                            {"slot", me_.slot},
+                            {"heads", layout_.shard.heads.to_string()},
+                            {"neurons", layout_.shard.neurons.to_string()},
+                            {"vocab", layout_.shard.vocab.to_string()},
+                            {"sync_group", layout_.views.heads.sync_group}});
+}
+
+void Worker::connect() {
+  store_ = comm::open_store(options_.store);
+  std::vector<int> all(places_.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  world_ = comm::create_group(store_, group_options(config_, options_, all, "world"));
+  std::vector<int> replica;
+  for (int slot : layout_.active) replica.push_back(global_rank_of(places_, me_.replica, slot));
+  tp_ = comm::create_group(store_, group_options(config_, options_, replica,
+                                                 fmt::format("tp/r{}", me_.replica)));
+  const int j = layout_.views.heads.sync_group;
+  if (j >= 0) {
+    // DP groups come from the layout's core lists, never from physical slot ids.
+    const layout::JobLayout heads = layout::plan_job(job_config(config_.parallel, setup_.gpt.heads));
+    std::vector<int> members;
+    for (const auto& [r, slot] : heads.sync_group_members(j)) {
+      members.push_back(global_rank_of(places_, r, slot));
+    }
+    dp_ = comm::create_group(store_, group_options(config_, options_, members,
+                                                   fmt::format("dp/core{}", j)));
+  }
+}
+
+StepMetrics Worker::step(std::int64_t s, const SampleSchedule& schedule, TraceRecorder& compute,
+                         TraceRecorder& comm_trace, bool traced) {
+  const double start = unix_time_s();
+  const std::int64_t T = setup_.seq_len;
+  const auto parts = assign_samples(schedule.step_samples(s), shares_);
+  if (options_.rank == 0) run_.append_schedule(s, schedule.epoch_of(s), parts);
+  const std::vector<std::int64_t>& mine = parts[static_cast<std::size_t>(me_.replica)];
+  model_->zero_grad();
+  model_->set_loss_scale(1.0f / static_cast<float>(config_.train.global_batch * T));
+  double loss_sum = 0;
+  std::vector<std::int32_t> inputs;
+  std::vector<std::int32_t> targets;
+  std::size_t next = 0;
+  for (std::int64_t micro : micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch)) {
+    inputs.resize(static_cast<std::size_t>(micro * T));
+    targets.resize(inputs.size());
+    for (std::int64_t i = 0; i < micro; ++i, ++next) {
+      data_.sample(mine[next], T, inputs.data() + i * T, targets.data() + i * T);
+    }
+    const double t0 = unix_time_s();
+    loss_sum += model_->forward({inputs.data(), targets.data(), micro, T}).sum;
+    model_->backward();
+    if (traced) compute.add({"forward+backward", Track::kCompute, t0, unix_time_s() - t0, s});
+  }
+  const double sync_start = unix_time_s();
+  const SyncBytes bytes = sync_->run(model_->grads());
+  const double sync_s = unix_time_s() - sync_start;
+  if (traced) comm_trace.add({"grad sync", Track::kComm, sync_start, sync_s, s});
+
+  const double opt_start = unix_time_s();
+  StepMetrics m;
+  m.step = s;
+  m.epoch = schedule.epoch_of(s);
+  m.lr = learning_rate(config_.train, s);
+  comm::Group& tp = *tp_;
+  const model::StepStats stats = optimizer_->step(*model_, static_cast<float>(m.lr), [&tp](double x) {
+    tp.all_reduce(&x, 1);
+    return x;
+  });
+  if (traced) compute.add({"optimizer", Track::kCompute, opt_start, unix_time_s() - opt_start, s});
+  // Job-wide figures: the loss once per replica (TP rank 0), bytes from every rank.
+  std::vector<double> sums = {tp_->rank() == 0 ? loss_sum : 0.0, static_cast<double>(bytes.reshard),
+                              static_cast<double>(bytes.allreduce)};
+  world_->all_reduce(sums.data(), sums.size());
+  std::vector<double> maxima = {sync_s, unix_time_s() - start};
+  world_->all_reduce(maxima.data(), maxima.size(), comm::ReduceOp::kMax);
+  m.tokens = config_.train.global_batch * T;
+  m.loss = sums[0] / static_cast<double>(m.tokens);
+  m.reshard_bytes = static_cast<std::int64_t>(sums[1]);
+  m.allreduce_bytes = static_cast<std::int64_t>(sums[2]);
+  m.grad_norm = stats.grad_norm;
+  m.samples = shares_;
+  m.tp = split_input(config_.parallel, config_.train.global_batch).active;
+  m.exposed_sync_s = maxima[0];
+  m.step_time_s = maxima[1];
+  return m;
+}
+
+void Worker::write_final_model() {
+  // Replica of rank 0 holds every unit once: sum its ranks' pieces into a full buffer.
+  const model::ParameterLayout full(setup_.gpt, model::Shard::full(setup_.gpt));
+  std::vector<float> values(static_cast<std::size_t>(full.size()), 0.0f);
+  if (me_.replica == places_.front().replica) {
+    model::gather_into_full(model_->layout(), model_->params(), full, values, tp_->rank() == 0);
+    tp_->all_reduce(values.data(), values.size());
+  }
+  if (options_.rank == 0) {
+    model::write_llmc_checkpoint(run_.file("model.bin").string(), setup_.gpt, values);
+  }
+}
+
+void Worker::run() {
+  const SampleSchedule schedule(samples_in(data_.size(), setup_.seq_len),
+                                config_.train.global_batch, config_.data.order, config_.train.seed);
+  const std::string label = fmt::format("rank {}: replica {} slot {}", options_.rank, me_.replica, me_.slot);
+  TraceRecorder compute(options_.rank, label, run_start_);
+  TraceRecorder comm_trace(options_.rank, label, run_start_);
+  const std::int64_t first_traced = config_.train.steps > 1 ? 1 : 0;
+  for (std::int64_t s = 0; s < config_.train.steps; ++s) {
+    const bool traced = s >= first_traced && s < first_traced + config_.run.trace_steps;
+    const StepMetrics m = step(s, schedule, compute, comm_trace, traced);
+    if (options_.rank == 0) run_.append_metrics(m);
+  }
+  write_final_model();
+  if (config_.run.trace_steps > 0) {
+    compute.append(comm_trace);
+    compute.write(run_.path() / "trace" / fmt::format("rank-{}.json", options_.rank));
+  }
+  world_->barrier();
+  if (options_.rank == 0 && config_.run.trace_steps > 0) {
+    merge_traces(run_.path() / "trace", run_.file("trace.json"));
+  }
+}
+
+}  // namespace
+
+std::vector<RankPlace> job_places(const ParallelConfig& p) {
+  std::vector<RankPlace> places;
+  for (std::int64_t r = 0; r < p.dp; ++r) {
+    if (!trains(p, r)) continue;
+    for (std::int64_t slot : p.active_slots(r)) {
+      places.push_back({static_cast<int>(r), static_cast<int>(slot)});
+    }
+  }
+  return places;
+}
+
+layout::JobConfig job_config(const ParallelConfig& p, std::int64_t units) {
+  layout::JobConfig c;
+  c.units = units;
+  c.tp = static_cast<int>(p.tp);
+  c.replicas = static_cast<int>(p.dp);
+  c.min_tp = static_cast<int>(p.min_tp);
+  for (const auto& [replica, slots] : p.failed) {
+    if (slots.empty()) continue;
+    std::vector<int>& out = c.failed[static_cast<int>(replica)];
+    for (std::int64_t slot : slots) out.push_back(static_cast<int>(slot));
+  }
+  return c;
+}
+
+void run_ntp_worker(const Config& config, const std::filesystem::path& run_dir,
+                    const WorkerOptions& options) {
+  Worker worker(config, run_dir, options);
+  worker.run();
+}
+
+}  // namespace ntp::train
