@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "tensor/fast_math.h"
+
 namespace ntp::tensor {
 
 namespace {
@@ -52,7 +54,7 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
         }
         float sum = 0.0f;
         for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          p[t2] = std::exp(p[t2] - max);
+          p[t2] = fast_exp(p[t2] - max);
           sum += p[t2];
         }
         const float inv = 1.0f / sum;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tensor/fast_math.h"
+
 namespace ntp::tensor {
 
 void crossentropy_local_max(Context& ctx, float* row_max, const float* logits,
@@ -27,7 +29,7 @@ void crossentropy_local_sums(Context& ctx, float* sums, float* logits,
       sums[shape.rows + i] = target_col[i] >= 0 ? row[target_col[i]] : 0.0f;
       float s = 0.0f;
       for (std::int64_t j = 0; j < shape.valid; ++j) {
-        row[j] = std::exp(row[j] - row_max[i]);  // kept: finish() needs no second exp
+        row[j] = fast_exp(row[j] - row_max[i]);  // kept: finish() needs no second exp
         s += row[j];
       }
       sums[i] = s;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tensor/fast_math.h"
+
 namespace ntp::tensor {
 
 namespace {
@@ -14,7 +16,7 @@ void gelu_forward(Context& ctx, float* out, const float* inp, std::int64_t count
     for (std::int64_t i = begin; i < end; ++i) {
       const float x = inp[i];
       const float cube = 0.044715f * x * x * x;
-      out[i] = 0.5f * x * (1.0f + std::tanh(kScale * (x + cube)));
+      out[i] = 0.5f * x * (1.0f + fast_tanh(kScale * (x + cube)));
     }
   });
 }
@@ -25,7 +27,7 @@ void gelu_backward(Context& ctx, float* dinp, const float* inp, const float* dou
     for (std::int64_t i = begin; i < end; ++i) {
       const float x = inp[i];
       const float cube = 0.044715f * x * x * x;
-      const float t = std::tanh(kScale * (x + cube));
+      const float t = fast_tanh(kScale * (x + cube));
       const float sech2 = 1.0f - t * t;
       const float local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kScale * (1.0f + 3.0f * 0.044715f * x * x);
       dinp[i] += local * dout[i];
