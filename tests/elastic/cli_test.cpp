@@ -17,8 +17,8 @@ struct CommandResult {
   std::string output;  // stdout and stderr
 };
 
-CommandResult ntp(const std::string& args) {
-  const std::string command = std::string(NTP_BINARY) + " " + args + " 2>&1";
+CommandResult ntp_with_env(const std::string& env, const std::string& args) {
+  const std::string command = env + " " + std::string(NTP_BINARY) + " " + args + " 2>&1";
   CommandResult run;
   std::FILE* pipe = ::popen(command.c_str(), "r");
   std::array<char, 4096> buffer{};
@@ -29,6 +29,8 @@ CommandResult ntp(const std::string& args) {
   run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return run;
 }
+
+CommandResult ntp(const std::string& args) { return ntp_with_env("", args); }
 
 class CliTest : public ::testing::Test {
  protected:
@@ -61,6 +63,89 @@ TEST_F(CliTest, LaunchRejectsBadFlags) {
   EXPECT_EQ(ntp("launch --nproc 0 -- true").code, 2);
   EXPECT_EQ(ntp("launch --nproc 2 --store tcp://x -- true").code, 2);
   EXPECT_EQ(ntp("launch --nproc 2").code, 2);
+}
+
+}  // namespace
+
+namespace {
+
+// `ntp train --verify` on a small multi-process job; returns the verify line.
+std::string train_and_verify(const fs::path& dir, const std::string& sets, int* code,
+                             const std::string& env = "") {
+  const CommandResult run = ntp_with_env(
+      env, "train --run-dir " + dir.string() +
+               " --set train.steps=3 --set model.layers=1 --set model.seq_len=32"
+               " --set train.micro_batch=2 --set deadline.collective_s=20 " + sets + " --verify");
+  *code = run.code;
+  const std::size_t at = run.output.find("{\"max_loss_abs_diff\"");
+  return at == std::string::npos ? run.output : run.output.substr(at);
+}
+
+struct VerifyCase {
+  const char* name;
+  std::string sets;
+};
+
+class TrainVerifyTest : public CliTest, public ::testing::WithParamInterface<VerifyCase> {};
+
+TEST_P(TrainVerifyTest, MatchesTheSingleProcessReplay) {
+  int code = -1;
+  const std::string line = train_and_verify(dir_, GetParam().sets, &code);
+  EXPECT_EQ(code, 0) << line;
+  EXPECT_NE(line.find("\"verify\":\"pass\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"steps\":3"), std::string::npos) << line;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configurations, TrainVerifyTest,
+    ::testing::Values(
+        VerifyCase{"uniform_dp2_tp4", "--set parallel.dp=2 --set parallel.tp=4"},
+        VerifyCase{"slot2_lost_fixed",
+                   "--set parallel.dp=2 --set parallel.tp=4 --set parallel.failed={0=[2]}"
+                   " --set parallel.batch_policy=fixed"},
+        VerifyCase{"slot2_lost_proportional",
+                   "--set parallel.dp=2 --set parallel.tp=4 --set parallel.failed={0=[2]}"
+                   " --set parallel.batch_policy=proportional"},
+        VerifyCase{"two_degraded_replicas",
+                   "--set parallel.dp=3 --set parallel.tp=4 --set train.global_batch=12"
+                   " --set 'parallel.failed={0=[1],2=[0,3]}'"},
+        VerifyCase{"indivisible_heads_and_neurons",
+                   "--set parallel.dp=2 --set parallel.tp=4 --set model.d_model=80"
+                   " --set model.heads=5 --set parallel.failed={1=[1]}"},
+        VerifyCase{"constant_global",
+                   "--set parallel.dp=3 --set parallel.tp=4 --set train.global_batch=12"
+                   " --set parallel.failed={1=[3]} --set parallel.batch_policy=constant-global"}),
+    [](const ::testing::TestParamInfo<VerifyCase>& param_info) { return std::string(param_info.param.name); });
+
+TEST_F(CliTest, VerifyCatchesAMisPairedUnitInTheReshard) {
+  int code = -1;
+  const std::string line =
+      train_and_verify(dir_, "--set parallel.dp=2 --set parallel.tp=4 --set parallel.failed={0=[2]}",
+                       &code, "NTP_TEST_MISPAIR_RANK=0");
+  EXPECT_EQ(code, 1) << line;
+  EXPECT_NE(line.find("\"verify\":\"fail\""), std::string::npos) << line;
+}
+
+TEST_F(CliTest, TrainRejectsABadConfigBeforeStartingAnything) {
+  const CommandResult run =
+      ntp("train --run-dir " + dir_.string() + " --set parallel.dp=2 --set parallel.failed={5=[0]}");
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_NE(run.output.find("parallel.failed"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("replica 5"), std::string::npos) << run.output;
+  EXPECT_FALSE(fs::exists(dir_)) << "nothing may be created for a rejected configuration";
+  const CommandResult unknown = ntp("train --run-dir " + dir_.string() + " --set train.stepz=3");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.output.find("train.stepz"), std::string::npos) << unknown.output;
+}
+
+TEST_F(CliTest, TrainWritesEveryRunFile) {
+  int code = -1;
+  train_and_verify(dir_, "--set parallel.dp=2 --set parallel.tp=2", &code);
+  ASSERT_EQ(code, 0);
+  for (const char* name : {"config.toml", "metrics.jsonl", "schedule.jsonl", "events.jsonl",
+                           "trace.json", "summary.json", "model.bin", "logs/rank-3.log"}) {
+    EXPECT_TRUE(fs::exists(dir_ / name)) << name;
+  }
 }
 
 }  // namespace
