@@ -83,8 +83,8 @@ void validate_plan_args(const PlanArgs& a) {
   check_finite(a.model.max_frac, "--max-frac", a.model.max_frac >= 1, "must be >= 1, got");
   check_finite(a.model.alpha, "--alpha", a.model.alpha > 0, "must be > 0, got");
   check_finite(a.headroom_w, "--headroom-w", a.headroom_w >= 0, "must be >= 0 W, got");
-  if (a.global_batch < 1) {
-    throw FlagError("--global-batch", fmt::format("must be >= 1, got {}", a.global_batch));
+  if (a.global_batch < 1 || a.global_batch > (1L << 53)) {
+    throw FlagError("--global-batch", fmt::format("must be in [1, 2^53], got {}", a.global_batch));
   }
 }
 
@@ -220,7 +220,7 @@ int run_power(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::fprintf(stderr, "ntp power: %s\n", e.what());
     return kExitBadInput;
-  } catch (const FlagError& e) {
+  } catch (const std::invalid_argument& e) {  // FlagError, or the policy's own checks
     std::fprintf(stderr, "ntp power: %s\n", e.what());
     return kExitBadInput;
   } catch (const pw::PowerError& e) {

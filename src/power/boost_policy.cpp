@@ -107,7 +107,11 @@ std::vector<long> shares_without_boost(int n, const std::vector<int>& active, lo
 }
 
 std::vector<long> apportion(const std::vector<double>& weights, long total) {
-  if (total < 0) reject("apportion: total must be >= 0, got " + std::to_string(total));
+  // Quotas are doubles: totals beyond 2^53 would lose whole sequences.
+  constexpr long kMaxTotal = 1L << 53;
+  if (total < 0 || total > kMaxTotal) {
+    reject("apportion: total must be in [0, 2^53], got " + std::to_string(total));
+  }
   double weight_sum = 0.0;
   for (std::size_t i = 0; i < weights.size(); ++i) {
     if (!std::isfinite(weights[i]) || weights[i] < 0.0) {

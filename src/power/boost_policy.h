@@ -70,8 +70,8 @@ std::vector<long> shares_without_boost(int n, const std::vector<int>& active, lo
 // Largest-remainder apportionment: integers summing exactly to total,
 // proportional to weights (>= 0, finite), ties to the lower index. The primitive
 // behind every batch policy (`fixed` is weight 1 per participating replica).
-// Throws std::invalid_argument if a weight is negative or not finite, or if
-// total > 0 and every weight is 0.
+// Throws std::invalid_argument if a weight is negative or not finite, if total
+// is outside [0, 2^53], or if total > 0 and every weight is 0.
 std::vector<long> apportion(const std::vector<double>& weights, long total);
 
 // Throws std::invalid_argument naming the field unless tdp_w > 0,

@@ -179,6 +179,9 @@ TEST(Apportion, LargestRemainderWithDeterministicTies) {
   EXPECT_EQ(apportion({}, 0), std::vector<long>{});
   EXPECT_THROW(apportion({0, 0}, 1), std::invalid_argument);
   EXPECT_THROW(apportion({-1, 2}, 1), std::invalid_argument);
+  EXPECT_THROW(apportion({1, 2}, (1L << 53) + 1), std::invalid_argument);
+  const std::vector<long> big = apportion({1, 2}, 1L << 53);
+  EXPECT_EQ(big[0] + big[1], 1L << 53);
 }
 
 TEST(BoostPlan, RejectsBadInputNamingTheField) {

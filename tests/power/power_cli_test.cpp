@@ -99,6 +99,8 @@ TEST(PowerCli, BadInputNamesTheFlagAndPrintsNothing) {
   expect_bad_input(base + "--tp 8 --active 8 --headroom-w inf", "--headroom-w");
   expect_bad_input("power plan --tp 8 --active 8 --global-batch 0", "--global-batch");
   expect_bad_input("power plan --tp 8 --active 8", "--global-batch");
+  expect_bad_input("power plan --tp 8 --active 8 --global-batch 99999999999999999",
+                   "--global-batch");
   expect_bad_input("power plan --tp 8 --active 8 --global-batch 8 --bogus 1", "--bogus");
 }
 
