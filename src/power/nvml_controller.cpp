@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -175,7 +176,8 @@ double NvmlPowerController::get_limit_w(int device) const {
 void NvmlPowerController::set_limit_w(int device, double watts) {
   check_device(device);
   check_limit(device, watts);
-  const unsigned milliwatts = to_milliwatts(watts);
+  const LimitRange range = limit_range(device);
+  const unsigned milliwatts = to_milliwatts(std::clamp(watts, range.min_w, range.max_w));
   const NvmlReturn code =
       nvml_->fn.set_limit(nvml_->devices[static_cast<std::size_t>(device)], milliwatts);
   if (code == kNvmlNoPermission) {

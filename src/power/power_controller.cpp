@@ -16,8 +16,11 @@ void PowerController::check_device(int device) const {
 }
 
 void PowerController::check_limit(int device, double watts) const {
+  // One milliwatt (NVML's resolution) of slack: a plan's max_frac * tdp_w may
+  // land an ulp above the device maximum it was derived from.
+  constexpr double kSlackW = 1e-3;
   const LimitRange range = limit_range(device);
-  if (!std::isfinite(watts) || watts < range.min_w || watts > range.max_w) {
+  if (!std::isfinite(watts) || watts < range.min_w - kSlackW || watts > range.max_w + kSlackW) {
     throw PowerError(fmt::format("{} power: limit {:.1f} W for {} is outside [{:.1f}, {:.1f}] W",
                                  backend(), watts, device_name(device), range.min_w, range.max_w));
   }

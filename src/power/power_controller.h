@@ -44,7 +44,8 @@ class PowerController {
  protected:
   // Throws PowerError unless 0 <= device < device_count().
   void check_device(int device) const;
-  // Throws PowerError unless watts lies within limit_range(device).
+  // Throws PowerError unless watts lies within limit_range(device), give or
+  // take one milliwatt; backends clamp what they set to the range.
   void check_limit(int device, double watts) const;
 };
 

@@ -1,6 +1,7 @@
 // The simulated power backend (see simulated_controller.h).
 #include "power/simulated_controller.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -41,6 +42,8 @@ double SimulatedPowerController::get_limit_w(int device) const {
 void SimulatedPowerController::set_limit_w(int device, double watts) {
   check_device(device);
   check_limit(device, watts);
+  const LimitRange range = limit_range(device);
+  watts = std::clamp(watts, range.min_w, range.max_w);
   std::lock_guard lock(mutex_);
   if (sets_until_failure_ == 0) {
     sets_until_failure_ = -1;
