@@ -42,11 +42,17 @@ const layout::SlotView& KindViews::of(model::UnitKind kind) const {
 }
 
 GradSync::GradSync(const model::ParameterLayout& layout, KindViews views, std::vector<int> active,
-                   comm::Group& tp, comm::Group* dp)
-    : layout_(layout), views_(std::move(views)), active_(std::move(active)), tp_(tp), dp_(dp) {
+                   comm::Group& tp, comm::Group* dp, std::size_t first, std::size_t last)
+    : layout_(layout),
+      first_(first),
+      last_(last == 0 ? layout.tensors().size() : last),
+      views_(std::move(views)),
+      active_(std::move(active)),
+      tp_(tp),
+      dp_(dp) {
   std::size_t sync_size = 0;
   const bool group0 = views_.heads.sync_group == 0;
-  for (const TensorSpec& spec : layout_.tensors()) {
+  for (const TensorSpec& spec : tensors()) {
     if (spec.kind == UnitKind::kReplicated) {
       if (group0) sync_size += static_cast<std::size_t>(spec.count);
       replicated_.resize(replicated_.size() + static_cast<std::size_t>(spec.count));
@@ -56,6 +62,8 @@ GradSync::GradSync(const model::ParameterLayout& layout, KindViews views, std::v
   }
   sync_buffer_.resize(dp_ != nullptr ? sync_size : 0);
   for (UnitKind kind : kShardedKinds) {
+    // A bucket without tensors of this kind moves nothing (the same on both ends).
+    if (!holds_kind(kind)) continue;
     for (const layout::SlotTransfer& t : views_.of(kind).pre_sync_sends) {
       outgoing_.push_back({kind, tp_rank_of(t.to), t.units,
                            std::vector<float>(transfer_size(kind, t.units))});
@@ -65,6 +73,15 @@ GradSync::GradSync(const model::ParameterLayout& layout, KindViews views, std::v
                            std::vector<float>(transfer_size(kind, t.units))});
     }
   }
+}
+
+std::span<const TensorSpec> GradSync::tensors() const {
+  return std::span<const TensorSpec>(layout_.tensors()).subspan(first_, last_ - first_);
+}
+
+bool GradSync::holds_kind(UnitKind kind) const {
+  const auto specs = tensors();
+  return std::any_of(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.kind == kind; });
 }
 
 int GradSync::tp_rank_of(int slot) const {
@@ -77,7 +94,7 @@ int GradSync::tp_rank_of(int slot) const {
 
 std::size_t GradSync::transfer_size(UnitKind kind, const layout::IntervalSet& units) const {
   std::size_t size = 0;
-  for (const TensorSpec& spec : layout_.tensors()) {
+  for (const TensorSpec& spec : tensors()) {
     if (spec.kind == kind) size += static_cast<std::size_t>(units.size() * spec.unit_size);
   }
   return size;
@@ -85,7 +102,7 @@ std::size_t GradSync::transfer_size(UnitKind kind, const layout::IntervalSet& un
 
 void GradSync::pack(const Transfer& t, std::span<const float> grads, std::vector<float>& buffer) const {
   float* out = buffer.data();
-  for (const TensorSpec& spec : layout_.tensors()) {
+  for (const TensorSpec& spec : tensors()) {
     if (spec.kind != t.kind) continue;
     move_units(t.units, spec.unit_size, spec.units, grads.data() + spec.offset, t.units, out);
     out += t.units.size() * spec.unit_size;
@@ -94,7 +111,7 @@ void GradSync::pack(const Transfer& t, std::span<const float> grads, std::vector
 
 void GradSync::unpack(const Transfer& t, const std::vector<float>& buffer, std::span<float> grads) const {
   const float* in = buffer.data();
-  for (const TensorSpec& spec : layout_.tensors()) {
+  for (const TensorSpec& spec : tensors()) {
     if (spec.kind != t.kind) continue;
     move_units(t.units, spec.unit_size, t.units, in, spec.units, grads.data() + spec.offset);
     in += t.units.size() * spec.unit_size;
@@ -124,7 +141,7 @@ void GradSync::sync_buffer_copy(std::span<float> grads, bool into_buffer) {
   const bool group0 = views_.heads.sync_group == 0;
   std::vector<std::size_t> cursor(incoming_.size(), 0);  // tensor offset inside each piece
   float* sync = sync_buffer_.data();
-  for (const TensorSpec& spec : layout_.tensors()) {
+  for (const TensorSpec& spec : tensors()) {
     float* mine = grads.data() + spec.offset;
     if (spec.kind == UnitKind::kReplicated) {
       if (!group0) continue;
@@ -153,16 +170,16 @@ void GradSync::sync_buffer_copy(std::span<float> grads, bool into_buffer) {
 }
 
 void GradSync::replicated_broadcast(std::span<float> grads) {
-  if (tp_.size() == 1) return;
+  if (tp_.size() == 1 || replicated_.empty()) return;
   float* buffer = replicated_.data();
-  for (const TensorSpec& spec : layout_.tensors()) {
+  for (const TensorSpec& spec : tensors()) {
     if (spec.kind != UnitKind::kReplicated) continue;
     std::copy_n(grads.data() + spec.offset, spec.count, buffer);
     buffer += spec.count;
   }
   tp_.broadcast(comm::View(replicated_), 0);
   const float* in = replicated_.data();
-  for (const TensorSpec& spec : layout_.tensors()) {
+  for (const TensorSpec& spec : tensors()) {
     if (spec.kind != UnitKind::kReplicated) continue;
     std::copy_n(in, spec.count, grads.data() + spec.offset);
     in += spec.count;
@@ -175,7 +192,9 @@ SyncBytes GradSync::run(std::span<float> grads) {
   bytes.reshard += exchange(outgoing_, incoming_, 0);  // pre-sync: extra -> core
   if (dp_ != nullptr) {
     sync_buffer_copy(grads, true);
-    if (dp_->size() > 1) dp_->all_reduce(sync_buffer_.data(), sync_buffer_.size());
+    if (dp_->size() > 1 && !sync_buffer_.empty()) {
+      dp_->all_reduce(sync_buffer_.data(), sync_buffer_.size());
+    }
     bytes.allreduce += static_cast<std::int64_t>(sync_buffer_.size() * sizeof(float));
     sync_buffer_copy(grads, false);
   }

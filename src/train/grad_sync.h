@@ -39,8 +39,10 @@ class GradSync {
  public:
   // `active` are the replica's active slots in TP-group order; `dp` is the
   // rank's sync group (nullptr for an extra slot). Groups must outlive this.
+  // Only the tensors [first, last) of the layout are synchronized (a bucket);
+  // last = 0 means every tensor. Every rank must use the same ranges.
   GradSync(const model::ParameterLayout& layout, KindViews views, std::vector<int> active,
-           comm::Group& tp, comm::Group* dp);
+           comm::Group& tp, comm::Group* dp, std::size_t first = 0, std::size_t last = 0);
 
   // Synchronizes `grads` (laid out by `layout`) in place. Blocking.
   SyncBytes run(std::span<float> grads);
@@ -64,7 +66,12 @@ class GradSync {
   void sync_buffer_copy(std::span<float> grads, bool into_buffer);
   void replicated_broadcast(std::span<float> grads);
 
+  std::span<const model::TensorSpec> tensors() const;
+  bool holds_kind(model::UnitKind kind) const;
+
   const model::ParameterLayout& layout_;
+  std::size_t first_;
+  std::size_t last_;
   KindViews views_;
   std::vector<int> active_;
   comm::Group& tp_;

@@ -13,7 +13,7 @@
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "train/dataset.h"
-#include "train/grad_sync.h"
+#include "train/overlapped_sync.h"
 #include "train/lr_schedule.h"
 #include "train/model_setup.h"
 #include "train/run_dir.h"
@@ -108,12 +108,14 @@ class Worker {
   RankLayout layout_;
   std::shared_ptr<comm::Store> store_;
   std::unique_ptr<comm::Group> world_;
-  std::unique_ptr<comm::Group> tp_;
+  std::unique_ptr<comm::Group> tp_;       // the model's TP collectives (compute thread)
+  std::unique_ptr<comm::Group> tp_sync_;  // the same ranks, for the reshard (comm thread)
   std::unique_ptr<comm::Group> dp_;
   std::unique_ptr<tensor::Context> ctx_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<model::AdamW> optimizer_;
-  std::unique_ptr<GradSync> sync_;
+  std::unique_ptr<model::ParameterLayout> full_;
+  std::unique_ptr<OverlappedSync> sync_;
   std::vector<std::int64_t> shares_;
   double run_start_ = unix_time_s();
 };
@@ -146,7 +148,9 @@ Worker::Worker(const Config& config, const std::filesystem::path& run_dir,
     model::scatter_from_full(full, setup_.init_params, model_->layout(), model_->params());
   }
   optimizer_ = std::make_unique<model::AdamW>(adamw(config.train), model_->layout());
-  sync_ = std::make_unique<GradSync>(model_->layout(), layout_.views, layout_.active, *tp_, dp_.get());
+  full_ = std::make_unique<model::ParameterLayout>(setup_.gpt, model::Shard::full(setup_.gpt));
+  sync_ = std::make_unique<OverlappedSync>(model_->layout(), *full_, layout_.views, layout_.active,
+                                           *tp_sync_, dp_.get(), config.sync.bucket_mb);
   sync_->mispair_for_test(options.mispair_rank == options.rank);
   run_.event("rank_ready", {{"rank", options.rank},
                             {"replica", me_.replica},
@@ -166,6 +170,8 @@ void Worker::connect() {
   for (int slot : layout_.active) replica.push_back(global_rank_of(places_, me_.replica, slot));
   tp_ = comm::create_group(store_, group_options(config_, options_, replica,
                                                  fmt::format("tp/r{}", me_.replica)));
+  tp_sync_ = comm::create_group(store_, group_options(config_, options_, replica,
+                                                      fmt::format("tpsync/r{}", me_.replica)));
   const int j = layout_.views.heads.sync_group;
   if (j >= 0) {
     // DP groups come from the layout's core lists, never from physical slot ids.
@@ -192,7 +198,13 @@ StepMetrics Worker::step(std::int64_t s, const SampleSchedule& schedule, TraceRe
   std::vector<std::int32_t> inputs;
   std::vector<std::int32_t> targets;
   std::size_t next = 0;
-  for (std::int64_t micro : micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch)) {
+  const std::vector<std::int64_t> micros =
+      micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch);
+  sync_->begin(model_->grads(), s);
+  model::BackwardHooks hooks;
+  hooks.grads_ready = [this](std::size_t first, std::size_t last) { sync_->grads_ready(first, last); };
+  for (std::size_t k = 0; k < micros.size(); ++k) {
+    const std::int64_t micro = micros[k];
     inputs.resize(static_cast<std::size_t>(micro * T));
     targets.resize(inputs.size());
     for (std::int64_t i = 0; i < micro; ++i, ++next) {
@@ -200,13 +212,17 @@ StepMetrics Worker::step(std::int64_t s, const SampleSchedule& schedule, TraceRe
     }
     const double t0 = unix_time_s();
     loss_sum += model_->forward({inputs.data(), targets.data(), micro, T}).sum;
-    model_->backward();
+    // Only the last micro-batch's backward makes gradients final: it drives the sync.
+    model_->backward(k + 1 == micros.size() ? hooks : model::BackwardHooks{});
     if (traced) compute.add({"forward+backward", Track::kCompute, t0, unix_time_s() - t0, s});
   }
-  const double sync_start = unix_time_s();
-  const SyncBytes bytes = sync_->run(model_->grads());
-  const double sync_s = unix_time_s() - sync_start;
-  if (traced) comm_trace.add({"grad sync", Track::kComm, sync_start, sync_s, s});
+  const SyncTotals totals = sync_->finish();
+  const SyncBytes bytes = totals.bytes;
+  const double sync_s = totals.exposed_s;
+  if (traced) {
+    for (const TraceSpan& span : totals.spans) comm_trace.add(span);
+    compute.add({"wait for sync", Track::kCompute, unix_time_s() - sync_s, sync_s, s});
+  }
 
   const double opt_start = unix_time_s();
   StepMetrics m;
