@@ -141,7 +141,9 @@ void append_job_table(std::string& out, const JobLayout& job, const std::string&
     append_replica_table(out, r, layout, job.tp, job.min_tp);
     int same = r + 1;
     while (same < job.num_replicas() && job.replicas[static_cast<size_t>(same)] == layout) ++same;
-    if (same > r + 1)
+    if (same == r + 2)
+      out += "replica " + std::to_string(r + 1) + ": same as replica " + std::to_string(r) + "\n";
+    if (same > r + 2)
       out += "replicas " + std::to_string(r + 1) + "-" + std::to_string(same - 1) +
              ": same as replica " + std::to_string(r) + "\n";
     r = same;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 
@@ -29,49 +30,84 @@ Pieces pieces_of(const ReplicaLayout& layout) {
   return pieces;
 }
 
-// A replica as a cross-domain source: its old pieces, which of its slots are
-// alive in the new configuration, and how much it has sent so far.
-struct Source {
-  Pieces pieces;
-  std::vector<char> alive;  // per slot, in the new configuration
-  bool whole = false;       // every old holder survives: it can serve any unit
-  Unit load = 0;
+// A replica as a cross-domain source: its old layout, which of its slots are
+// alive in the new configuration, and how much it has sent so far. Its pieces
+// are listed on first use: most replicas are never asked.
+class Source {
+ public:
+  Source(const ReplicaLayout& old, const ReplicaLayout& next)
+      : old_(old.dropped ? nullptr : &old), alive_(alive_mask(next)) {
+    whole_ = old_ && std::all_of(old.active.begin(), old.active.end(),
+                                 [&](int slot) { return alive_[static_cast<size_t>(slot)] != 0; });
+  }
+
+  bool held_anything() const { return old_ != nullptr; }  // it trained before
+  bool alive(int slot) const { return alive_[static_cast<size_t>(slot)] != 0; }
+  Unit load() const { return load_; }
+  const Pieces& pieces() {
+    if (!pieces_) pieces_ = old_ ? pieces_of(*old_) : Pieces{};
+    return *pieces_;
+  }
 
   // Calls fn(part, slot) for each part of `want` held by a surviving slot.
   template <typename Fn>
-  void for_each_held(Interval want, Fn&& fn) const {
-    auto it = std::upper_bound(pieces.begin(), pieces.end(), want.start,
+  void for_each_held(Interval want, Fn&& fn) {
+    const Pieces& all = pieces();
+    auto it = std::upper_bound(all.begin(), all.end(), want.start,
                                [](Unit u, const Piece& p) { return u < p.units.end; });
-    for (; it != pieces.end() && it->units.start < want.end; ++it) {
-      if (!alive[static_cast<size_t>(it->slot)]) continue;
+    for (; it != all.end() && it->units.start < want.end; ++it) {
+      if (!alive(it->slot)) continue;
       fn(Interval{std::max(want.start, it->units.start), std::min(want.end, it->units.end)},
          it->slot);
     }
   }
-  Unit held_size(Interval want) const {
-    if (whole) return want.size();
+  Unit held_size(Interval want) {
+    if (whole_) return want.size();  // every old holder survives
     Unit held = 0;
     for_each_held(want, [&](Interval part, int) { held += part.size(); });
     return held;
   }
+  void count_sent(Unit units) { load_ += units; }
+
+ private:
+  static std::vector<char> alive_mask(const ReplicaLayout& layout) {
+    std::vector<char> alive(layout.slots.size(), 0);
+    for (int slot : layout.active) alive[static_cast<size_t>(slot)] = 1;
+    return alive;
+  }
+
+  const ReplicaLayout* old_;  // null when it sat out: holds nothing
+  std::vector<char> alive_;   // per slot, in the new configuration
+  bool whole_ = false;        // every old holder survives: it can serve any unit
+  Unit load_ = 0;             // units sent cross-domain so far
+  std::optional<Pieces> pieces_;
 };
 
-// Collects transfers per (to, from) pair, so each pair becomes one move.
+// Collects transfers, then merges them per (to, from) pair so each pair
+// becomes one move. Sorting one flat list is much cheaper than a map of sets.
 class MoveBook {
  public:
-  void add(SlotRef from, SlotRef to, Interval units) {
-    moves_[{to, from}].add(units.start, units.end);
-  }
-  std::vector<Move> moves() const {
+  void add(SlotRef from, SlotRef to, Interval units) { pieces_.push_back({from, to, units}); }
+  std::vector<Move> moves() {
+    std::sort(pieces_.begin(), pieces_.end(), [](const RawMove& a, const RawMove& b) {
+      return std::tie(a.to, a.from, a.units.start) < std::tie(b.to, b.from, b.units.start);
+    });
     std::vector<Move> out;
-    out.reserve(moves_.size());
-    for (const auto& [key, units] : moves_)
-      out.push_back({key.second, key.first, units, key.first.replica != key.second.replica});
+    for (const RawMove& p : pieces_) {
+      if (out.empty() || out.back().to != p.to || out.back().from != p.from)
+        out.push_back({p.from, p.to, {}, p.from.replica != p.to.replica});
+      out.back().units.add(p.units.start, p.units.end);
+    }
     return out;
   }
 
  private:
-  std::map<std::pair<SlotRef, SlotRef>, IntervalSet> moves_;
+  struct RawMove {
+    SlotRef from;
+    SlotRef to;
+    Interval units;
+  };
+  std::vector<RawMove> pieces_;
 };
 
 // A piece a new holder needs from another replica.
@@ -80,16 +116,11 @@ struct Need {
   Interval units;
 };
 
-std::vector<char> alive_mask(const ReplicaLayout& layout) {
-  std::vector<char> alive(layout.slots.size(), 0);
-  for (int slot : layout.active) alive[static_cast<size_t>(slot)] = 1;
-  return alive;
-}
-
 // Sweeps the old and new pieces of replica r together: units that change slot
 // move inside the replica when their old holder survives, else become needs.
-void plan_inside_replica(int replica, const Pieces& old_pieces, const Pieces& new_pieces,
-                         const std::vector<char>& alive, MoveBook& book, std::vector<Need>& needs) {
+void plan_inside_replica(int replica, Source& own, const Pieces& new_pieces, MoveBook& book,
+                         std::vector<Need>& needs) {
+  const Pieces& old_pieces = own.pieces();
   size_t i = 0;
   for (const Piece& np : new_pieces) {
     const SlotRef to{replica, np.slot};
@@ -103,7 +134,7 @@ void plan_inside_replica(int replica, const Pieces& old_pieces, const Pieces& ne
       const Unit hi = std::min(np.units.end, op.units.end);
       if (op.slot == np.slot) {
         // stays on the same slot: nothing moves
-      } else if (alive[static_cast<size_t>(op.slot)]) {
+      } else if (own.alive(op.slot)) {
         book.add({replica, op.slot}, to, {lo, hi});
       } else if (!needs.empty() && needs.back().to == to && needs.back().units.end == lo) {
         needs.back().units.end = hi;
@@ -117,15 +148,15 @@ void plan_inside_replica(int replica, const Pieces& old_pieces, const Pieces& ne
 
 // The peer that serves `want`: one holding all of it if any, least loaded,
 // lowest id; -1 if no peer holds any of it.
-int pick_source(const std::vector<Source>& sources, int needing_replica, Interval want) {
+int pick_source(std::vector<Source>& sources, int needing_replica, Interval want) {
   int best = -1;
   std::tuple<bool, Unit, int> best_key{};
   for (int p = 0; p < static_cast<int>(sources.size()); ++p) {
-    const Source& s = sources[static_cast<size_t>(p)];
-    if (p == needing_replica || s.pieces.empty()) continue;
+    Source& s = sources[static_cast<size_t>(p)];
+    if (p == needing_replica || !s.held_anything()) continue;
     const Unit held = s.held_size(want);
     if (held == 0) continue;
-    const std::tuple<bool, Unit, int> key{held < want.size(), s.load, p};
+    const std::tuple<bool, Unit, int> key{held < want.size(), s.load(), p};
     if (best < 0 || key < best_key) best = p, best_key = key;
   }
   return best;
@@ -149,7 +180,7 @@ void serve_from_peers(const Need& need, std::vector<Source>& sources, MoveBook& 
     source.for_each_held(want, [&](Interval part, int slot) {
       if (cursor < part.start) work.push_back({cursor, part.start});
       book.add({p, slot}, need.to, part);
-      source.load += part.size();
+      source.count_sent(part.size());
       cursor = part.end;
     });
     if (cursor < want.end) work.push_back({cursor, want.end});
@@ -169,22 +200,19 @@ void check_same_job(const JobLayout& from, const JobLayout& to) {
 
 TransitionPlan plan_transition(const JobLayout& from, const JobLayout& to) {
   check_same_job(from, to);
-  std::vector<Source> sources(static_cast<size_t>(from.num_replicas()));
-  for (size_t r = 0; r < sources.size(); ++r) {
-    Source& s = sources[r];
-    s.alive = alive_mask(to.replicas[r]);
-    if (from.replicas[r].dropped) continue;  // holds nothing
-    s.pieces = pieces_of(from.replicas[r]);
-    s.whole = std::all_of(from.replicas[r].active.begin(), from.replicas[r].active.end(),
-                          [&](int slot) { return s.alive[static_cast<size_t>(slot)] != 0; });
-  }
+  std::vector<Source> sources;
+  sources.reserve(static_cast<size_t>(from.num_replicas()));
+  for (int r = 0; r < from.num_replicas(); ++r)
+    sources.emplace_back(from.replicas[static_cast<size_t>(r)],
+                         to.replicas[static_cast<size_t>(r)]);
   MoveBook book;
   std::vector<Need> needs;
   for (int r = 0; r < to.num_replicas(); ++r) {
     const ReplicaLayout& next = to.replicas[static_cast<size_t>(r)];
     if (next.dropped) continue;  // sits out: needs nothing
-    plan_inside_replica(r, sources[static_cast<size_t>(r)].pieces, pieces_of(next),
-                        sources[static_cast<size_t>(r)].alive, book, needs);
+    // Same layout: every holder is alive in the new configuration, all stays.
+    if (next.slots == from.replicas[static_cast<size_t>(r)].slots) continue;
+    plan_inside_replica(r, sources[static_cast<size_t>(r)], pieces_of(next), book, needs);
   }
   std::map<int, IntervalSet> lost;
   for (const Need& need : needs) serve_from_peers(need, sources, book, lost);

@@ -58,6 +58,8 @@ void check_training_replica(const JobLayout& job, const JobConfig& config, int r
       ASSERT_TRUE(units.empty()) << "failed slot " << slot << " holds units";
       continue;
     }
+    // No alive slot of a training replica idles, whatever the other replicas' k.
+    ASSERT_FALSE(units.empty()) << "replica " << r << " slot " << slot << " idles";
     ASSERT_GE(units.size(), job.units / k) << "replica " << r << " slot " << slot;
     ASSERT_LE(units.size(), (job.units + k - 1) / k) << "replica " << r << " slot " << slot;
     all.add(units);
@@ -107,6 +109,28 @@ void check_training_replica(const JobLayout& job, const JobConfig& config, int r
   ASSERT_LE(static_cast<int>(layout.pre_sync.size()), std::max(0, k - 1));
 }
 
+// The per-rank view agrees with the replica layout it summarises.
+void check_slot_views(const JobLayout& job, int r) {
+  const ReplicaLayout& layout = job.replicas[static_cast<size_t>(r)];
+  for (int slot = 0; slot < job.tp; ++slot) {
+    const SlotView view = job.slot_view(r, slot);
+    ASSERT_EQ(view.units, layout.slots[static_cast<size_t>(slot)]);
+    ASSERT_EQ(view.trains, layout.is_active(slot) && !layout.dropped);
+    ASSERT_EQ(view.sync_group, layout.sync_group(slot));
+    if (view.is_core()) {
+      IntervalSet after = view.units;
+      for (const SlotTransfer& t : view.pre_sync_receives) after.add(t.units);
+      ASSERT_EQ(after, view.sync_units);
+      ASSERT_TRUE(view.pre_sync_sends.empty());
+    } else {
+      IntervalSet sent;
+      for (const SlotTransfer& t : view.pre_sync_sends) sent.add(t.units);
+      ASSERT_EQ(sent, view.units);
+      ASSERT_TRUE(view.pre_sync_receives.empty());
+    }
+  }
+}
+
 void check_job(const JobLayout& job, const JobConfig& config) {
   check_partition(job);
   int min_k = config.tp;
@@ -123,6 +147,7 @@ void check_job(const JobLayout& job, const JobConfig& config) {
     }
     min_k = std::min(min_k, k);
     check_training_replica(job, config, r);
+    check_slot_views(job, r);
   }
   ASSERT_EQ(job.sync_degree, min_k);
 }
