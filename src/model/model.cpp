@@ -101,6 +101,20 @@ std::span<float> Model::grad(const std::string& name) {
 
 void Model::init(std::uint64_t seed) { init_parameters(*layout_, params(), seed); }
 
+void Model::load_full(std::span<const float> full_params) {
+  const ParameterLayout full(config(), Shard::full(config()));
+  scatter_from_full(full, full_params, *layout_, params());
+}
+
+std::vector<float> Model::gather_full() {
+  const ParameterLayout full(config(), Shard::full(config()));
+  std::vector<float> values(static_cast<std::size_t>(full.size()), 0.0f);
+  // Each element has exactly one non-zero contributor, so the sum is exact.
+  gather_into_full(*layout_, params(), full, values, counts_replicated());
+  if (tp_ != nullptr) tp_->all_reduce(values.data(), values.size());
+  return values;
+}
+
 void Model::zero_grad() { grads_.zero(); }
 
 void Model::all_reduce(float* data, std::int64_t count) {

@@ -69,6 +69,13 @@ class Model {
   std::span<float> grad(const std::string& name);
 
   void init(std::uint64_t seed);
+  // Loads this rank's units (and the replicated tensors) from full (TP = 1)
+  // values, laid out by ParameterLayout(config, Shard::full(config)), e.g. an
+  // llm.c checkpoint's LlmcCheckpoint::params.
+  void load_full(std::span<const float> full_params);
+  // The full (TP = 1) parameters, assembled over the TP group (an all-reduce of
+  // the full size; every rank gets them). For checkpoints and comparisons.
+  std::vector<float> gather_full();
   // d(objective)/d(token loss). 0 (the default) means 1 / (tokens of the batch),
   // i.e. the mean loss; the trainer sets 1 / (global tokens of the step).
   void set_loss_scale(float scale) { loss_scale_ = scale; }

@@ -196,3 +196,42 @@ TEST(TensorParallelShards, RandomShardsAreNonContiguousAndCoverEveryUnit) {
 
 }  // namespace
 }  // namespace ntp::model
+
+namespace ntp::model {
+namespace {
+
+// The trainer's path from (or to) an llm.c checkpoint: full values in, every
+// rank's shard loaded, the full values assembled again over the TP group; and
+// the backward hooks announce every tensor exactly once, last layer first.
+TEST(TensorParallelShards, LoadFullGatherFullAndGradientHooks) {
+  openblas_set_num_threads(1);
+  const GptConfig c = testing::small_test_config();
+  const ParameterLayout full(c, Shard::full(c));
+  std::vector<float> values(static_cast<std::size_t>(full.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(i % 1000) - 0.3f;
+  const auto shards = testing::random_shards(c, 3, 5);
+  const auto batch = testing::random_batch(c, 1, 4, 2);
+  comm::testing::run_group(3, "tp", [&](comm::Group& group) {
+    tensor::Context ctx({1, 1}, false);
+    Model m(c, shards[static_cast<std::size_t>(group.rank())], ctx, &group);
+    m.load_full(values);
+    EXPECT_EQ(m.gather_full(), values);
+    std::vector<int> seen(m.layout().tensors().size(), 0);
+    int last_layer_seen = static_cast<int>(c.layers);
+    m.forward(batch.view());
+    m.backward({[&](std::size_t first, std::size_t last) {
+      for (std::size_t i = first; i < last; ++i) {
+        ++seen[i];
+        const int layer = m.layout().tensors()[i].layer;
+        if (layer >= 0) {
+          EXPECT_LE(layer, last_layer_seen);
+          last_layer_seen = layer;
+        }
+      }
+    }});
+    for (int s : seen) EXPECT_EQ(s, 1);
+  });
+}
+
+}  // namespace
+}  // namespace ntp::model
