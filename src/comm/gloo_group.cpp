@@ -84,21 +84,14 @@ std::size_t total(const std::vector<std::size_t>& counts) {
 }  // namespace
 
 GlooGroup::GlooGroup(std::shared_ptr<Store> store, GroupOptions opts)
-    : store_(std::move(store)),
-      opts_(std::move(opts)),
-      prefix_(group_prefix(opts_.epoch, opts_.name)),
-      timeout_ms_(opts_.timeout.count()) {
+    : GroupBase(std::move(store), std::move(opts)), prefix_(group_prefix(opts_.epoch, opts_.name)) {
   ignore_sigpipe();
-  for (std::size_t i = 0; i < opts_.ranks.size(); ++i) {
-    if (opts_.ranks[i] == opts_.global_rank) rank_ = static_cast<int>(i);
-  }
-  const auto connect_timeout = opts_.connect_timeout.count() > 0 ? opts_.connect_timeout : opts_.timeout;
   try {
-    join_group(*store_, prefix_, opts_, connect_timeout);
+    join_group(*store_, prefix_, opts_, connect_timeout());
     auto device = make_device(opts_);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size());
-    context->setTimeout(connect_timeout);
-    GlooStoreAdapter adapter(*store_, prefix_ + "mesh/", connect_timeout);
+    context->setTimeout(connect_timeout());
+    GlooStoreAdapter adapter(*store_, prefix_ + "mesh/", connect_timeout());
     context->connectFullMesh(adapter, device);
     context->setTimeout(opts_.timeout);
     context_ = std::move(context);
@@ -161,8 +154,7 @@ CommError GlooGroup::translate(const char* op, const std::exception& e) const {
 // "connection closed", so one failure reaches every member well within the
 // deadline instead of each timing out on its own.
 void GlooGroup::break_group(const CommError& error) {
-  if (broken_.exchange(true)) return;
-  broken_reason_ = error.what();
+  if (!mark_broken(error.what())) return;
   try {
     if (context_) context_->closeConnections();
   } catch (const std::exception&) {
@@ -172,7 +164,7 @@ void GlooGroup::break_group(const CommError& error) {
 
 void GlooGroup::guarded(const char* op, const std::function<void()>& body) {
   executor_.run([&] {
-    if (broken_) fail(CommErrorKind::kBroken, op, "earlier failure: " + broken_reason_);
+    throw_if_broken(op);
     try {
       body();
     } catch (const CommError& e) {
@@ -438,10 +430,6 @@ void GlooGroup::exchange(const std::vector<P2POp>& ops) {
       else data_bufs[i]->waitRecv(deadline());
     }
   });
-}
-
-std::shared_ptr<Work> GlooGroup::run_async(std::function<void(Group&)> task) {
-  return executor_.submit([this, task = std::move(task)] { task(*this); });
 }
 
 }  // namespace ntp::comm

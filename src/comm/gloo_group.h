@@ -3,14 +3,11 @@
 // hosts). Rendezvous goes through a Store; every call has a deadline (Gloo's
 // per-operation timeout), and an error breaks the group and closes its
 // connections so that the other members fail fast too.
-#include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "comm/call_check.h"
-#include "comm/executor.h"
-#include "comm/group.h"
+#include "comm/group_base.h"
 
 namespace gloo {
 class Context;
@@ -18,20 +15,11 @@ class Context;
 
 namespace ntp::comm {
 
-class GlooGroup : public Group {
+class GlooGroup : public GroupBase {
  public:
   // Joins and connects; see create_group() for the errors.
   GlooGroup(std::shared_ptr<Store> store, GroupOptions opts);
   ~GlooGroup() override;
-
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(opts_.ranks.size()); }
-  std::uint64_t epoch() const override { return opts_.epoch; }
-  const std::string& name() const override { return opts_.name; }
-  const std::vector<int>& ranks() const override { return opts_.ranks; }
-  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ms_ = timeout.count(); }
-  std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(timeout_ms_.load()); }
-  bool broken() const override { return broken_.load(); }
 
   void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::kSum) override;
   void all_reduce(double* data, std::size_t count, ReduceOp op = ReduceOp::kSum) override;
@@ -46,7 +34,6 @@ class GlooGroup : public Group {
   void recv(View data, int src, std::uint32_t tag) override;
   void exchange(const std::vector<P2POp>& ops) override;
   void barrier() override;
-  std::shared_ptr<Work> run_async(std::function<void(Group&)> task) override;
 
  protected:
   void do_all_reduce(View data, ReduceOp op) override;
@@ -63,17 +50,10 @@ class GlooGroup : public Group {
   std::uint32_t next_tag() { return static_cast<std::uint32_t>(seq_++); }
   std::chrono::milliseconds deadline() const { return timeout(); }
 
-  std::shared_ptr<Store> store_;
-  GroupOptions opts_;
   std::string prefix_;
-  int rank_ = -1;
-  std::atomic<long long> timeout_ms_;
   std::shared_ptr<gloo::Context> context_;
   std::uint64_t seq_ = 0;
-  std::atomic<bool> broken_{false};
-  std::string broken_reason_;
   std::map<std::string, int> peer_by_address_;  // Gloo peer address -> group rank
-  OrderedExecutor executor_;  // last member: destroyed (drained) first
 };
 
 }  // namespace ntp::comm

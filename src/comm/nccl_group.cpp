@@ -10,7 +10,7 @@
 #include <numeric>
 #include <thread>
 
-#include "comm/executor.h"
+#include "comm/group_base.h"
 #include "comm/rendezvous.h"
 
 namespace ntp::comm {
@@ -42,19 +42,10 @@ char* at_element(void* base, std::size_t offset, DataType type) {
   return static_cast<char*>(base) + offset * size_of(type);
 }
 
-class NcclGroup : public Group {
+class NcclGroup : public GroupBase {
  public:
   NcclGroup(std::shared_ptr<Store> store, GroupOptions opts);
   ~NcclGroup() override;
-
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(opts_.ranks.size()); }
-  std::uint64_t epoch() const override { return opts_.epoch; }
-  const std::string& name() const override { return opts_.name; }
-  const std::vector<int>& ranks() const override { return opts_.ranks; }
-  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ms_ = timeout.count(); }
-  std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(timeout_ms_.load()); }
-  bool broken() const override { return broken_.load(); }
 
   void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::kSum) override {
     do_all_reduce(View(data, count), op);
@@ -72,9 +63,6 @@ class NcclGroup : public Group {
   void recv(View data, int src, std::uint32_t tag) override { exchange({P2POp::recv(data, src, tag)}); }
   void exchange(const std::vector<P2POp>& ops) override;
   void barrier() override;
-  std::shared_ptr<Work> run_async(std::function<void(Group&)> task) override {
-    return executor_.submit([this, task = std::move(task)] { task(*this); });
-  }
 
  protected:
   void do_all_reduce(View data, ReduceOp op) override;
@@ -90,32 +78,21 @@ class NcclGroup : public Group {
     if (!ok) throw group_error(opts_, CommErrorKind::kBadInput, op, detail);
   }
 
-  std::shared_ptr<Store> store_;
-  GroupOptions opts_;
-  int rank_ = -1;
   int device_ = 0;
-  std::atomic<long long> timeout_ms_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   int* scratch_ = nullptr;  // one device int for barrier()
-  std::atomic<bool> broken_{false};
-  std::string broken_reason_;
-  OrderedExecutor executor_;
 };
 
 NcclGroup::NcclGroup(std::shared_ptr<Store> store, GroupOptions opts)
-    : store_(std::move(store)), opts_(std::move(opts)), timeout_ms_(opts_.timeout.count()) {
-  for (std::size_t i = 0; i < opts_.ranks.size(); ++i) {
-    if (opts_.ranks[i] == opts_.global_rank) rank_ = static_cast<int>(i);
-  }
+    : GroupBase(std::move(store), std::move(opts)) {
   const int devices = cuda_device_count();
   require(devices > 0, "create_group", "no CUDA device is visible to this process");
   device_ = opts_.device >= 0 ? opts_.device : opts_.global_rank % devices;
   require(device_ < devices, "create_group",
           "device " + std::to_string(device_) + " does not exist (" + std::to_string(devices) + " visible)");
-  const auto connect_timeout = opts_.connect_timeout.count() > 0 ? opts_.connect_timeout : opts_.timeout;
   const std::string prefix = group_prefix(opts_.epoch, opts_.name);
-  join_group(*store_, prefix, opts_, connect_timeout);
+  join_group(*store_, prefix, opts_, connect_timeout());
   // The unique id of this epoch's communicator: a fresh one per epoch is
   // what re-initializes the survivors after a failure.
   ncclUniqueId id{};
@@ -125,7 +102,7 @@ NcclGroup::NcclGroup(std::shared_ptr<Store> store, GroupOptions opts)
     }
     store_->set(prefix + "nccl/id", std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
   } else {
-    const auto bytes = store_->get(prefix + "nccl/id", connect_timeout);
+    const auto bytes = store_->get(prefix + "nccl/id", connect_timeout());
     require(bytes.size() == sizeof(id.internal), "create_group", "malformed ncclUniqueId in the store");
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
@@ -139,7 +116,7 @@ NcclGroup::NcclGroup(std::shared_ptr<Store> store, GroupOptions opts)
     if (started != ncclSuccess && started != ncclInProgress) {
       abort_and_throw("create_group", CommErrorKind::kPeerError, ncclGetErrorString(started));
     }
-    wait_not_in_progress("create_group", std::chrono::steady_clock::now() + connect_timeout);
+    wait_not_in_progress("create_group", std::chrono::steady_clock::now() + connect_timeout());
   } catch (...) {
     release();  // no destructor runs for a constructor that throws
     throw;
@@ -181,8 +158,7 @@ void NcclGroup::abort_and_throw(const char* op, CommErrorKind kind, const std::s
     ncclCommAbort(comm_);  // releases peers blocked on us and frees the communicator
     comm_ = nullptr;
   }
-  broken_ = true;
-  broken_reason_ = why;
+  mark_broken(why);
   throw group_error(opts_, kind, op, why);
 }
 
@@ -203,7 +179,7 @@ void NcclGroup::wait_not_in_progress(const char* op, std::chrono::steady_clock::
 
 void NcclGroup::run(const char* op, const std::function<ncclResult_t()>& launch) {
   executor_.run([&] {
-    if (broken_) throw group_error(opts_, CommErrorKind::kBroken, op, "earlier failure: " + broken_reason_);
+    throw_if_broken(op);
     const auto deadline = std::chrono::steady_clock::now() + timeout();
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     const ncclResult_t enqueued = launch();

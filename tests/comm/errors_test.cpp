@@ -3,12 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 #include <thread>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+#include "tests/comm/redis_server.h"
 #include "tests/comm/thread_ranks.h"
 
 namespace ntp::comm {
@@ -176,21 +174,9 @@ TEST(Errors, HungPeerTimesOutAndBreaksTheGroup) {
   EXPECT_LT(detect[2], 2.0);
 }
 
-int closed_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);  // nobody listens there now
-  return ntohs(addr.sin_port);
-}
-
 TEST(Errors, UnreachableOrWrongStore) {
   const auto start = clock_type::now();
-  const std::string spec = "redis://127.0.0.1:" + std::to_string(closed_port());
+  const std::string spec = "redis://127.0.0.1:" + std::to_string(testing::free_loopback_port());
   try {
     open_store(spec);
     ADD_FAILURE() << "connected to a closed port";
@@ -215,6 +201,39 @@ TEST(Errors, StoreWaitNamesMissingKeys) {
     EXPECT_EQ(e.kind(), CommErrorKind::kTimeout);
     EXPECT_NE(std::string(e.what()).find("absent/key"), std::string::npos);
     EXPECT_EQ(std::string(e.what()).find("present"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ntp::comm
+
+namespace ntp::comm {
+namespace {
+
+// Epoch e+1 groups of the same name on a subset of ranks work while the
+// epoch-e groups still exist, and every key they write is under ntp/e2/.
+TEST(Epochs, NextEpochOnSubsetSharesNothingWithThePrevious) {
+  testing::TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  std::vector<std::unique_ptr<Group>> old_groups(3);
+  testing::rethrow_first(testing::run_threads(3, [&](int rank) {
+    old_groups[static_cast<std::size_t>(rank)] = create_group(store, testing::group_options(3, rank, "dp", 1));
+  }));
+  std::set<std::string> before;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path())) before.insert(f.path().filename());
+  testing::rethrow_first(testing::run_threads(2, [&](int i) {
+    auto opts = testing::group_options(3, i == 0 ? 0 : 2, "dp", 2);
+    opts.ranks = {0, 2};
+    auto g = create_group(store, opts);
+    std::vector<double> x(10, 1.0);
+    g->all_reduce(x.data(), x.size());
+    EXPECT_EQ(x[0], 2.0);
+  }));
+  for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = f.path().filename();
+    if (before.count(name) == 0) {
+      EXPECT_EQ(name.rfind("ntp%2Fe2%2Fdp%2F", 0), 0u) << name;
+    }
   }
 }
 
