@@ -225,12 +225,18 @@ Chart failure_timeline_chart(const StudyPoint& point) {
   for (std::size_t b = 0; b < t.first_seed.series.size(); ++b) {
     days.push_back(static_cast<double>(b) * t.bucket_hours / 24.0);
   }
+  days.push_back(t.duration_hours / 24.0);  // steps hold their last value to the end
+  auto held = [](std::vector<double> y) {
+    y.push_back(y.empty() ? 0.0 : y.back());
+    return y;
+  };
   for (const Policy pol : compared(point)) {
-    Series s{policy_name(pol), days, {}, true, false, false};
-    for (const PolicyValues& v : t.first_seed.series) s.y.push_back(v[idx(pol)]);
-    c.series.push_back(s);
+    std::vector<double> y;
+    for (const PolicyValues& v : t.first_seed.series) y.push_back(v[idx(pol)]);
+    c.series.push_back({policy_name(pol), days, held(y), true, false, false});
   }
-  c.series.push_back({"failed GPUs (right axis)", days, t.first_seed.failed_series, true, false, true});
+  c.series.push_back(
+      {"failed GPUs (right axis)", days, held(t.first_seed.failed_series), true, false, true});
   return c;
 }
 
