@@ -58,7 +58,15 @@ SignalRestore::SignalRestore(LimitGuard& guard, std::vector<int> signals)
       ::sigaction(signals_[i], &action, &previous_[i]);
     }
   }
-  watcher_ = std::thread([this] { watch(); });
+  try {
+    watcher_ = std::thread([this] { watch(); });
+  } catch (...) {
+    uninstall();
+    g_signal_fd.store(-1);
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
+    throw;
+  }
 }
 
 SignalRestore::~SignalRestore() {
