@@ -136,6 +136,7 @@ int run_plan(const PlanArgs& args) {
 struct DeviceArgs {
   std::string backend = "nvml";
   std::string devices;  // comma-separated NVML indices or UUIDs; empty = all
+  std::string nvml_library = "libnvidia-ml.so.1";
   int simulated_devices = 4;
 };
 
@@ -143,6 +144,7 @@ std::unique_ptr<pw::PowerController> open_controller(const DeviceArgs& args) {
   pw::ControllerOptions options;
   options.simulated_devices = args.simulated_devices;
   if (!args.devices.empty()) options.nvml.devices = split_commas(args.devices);
+  options.nvml.library = args.nvml_library;
   pw::PowerMode mode = pw::PowerMode::off;
   try {
     mode = pw::parse_power_mode(args.backend);
@@ -180,6 +182,8 @@ void add_device_options(CLI::App& command, DeviceArgs& args) {
   command.add_option("--backend", args.backend, "nvml or simulated")->capture_default_str();
   command.add_option("--devices", args.devices,
                      "comma-separated NVML indices or UUIDs (default: all)");
+  command.add_option("--nvml-library", args.nvml_library, "NVML shared library to load")
+      ->capture_default_str();
   command.add_option("--simulated-devices", args.simulated_devices,
                      "device count of the simulated backend")
       ->capture_default_str();

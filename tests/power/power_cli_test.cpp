@@ -124,4 +124,32 @@ TEST(PowerCli, ShowReportsMissingNvmlCleanlyOrListsDevices) {
   EXPECT_NE(simulated.out.find("simulated device 1"), std::string::npos) << simulated.out;
 }
 
+TEST(PowerCli, ShowAndResetThroughTheNvmlBackend) {
+  // fake_nvml: two GPUs at their 700 W default; setting limits is refused, as
+  // NVML refuses it to a user without root.
+  const std::string nvml = std::string("--nvml-library ") + FAKE_NVML_PATH;
+  const CliRun show = run_ntp("power show " + nvml + " --devices GPU-fake-1");
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_NE(show.out.find("GPU 0 (GPU-fake-1)"), std::string::npos) << show.out;
+  EXPECT_EQ(show.out.find("GPU-fake-0"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("700.0"), std::string::npos) << show.out;
+  const CliRun reset = run_ntp("power reset " + nvml);
+  EXPECT_EQ(reset.exit_code, 1);
+  EXPECT_NE(reset.err.find("no permission to set the power limit of GPU 0"), std::string::npos)
+      << reset.err;
+  const CliRun missing = run_ntp("power show --nvml-library libnvidia-ml-absent.so.1");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_TRUE(missing.out.empty());
+  EXPECT_NE(missing.err.find("NVML not available"), std::string::npos) << missing.err;
+}
+
+TEST(PowerCli, ResetSimulatedAndRejectUnknownBackend) {
+  const CliRun reset = run_ntp("power reset --backend simulated --simulated-devices 2");
+  ASSERT_EQ(reset.exit_code, 0) << reset.err;
+  EXPECT_NE(reset.out.find("simulated device 1: limit 1000.0 W (default)"), std::string::npos)
+      << reset.out;
+  expect_bad_input("power show --backend turbo", "--backend");
+  expect_bad_input("power show --backend off", "--backend");
+}
+
 }  // namespace
