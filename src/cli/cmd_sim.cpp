@@ -56,6 +56,7 @@ int run(const SimOptions& o) {
   } else {
     std::printf("%s", text_summary(study).c_str());
   }
+  std::fflush(stdout);  // the table before the list of files on stderr
   if (!o.out.empty()) {
     for (const std::string& path : write_report(study, o.out)) std::fprintf(stderr, "wrote %s\n", path.c_str());
   }

@@ -304,7 +304,7 @@ std::string text_summary(const Study& study) {
         os.width(12);
         os << std::left << policy_name(pol) << std::right << "  " << s.goodput_mean << "   "
            << 100.0 * (1.0 - s.goodput_mean) << "   " << s.pause_hours_mean << "   "
-           << s.spares_needed_max << "\n";
+           << static_cast<long>(s.spares_needed_max) << "\n";
       }
     }
   }
