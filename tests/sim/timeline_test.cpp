@@ -28,8 +28,9 @@ TEST(Timeline, NoFailuresIsFullGoodputForEveryPolicy) {
 // Little's law / alternating renewal: with failures at rate lambda while up and
 // repairs of mean R, the long-run failed fraction is lambda R / (1 + lambda R)
 // (~ lambda R when small), for any uptime distribution with that mean.
-void expect_littles_law(FailureDist dist, double shape) {
+void expect_littles_law(FailureDist dist, double shape, int blast = 1) {
   Scenario s = testing::small_scenario();
+  s.failures.blast_radius = blast;  // each failure takes `blast` GPUs: blast x the failed fraction
   s.failures.rate_per_gpu_day = 0.024;  // 1e-3 per GPU-hour
   s.failures.distribution = dist;
   s.failures.weibull_shape = shape;
@@ -40,7 +41,7 @@ void expect_littles_law(FailureDist dist, double shape) {
   s.run.bucket_hours = 24 * 30;
   s.policies.compare = {Policy::kNtp};
   const TimelineResult r = run_timeline(s, Pricing(s), nullptr);
-  const double lr = 1e-3 * 10.0;
+  const double lr = 1e-3 * blast * 10.0;
   EXPECT_NEAR(r.failed_fraction_mean / (lr / (1.0 + lr)), 1.0, 0.03);
 }
 
@@ -50,6 +51,10 @@ TEST(Timeline, SteadyStateFailedFractionFollowsLittlesLaw) {
 
 TEST(Timeline, LittlesLawHoldsForWeibullUptimesToo) {
   expect_littles_law(FailureDist::kWeibull, 0.7);
+}
+
+TEST(Timeline, LittlesLawScalesWithTheBlastRadius) {
+  expect_littles_law(FailureDist::kExponential, 1.0, 4);
 }
 
 TEST(Timeline, SameSeedSameOutputWhateverTheThreadCount) {
