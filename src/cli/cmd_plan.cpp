@@ -66,8 +66,7 @@ json job_json(const JobLayout& job, const std::string& failed) {
   json partition = json::array();
   for (const IntervalSet& s : job.sync_partition) partition.push_back(intervals_json(s));
   json replicas = json::array();
-  for (int r = 0; r < job.num_replicas(); ++r)
-    replicas.push_back(replica_json(r, job.replicas[static_cast<size_t>(r)]));
+  for (int r = 0; r < job.num_replicas(); ++r) replicas.push_back(replica_json(r, job.replica(r)));
   return {{"units", job.units},
           {"tp", job.tp},
           {"replicas", job.num_replicas()},
@@ -137,10 +136,10 @@ void append_job_table(std::string& out, const JobLayout& job, const std::string&
   for (const IntervalSet& s : job.sync_partition) out += " " + s.to_string();
   out += "\n";
   for (int r = 0; r < job.num_replicas();) {
-    const ReplicaLayout& layout = job.replicas[static_cast<size_t>(r)];
+    const ReplicaLayout& layout = job.replica(r);
     append_replica_table(out, r, layout, job.tp, job.min_tp);
     int same = r + 1;
-    while (same < job.num_replicas() && job.replicas[static_cast<size_t>(same)] == layout) ++same;
+    while (same < job.num_replicas() && job.replica(same) == layout) ++same;
     if (same == r + 2)
       out += "replica " + std::to_string(r + 1) + ": same as replica " + std::to_string(r) + "\n";
     if (same > r + 2)

@@ -43,7 +43,9 @@ Unit IntervalSet::size() const {
   return total;
 }
 
-bool IntervalSet::contains(Unit unit) const { return offset_of(unit) >= 0; }
+bool IntervalSet::contains(Unit unit) const {
+  return offset_of(unit) >= 0;
+}
 
 Unit IntervalSet::offset_of(Unit unit) const {
   auto it = std::upper_bound(intervals_.begin(), intervals_.end(), unit,
@@ -108,7 +110,9 @@ IntervalSet IntervalSet::prefix(Unit count) const {
   return out;
 }
 
-IntervalSet IntervalSet::suffix_after(Unit count) const { return subtract(prefix(count)); }
+IntervalSet IntervalSet::suffix_after(Unit count) const {
+  return subtract(prefix(count));
+}
 
 std::string IntervalSet::to_string() const {
   std::string s;

@@ -86,29 +86,35 @@ JobLayout plan_job(const JobConfig& config) {
   }
   job.sync_partition = sync_partition(config.units, job.sync_degree);
   // Most replicas share their alive set (all healthy ones do): compute each once.
-  std::map<std::vector<int>, ReplicaLayout> computed;
+  std::map<std::vector<int>, std::shared_ptr<const ReplicaLayout>> computed;
   job.replicas.reserve(alive.size());
   for (const std::vector<int>& slots : alive) {
-    auto it = computed.find(slots);
-    if (it == computed.end()) {
-      ReplicaLayout layout = trains(config, static_cast<int>(slots.size()))
-                                 ? replica_layout(config.units, config.tp, slots, job.sync_degree)
-                                 : dropped_replica(config.tp, slots);
-      it = computed.emplace(slots, std::move(layout)).first;
-    }
-    job.replicas.push_back(it->second);
+    std::shared_ptr<const ReplicaLayout>& layout = computed[slots];
+    if (!layout)
+      layout = std::make_shared<const ReplicaLayout>(
+          trains(config, static_cast<int>(slots.size()))
+              ? replica_layout(config.units, config.tp, slots, job.sync_degree)
+              : dropped_replica(config.tp, slots));
+    job.replicas.push_back(layout);
   }
   return job;
 }
 
+const ReplicaLayout& JobLayout::replica(int r) const {
+  if (r < 0 || r >= num_replicas())
+    throw std::out_of_range("replica " + std::to_string(r) + " out of range [0, " +
+                            std::to_string(num_replicas()) + ")");
+  return *replicas[static_cast<size_t>(r)];
+}
+
 const IntervalSet& JobLayout::units_of(int replica, int slot) const {
   check_ids(*this, replica, slot);
-  return replicas[static_cast<size_t>(replica)].slots[static_cast<size_t>(slot)];
+  return this->replica(replica).slots[static_cast<size_t>(slot)];
 }
 
 SlotView JobLayout::slot_view(int replica, int slot) const {
   check_ids(*this, replica, slot);
-  const ReplicaLayout& layout = replicas[static_cast<size_t>(replica)];
+  const ReplicaLayout& layout = this->replica(replica);
   SlotView view;
   view.replica = replica;
   view.slot = slot;
@@ -130,7 +136,7 @@ std::vector<std::pair<int, int>> JobLayout::sync_group_members(int j) const {
                             std::to_string(sync_degree) + ")");
   std::vector<std::pair<int, int>> members;
   for (int r = 0; r < num_replicas(); ++r) {
-    const ReplicaLayout& layout = replicas[static_cast<size_t>(r)];
+    const ReplicaLayout& layout = replica(r);
     if (!layout.dropped) members.emplace_back(r, layout.core[static_cast<size_t>(j)]);
   }
   return members;

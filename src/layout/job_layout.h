@@ -10,6 +10,8 @@
 // A replica with fewer than min_tp alive slots sits out (dropped). The sync
 // degree K is the minimum of k_r over the replicas that train; each of those
 // runs at its own k_r with the layout L(U, A_r, K) of replica_layout.h.
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "layout/failed_slots.h"
@@ -57,9 +59,12 @@ struct JobLayout {
   int min_tp = 1;
   int sync_degree = 0;                      // K
   std::vector<IntervalSet> sync_partition;  // S(U, K)
-  std::vector<ReplicaLayout> replicas;      // R entries
+  // R entries. Replicas with the same alive slots share one layout, so a job
+  // of 512 healthy replicas stores one.
+  std::vector<std::shared_ptr<const ReplicaLayout>> replicas;
 
   int num_replicas() const { return static_cast<int>(replicas.size()); }
+  const ReplicaLayout& replica(int r) const;                 // bounds-checked
   const IntervalSet& units_of(int replica, int slot) const;  // empty if failed/dropped
   SlotView slot_view(int replica, int slot) const;
   // The core slots that form DP sync group j, one per training replica:

@@ -12,9 +12,10 @@
 // Tails are dealt to the extra slots in order: the tails of S_0, S_1, ...
 // are concatenated and cut into consecutive pieces of each extra slot's size.
 // Every extra slot then receives from a contiguous run of core slots and every
-// core slot sends to a contiguous run of extra slots, so the plan has at most
-// K + (k - K) - 1 transfers; fewer only happens when the running sums of
-// tails and extra loads coincide, which this order exploits automatically.
+// core slot sends to a contiguous run of extra slots. The (extra, core) pairs
+// form a forest: at most (cores with a tail) + (extra slots) - 1 transfers,
+// within k - K - 1 of the lower bound (every core slot with a tail sends at
+// least once), and fewer when running sums of tails and loads coincide.
 //
 // Gradient sync: pre_sync sends each extra slot's piece of S_j to core slot j
 // (after it, core slot j holds exactly S_j); post_sync is its exact inverse.

@@ -203,15 +203,14 @@ TransitionPlan plan_transition(const JobLayout& from, const JobLayout& to) {
   std::vector<Source> sources;
   sources.reserve(static_cast<size_t>(from.num_replicas()));
   for (int r = 0; r < from.num_replicas(); ++r)
-    sources.emplace_back(from.replicas[static_cast<size_t>(r)],
-                         to.replicas[static_cast<size_t>(r)]);
+    sources.emplace_back(from.replica(r), to.replica(r));
   MoveBook book;
   std::vector<Need> needs;
   for (int r = 0; r < to.num_replicas(); ++r) {
-    const ReplicaLayout& next = to.replicas[static_cast<size_t>(r)];
+    const ReplicaLayout& next = to.replica(r);
     if (next.dropped) continue;  // sits out: needs nothing
     // Same layout: every holder is alive in the new configuration, all stays.
-    if (next.slots == from.replicas[static_cast<size_t>(r)].slots) continue;
+    if (next.slots == from.replica(r).slots) continue;
     plan_inside_replica(r, sources[static_cast<size_t>(r)], pieces_of(next), book, needs);
   }
   std::map<int, IntervalSet> lost;

@@ -50,8 +50,8 @@ TEST(JobLayout, SlotViewGivesEachRankItsUnitsAndSyncTraffic) {
 TEST(JobLayout, MinTpDropsSmallReplicasInsteadOfShrinkingK) {
   const JobLayout job =
       plan_job({.units = 64, .tp = 4, .replicas = 3, .failed = {{1, {0, 1}}}, .min_tp = 3});
-  EXPECT_TRUE(job.replicas[1].dropped);
-  EXPECT_EQ(job.replicas[1].active, (std::vector<int>{2, 3}));
+  EXPECT_TRUE(job.replica(1).dropped);
+  EXPECT_EQ(job.replica(1).active, (std::vector<int>{2, 3}));
   EXPECT_EQ(job.sync_degree, 4);
   EXPECT_EQ(job.sync_group_members(0), (std::vector<std::pair<int, int>>{{0, 0}, {2, 0}}));
   const SlotView idle = job.slot_view(1, 2);

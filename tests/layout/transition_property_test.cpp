@@ -32,7 +32,7 @@ JobConfig random_next(std::mt19937_64& rng, const JobConfig& from) {
 // Units of replica r's old layout whose holder is alive in the new one.
 IntervalSet surviving(const JobLayout& from, const JobLayout& to, int r) {
   IntervalSet units;
-  for (int slot : to.replicas[static_cast<size_t>(r)].active) units.add(from.units_of(r, slot));
+  for (int slot : to.replica(r).active) units.add(from.units_of(r, slot));
   return units;
 }
 
@@ -41,8 +41,7 @@ void check_moves_are_sound(const JobLayout& from, const JobLayout& to, const Tra
   for (const Move& m : plan.moves) {
     ASSERT_FALSE(m.units.empty());
     ASSERT_EQ(m.cross_domain, m.from.replica != m.to.replica);
-    ASSERT_TRUE(to.replicas[static_cast<size_t>(m.from.replica)].is_active(m.from.slot))
-        << "source slot failed";
+    ASSERT_TRUE(to.replica(m.from.replica).is_active(m.from.slot)) << "source slot failed";
     const IntervalSet& held = from.units_of(m.from.replica, m.from.slot);
     ASSERT_EQ(m.units.intersect(held), m.units) << "source never held them";
     ASSERT_EQ(m.units.intersect(to.units_of(m.to.replica, m.to.slot)), m.units)
@@ -88,7 +87,7 @@ void check_delivery(const JobLayout& from, const JobLayout& to, const Transition
 void check_losses(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
   for (const LostUnits& l : plan.lost) {
     ASSERT_FALSE(l.units.empty());
-    ASSERT_FALSE(to.replicas[static_cast<size_t>(l.replica)].dropped);
+    ASSERT_FALSE(to.replica(l.replica).dropped);
     for (int p = 0; p < from.num_replicas(); ++p)
       ASSERT_TRUE(l.units.intersect(surviving(from, to, p)).empty())
           << "replica " << p << " still holds lost units";
@@ -103,8 +102,7 @@ void check_losses(const JobLayout& from, const JobLayout& to, const TransitionPl
 void check_spread(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
   std::map<int, Unit> load;
   for (int p = 0; p < from.num_replicas(); ++p)
-    if (!from.replicas[static_cast<size_t>(p)].dropped &&
-        surviving(from, to, p) == IntervalSet::range(0, from.units))
+    if (!from.replica(p).dropped && surviving(from, to, p) == IntervalSet::range(0, from.units))
       load[p] = 0;
   if (load.size() < 2) return;
   for (const Move& m : plan.moves)
@@ -139,8 +137,7 @@ TEST(TransitionProperty, RandomTransitionsDeliverExactlyWhatIsNeeded) {
     k_up += to.sync_degree > from.sync_degree;
     k_down += to.sync_degree < from.sync_degree;
     for (int r = 0; r < a.replicas; ++r)
-      rejoined += from.replicas[static_cast<size_t>(r)].dropped &&
-                  !to.replicas[static_cast<size_t>(r)].dropped;
+      rejoined += from.replica(r).dropped && !to.replica(r).dropped;
   }
   EXPECT_GT(checked, 2000);
   EXPECT_GT(lossy, 20);
