@@ -152,6 +152,9 @@ std::unique_ptr<pw::PowerController> open_controller(const DeviceArgs& args) {
     throw FlagError("--backend", "must be nvml or simulated, got '" + args.backend + "'");
   }
   if (mode == pw::PowerMode::off) throw FlagError("--backend", "must be nvml or simulated");
+  if (args.simulated_devices < 0) {
+    throw FlagError("--simulated-devices", fmt::format("must be >= 0, got {}", args.simulated_devices));
+  }
   return pw::make_power_controller(mode, options);
 }
 

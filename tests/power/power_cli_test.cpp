@@ -150,6 +150,7 @@ TEST(PowerCli, ResetSimulatedAndRejectUnknownBackend) {
       << reset.out;
   expect_bad_input("power show --backend turbo", "--backend");
   expect_bad_input("power show --backend off", "--backend");
+  expect_bad_input("power show --backend simulated --simulated-devices -1", "--simulated-devices");
 }
 
 }  // namespace
