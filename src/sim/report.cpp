@@ -319,6 +319,7 @@ std::vector<std::string> write_report(const Study& study, const std::string& dir
   std::vector<std::string> written;
   const fs::path root(dir);
   write_file(root / "summary.json", study_json(study).dump(2) + "\n", written);
+  write_file(root / "scenario.toml", study.scenario_toml, written);
   write_file(root / "step_model.csv", step_model_csv(study), written);
   const StudyPoint& first = study.points.front();
   if (first.snapshot) {

@@ -74,6 +74,18 @@ StudyPoint run_point(const toml::table& table, const std::string& source, std::s
 Study run_study(const toml::table& table, const std::string& source, const SweepSpec& sweep) {
   Study study;
   study.source = source;
+  std::ostringstream text;
+  text << table;
+  study.scenario_toml = text.str() + "\n";
+  if (!sweep.key.empty()) {
+    std::ostringstream sweep_text;
+    sweep_text << toml::table{{"sweep", toml::table{{"key", sweep.key}}}};
+    study.scenario_toml += sweep_text.str() + "\nvalues = [" ;
+    for (std::size_t i = 0; i < sweep.values.size(); ++i) {
+      study.scenario_toml += (i ? ", " : "") + sweep.values[i];
+    }
+    study.scenario_toml += "]\n";
+  }
   study.sweep_key = sweep.key;
   if (sweep.key.empty()) {
     study.points.push_back(run_point(table, source, ""));

@@ -35,6 +35,7 @@ struct StudyPoint {
 
 struct Study {
   std::string source;
+  std::string scenario_toml;  // the scenario as run (file + overrides), to rerun it
   std::string sweep_key;
   std::vector<StudyPoint> points;
 };
