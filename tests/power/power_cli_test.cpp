@@ -1,6 +1,7 @@
 // `ntp power plan` through the built binary: JSON and table output, exit codes,
 // and bad input naming the flag with nothing on stdout.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -21,7 +22,9 @@ struct CliRun {
 };
 
 CliRun run_ntp(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "power_cli_stderr.txt";
+  // One file per test process: CTest runs the CLI tests in parallel.
+  const std::string err_path =
+      ::testing::TempDir() + "power_cli_stderr_" + std::to_string(getpid()) + ".txt";
   const std::string command = std::string(NTP_BINARY) + " " + args + " 2>" + err_path;
   CliRun run;
   FILE* pipe = popen(command.c_str(), "r");
