@@ -72,6 +72,20 @@ TEST(Report, SweepOverSparesWritesTablesAndCharts) {
   EXPECT_GT(j["points"][0]["healthy_step"]["mfu"].get<double>(), 0.0);
 }
 
+TEST(Report, ScenarioAsRunParsesBackToTheSameStudy) {
+  toml::table t = parse_scenario_text(kSmall, "small.toml");
+  set_override(t, "failures.rate_multiplier", "3");
+  const Study study = run_study(t, "small.toml", parse_sweep_flag("spares.domains=0,2"));
+  toml::table again = parse_scenario_text(study.scenario_toml, "scenario.toml");
+  const SweepSpec sweep = sweep_from_table(again, "scenario.toml");
+  EXPECT_EQ(sweep.key, "spares.domains");
+  EXPECT_EQ(sweep.values, (std::vector<std::string>{"0", "2"}));
+  again.erase("sweep");
+  const Study rerun = run_study(again, "scenario.toml", sweep);
+  EXPECT_EQ(rerun.points[1].scenario.failures.rate_multiplier, 3.0);
+  EXPECT_EQ(study_json(rerun)["points"], study_json(study)["points"]);
+}
+
 TEST(Report, SnapshotTableHasARowPerFractionAndPolicy) {
   toml::table t = parse_scenario_text(kSmall, "small.toml");
   set_override(t, "run.mode", "snapshot");
