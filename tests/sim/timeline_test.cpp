@@ -28,7 +28,24 @@ TEST(Timeline, NoFailuresIsFullGoodputForEveryPolicy) {
 // Little's law / alternating renewal: with failures at rate lambda while up and
 // repairs of mean R, the long-run failed fraction is lambda R / (1 + lambda R)
 // (~ lambda R when small), for any uptime distribution with that mean.
-void expect_littles_law(FailureDist dist, double shape, int blast = 1) {
+void expect_littles_law(FailureDist dist, double shape, int blast = 1);
+
+// In steady state each GPU is down independently with probability
+// phi = lambda R / (1 + lambda R), so with PP 1 dp-drop keeps (1 - phi)^tp.
+TEST(Timeline, DpDropKeepsTheHealthyGroupFraction) {
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.024;
+  s.failures.hardware_share = 1.0;
+  s.failures.hardware_repair = {RepairKind::kExponential, 10.0, 0.0};
+  s.policies.compare = {Policy::kDpDrop};
+  s.run.duration_days = 3000;
+  s.run.bucket_hours = 24 * 30;
+  const TimelineResult r = run_timeline(s, Pricing(s), nullptr);
+  const double phi = 0.01 / 1.01;
+  EXPECT_NEAR(r.policy[idx(Policy::kDpDrop)].goodput_mean, std::pow(1.0 - phi, 8), 0.003);
+}
+
+void expect_littles_law(FailureDist dist, double shape, int blast) {
   Scenario s = testing::small_scenario();
   s.failures.blast_radius = blast;  // each failure takes `blast` GPUs: blast x the failed fraction
   s.failures.rate_per_gpu_day = 0.024;  // 1e-3 per GPU-hour
