@@ -123,6 +123,8 @@ struct GroupOptions {
   // counts, root) so a call that differs between ranks fails with kBadInput
   // naming the rank, instead of corrupting data or timing out. Costs one small
   // all-gather per call; turn off on latency-critical paths that are proven.
+  // Off, calls that differ between ranks are undefined: they may fail by the
+  // deadline or make the transport abort the process.
   bool check_inputs = true;
   // Gloo TCP: address to bind and publish (multi-host: this host's IP or
   // name), or a network interface name ("eth0") which wins if set.

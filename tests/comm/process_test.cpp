@@ -46,7 +46,7 @@ TEST_P(ProcessRanks, EveryCollective) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GroupSize, ProcessRanks, ::testing::Values(1, 2, 3, 5, 8));
+INSTANTIATE_TEST_SUITE_P(GroupSize, ProcessRanks, ::testing::Range(1, 9));
 
 TEST(ProcessFailures, KilledPeerFileStore) {
   testing::TempStoreDir dir;
