@@ -52,7 +52,7 @@ RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankP
   out.views = {heads.slot_view(me.replica, me.slot), neurons.slot_view(me.replica, me.slot),
                vocab.slot_view(me.replica, me.slot)};
   out.shard = {out.views.heads.units, out.views.neurons.units, out.views.vocab.units};
-  out.active = heads.replicas[static_cast<std::size_t>(me.replica)].active;
+  out.active = layout::alive_slots(job_config(p, gpt.heads), me.replica);
   return out;
 }
 

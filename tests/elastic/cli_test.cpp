@@ -86,6 +86,8 @@ struct VerifyCase {
   std::string sets;
 };
 
+void PrintTo(const VerifyCase& c, std::ostream* os) { *os << c.name; }
+
 class TrainVerifyTest : public CliTest, public ::testing::WithParamInterface<VerifyCase> {};
 
 TEST_P(TrainVerifyTest, MatchesTheSingleProcessReplay) {
