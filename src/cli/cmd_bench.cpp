@@ -66,6 +66,18 @@ void write_json(const std::string& path, const std::vector<cm::CommBenchRow>& ro
   }
 }
 
+// The benchmark options of the flags; bad values fail here, before any rank starts.
+cm::CommBenchOptions bench_options(const CommArgs& a) {
+  cm::CommBenchOptions opts;
+  opts.ops = split_ops(a.ops);
+  opts.min_bytes = cm::parse_bytes(a.min_bytes, "--min-bytes");
+  opts.max_bytes = cm::parse_bytes(a.max_bytes, "--max-bytes");
+  opts.iters = a.iters;
+  opts.warmup = a.warmup;
+  cm::validate(opts);
+  return opts;
+}
+
 // One rank (started by --nproc below or by an external launcher).
 int run_rank(const CommArgs& a, int rank, int world) {
   if (a.store == "file") {
@@ -74,12 +86,7 @@ int run_rank(const CommArgs& a, int rank, int world) {
   }
   const char* env_run_id = std::getenv("NTP_RUN_ID");
   const std::string run_id = !a.run_id.empty() ? a.run_id : (env_run_id != nullptr ? env_run_id : "bench");
-  cm::CommBenchOptions opts;
-  opts.ops = split_ops(a.ops);
-  opts.min_bytes = cm::parse_bytes(a.min_bytes, "--min-bytes");
-  opts.max_bytes = cm::parse_bytes(a.max_bytes, "--max-bytes");
-  opts.iters = a.iters;
-  opts.warmup = a.warmup;
+  const cm::CommBenchOptions opts = bench_options(a);
   cm::GroupOptions g;
   for (int r = 0; r < world; ++r) g.ranks.push_back(r);
   g.global_rank = rank;
@@ -106,6 +113,7 @@ int run_rank(const CommArgs& a, int rank, int world) {
 
 // --nproc N: this process starts N ranks of itself and waits for them.
 int run_local(const CommArgs& a) {
+  bench_options(a);
   std::string store = a.store;
   std::filesystem::path temp_dir;
   if (store == "file") {

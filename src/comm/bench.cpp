@@ -124,7 +124,8 @@ CommBenchRow bench_one(Group& g, const std::string& op, std::size_t bytes, const
 
 }  // namespace
 
-std::vector<CommBenchRow> run_comm_bench(Group& group, const CommBenchOptions& opts) {
+void validate(const CommBenchOptions& opts) {
+  if (opts.ops.empty()) throw_bad_input("bench", "no operation given");
   for (const auto& op : opts.ops) {
     if (std::find(bench_ops().begin(), bench_ops().end(), op) == bench_ops().end()) {
       throw_bad_input("bench", "unknown operation '" + op + "' (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast)");
@@ -134,6 +135,10 @@ std::vector<CommBenchRow> run_comm_bench(Group& group, const CommBenchOptions& o
     throw_bad_input("bench", "size range " + std::to_string(opts.min_bytes) + ".." + std::to_string(opts.max_bytes) +
                                  " bytes is empty");
   }
+}
+
+std::vector<CommBenchRow> run_comm_bench(Group& group, const CommBenchOptions& opts) {
+  validate(opts);
   std::vector<CommBenchRow> rows;
   for (const auto& op : opts.ops) {
     for (std::size_t bytes = opts.min_bytes; bytes <= opts.max_bytes; bytes *= 2) {

@@ -40,6 +40,9 @@ struct CommBenchRow {
 const std::vector<std::string>& bench_ops();
 double bus_factor(const std::string& op, int ranks);
 
+// Throws CommError(kBadInput) for an unknown op or an empty size range.
+void validate(const CommBenchOptions& opts);
+
 // Collective: every rank of `group` calls it with the same options; every
 // rank returns the same rows. Throws CommError(kBadInput) for an unknown op or
 // a size range that is empty.
