@@ -13,23 +13,6 @@
 namespace ntp::train {
 namespace {
 
-tensor::ThreadSetup threads_for(const ModelConfig& keys) {
-  const int threads = keys.threads > 0 ? static_cast<int>(keys.threads)
-                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return {threads, threads};
-}
-
-model::AdamWConfig adamw_config(const OptimConfig& t) {
-  model::AdamWConfig c;
-  c.lr = static_cast<float>(t.lr);
-  c.beta1 = static_cast<float>(t.beta1);
-  c.beta2 = static_cast<float>(t.beta2);
-  c.eps = static_cast<float>(t.eps);
-  c.weight_decay = static_cast<float>(t.weight_decay);
-  c.grad_clip = static_cast<float>(t.grad_clip);
-  return c;
-}
-
 // Records [start, now) as a span when a recorder is given.
 void span(TraceRecorder* trace, const char* name, double start, std::int64_t step) {
   if (trace != nullptr) trace->add({name, Track::kCompute, start, unix_time_s() - start, step});
@@ -41,7 +24,7 @@ LocalTrainer::LocalTrainer(const Config& config, const std::filesystem::path& ru
     : config_(config),
       data_(open_dataset(config.data, run_dir)),
       setup_(resolve_model(config.model, data_.max_token())),
-      ctx_(std::make_unique<tensor::Context>(threads_for(config.model))) {
+      ctx_(std::make_unique<tensor::Context>(train::thread_setup(config.model, 1))) {
   const model::Shard full = model::Shard::full(setup_.gpt);
   model_ = std::make_unique<model::Model>(setup_.gpt, full, *ctx_);
   if (setup_.init_params.empty()) {
@@ -105,7 +88,7 @@ std::vector<StepMetrics> train_local(const Config& config, const std::filesystem
                             {"parameters", model::parameter_count(trainer.setup().gpt)},
                             {"seq_len", trainer.setup().seq_len},
                             {"data_tokens", trainer.data().size()},
-                            {"threads", trainer.thread_setup()}});
+                            {"threads", trainer.describe_threads()}});
   const SampleSchedule schedule(samples_in(trainer.data().size(), trainer.setup().seq_len),
                                 config.train.global_batch, config.data.order, config.train.seed);
   const BatchSplitInput split = split_input(config.parallel, config.train.global_batch);

@@ -39,7 +39,7 @@ class LocalTrainer {
   const ModelSetup& setup() const { return setup_; }
   const model::TokenData& data() const { return data_; }
   std::span<const float> params() const { return model_->params(); }
-  std::string thread_setup() const { return ctx_->describe(); }
+  std::string describe_threads() const { return ctx_->describe(); }
 
   // One optimizer step on `samples` (one list per replica). Fills loss, lr,
   // grad_norm, tokens, samples and step_time_s; spans go to `trace` if given.

@@ -1,6 +1,8 @@
 #include "train/model_setup.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -68,6 +70,24 @@ ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token) {
                                   data_max_token, setup.gpt.vocab));
   }
   return setup;
+}
+
+model::AdamWConfig adamw_config(const OptimConfig& t) {
+  model::AdamWConfig c;
+  c.lr = static_cast<float>(t.lr);
+  c.beta1 = static_cast<float>(t.beta1);
+  c.beta2 = static_cast<float>(t.beta2);
+  c.eps = static_cast<float>(t.eps);
+  c.weight_decay = static_cast<float>(t.weight_decay);
+  c.grad_clip = static_cast<float>(t.grad_clip);
+  return c;
+}
+
+tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      keys.threads > 0 ? static_cast<int>(keys.threads) : std::max(1, cores / ranks_on_host);
+  return {threads, threads};
 }
 
 }  // namespace ntp::train

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/optimizer.h"
+#include "tensor/context.h"
 #include "train/config.h"
 
 namespace ntp::train {
@@ -20,5 +22,12 @@ struct ModelSetup {
 // model.init_from, ...) when the model does not fit the keys or the data:
 // every token id of the data must be below the vocabulary.
 ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token);
+
+// AdamW settings from the [train] keys.
+model::AdamWConfig adamw_config(const OptimConfig& train);
+
+// Kernel threads of one rank: model.threads, or the host's cores shared by
+// the `ranks_on_host` processes of the job (at least 1).
+tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host);
 
 }  // namespace ntp::train

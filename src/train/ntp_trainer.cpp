@@ -68,24 +68,6 @@ comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::v
   return o;
 }
 
-model::AdamWConfig adamw(const OptimConfig& t) {
-  model::AdamWConfig c;
-  c.lr = static_cast<float>(t.lr);
-  c.beta1 = static_cast<float>(t.beta1);
-  c.beta2 = static_cast<float>(t.beta2);
-  c.eps = static_cast<float>(t.eps);
-  c.weight_decay = static_cast<float>(t.weight_decay);
-  c.grad_clip = static_cast<float>(t.grad_clip);
-  return c;
-}
-
-tensor::ThreadSetup threads_for(const ModelConfig& keys, int ranks_on_host) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads =
-      keys.threads > 0 ? static_cast<int>(keys.threads) : std::max(1, cores / ranks_on_host);
-  return {threads, threads};
-}
-
 // One rank's state for the whole run.
 class Worker {
  public:
@@ -139,7 +121,7 @@ Worker::Worker(const Config& config, const std::filesystem::path& run_dir,
                          split_input(config.parallel, config.train.global_batch));
   connect();
   const int local = static_cast<int>(places_.size());
-  ctx_ = std::make_unique<tensor::Context>(threads_for(config.model, local));
+  ctx_ = std::make_unique<tensor::Context>(thread_setup(config.model, local));
   model_ = std::make_unique<model::Model>(setup_.gpt, layout_.shard, *ctx_, tp_.get());
   if (setup_.init_params.empty()) {
     model_->init(static_cast<std::uint64_t>(config.train.seed));
@@ -147,7 +129,7 @@ Worker::Worker(const Config& config, const std::filesystem::path& run_dir,
     const model::ParameterLayout full(setup_.gpt, model::Shard::full(setup_.gpt));
     model::scatter_from_full(full, setup_.init_params, model_->layout(), model_->params());
   }
-  optimizer_ = std::make_unique<model::AdamW>(adamw(config.train), model_->layout());
+  optimizer_ = std::make_unique<model::AdamW>(adamw_config(config.train), model_->layout());
   full_ = std::make_unique<model::ParameterLayout>(setup_.gpt, model::Shard::full(setup_.gpt));
   sync_ = std::make_unique<OverlappedSync>(model_->layout(), *full_, layout_.views, layout_.active,
                                            *tp_sync_, dp_.get(), config.sync.bucket_mb);
