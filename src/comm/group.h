@@ -156,6 +156,11 @@ class Group {
   virtual std::chrono::milliseconds timeout() const;
   // True once an error broke the group; it must then be rebuilt.
   virtual bool broken() const { return false; }
+  // For a watchdog (e.g. the heartbeat says a member is gone): breaks the
+  // group from any thread; later calls fail at once with kBroken. NCCL: a
+  // call in flight aborts the communicator within ~1 ms and raises kBroken.
+  // Gloo cannot be interrupted: a call in flight ends by its deadline.
+  virtual void abort(const std::string& reason) { (void)reason; }
 
   // In-place all-reduce of any numeric type (non-virtual so that a class
   // overriding only the two pointer overloads hides nothing).

@@ -23,6 +23,7 @@ class GroupBase : public Group {
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ms_ = timeout.count(); }
   std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(timeout_ms_.load()); }
   bool broken() const override { return broken_.load(); }
+  void abort(const std::string& reason) override { mark_broken("aborted: " + reason); }
   std::shared_ptr<Work> run_async(std::function<void(Group&)> task) override;
 
  protected:

@@ -170,6 +170,7 @@ void NcclGroup::wait_not_in_progress(const char* op, std::chrono::steady_clock::
     }
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) abort_and_throw(op, CommErrorKind::kPeerError, ncclGetErrorString(state));
+    if (broken()) abort_and_throw(op, CommErrorKind::kBroken, "aborted while in progress");
     if (std::chrono::steady_clock::now() >= deadline) {
       abort_and_throw(op, CommErrorKind::kTimeout, "deadline passed; communicator aborted");
     }
@@ -201,6 +202,7 @@ void NcclGroup::run(const char* op, const std::function<ncclResult_t()>& launch)
         abort_and_throw(op, CommErrorKind::kTimeout,
                         "not complete after " + std::to_string(timeout().count()) + " ms; communicator aborted");
       }
+      if (broken()) abort_and_throw(op, CommErrorKind::kBroken, "aborted by a watchdog while in flight");
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   });

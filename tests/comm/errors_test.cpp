@@ -174,6 +174,23 @@ TEST(Errors, HungPeerTimesOutAndBreaksTheGroup) {
   EXPECT_LT(detect[2], 2.0);
 }
 
+TEST(Errors, AbortFromAnotherThreadBreaksTheGroup) {
+  testing::run_group(2, "abort", [](Group& g) {
+    std::vector<float> x(10, 1.0f);
+    g.all_reduce(x.data(), x.size());
+    if (g.rank() == 0) std::thread([&] { g.abort("heartbeat: rank 1 is stale"); }).join();
+    if (g.rank() == 0) {
+      try {
+        g.all_reduce(x.data(), x.size());
+        ADD_FAILURE() << "aborted group still ran";
+      } catch (const CommError& e) {
+        EXPECT_EQ(e.kind(), CommErrorKind::kBroken);
+        EXPECT_NE(std::string(e.what()).find("heartbeat: rank 1 is stale"), std::string::npos) << e.what();
+      }
+    }
+  });
+}
+
 TEST(Errors, UnreachableOrWrongStore) {
   const auto start = clock_type::now();
   const std::string spec = "redis://127.0.0.1:" + std::to_string(testing::free_loopback_port());

@@ -138,6 +138,22 @@ TEST(Nccl, DeadlineAbortsAndNextEpochReinitializes) {
   }));
 }
 
+TEST(Nccl, WatchdogAbortBreaksTheGroup) {
+  NTP_REQUIRE_GPUS(1);
+  run_nccl_group(1, "nccl-abort", [](Group& g) {
+    DeviceVector<float> x(std::vector<float>(8, 1.0f), 0);
+    g.all_reduce(static_cast<float*>(x.view().data), 8);
+    g.abort("test watchdog");
+    EXPECT_TRUE(g.broken());
+    try {
+      g.all_reduce(static_cast<float*>(x.view().data), 8);
+      ADD_FAILURE() << "aborted group still ran";
+    } catch (const CommError& e) {
+      EXPECT_EQ(e.kind(), CommErrorKind::kBroken);
+    }
+  });
+}
+
 TEST(Nccl, MissingPeerTimesOutAtCreation) {
   NTP_REQUIRE_GPUS(1);
   testing::TempStoreDir dir;
