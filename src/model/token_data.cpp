@@ -40,6 +40,17 @@ TokenData TokenData::read_text_bytes(const std::string& path) {
   return data;
 }
 
+TokenData TokenData::read_raw_uint16(const std::string& path) {
+  BinaryReader in(path);
+  if (in.size() % 2 != 0) fail_file(path, "tokens", "odd byte count for uint16 tokens");
+  if (in.size() < 4) fail_file(path, "tokens", "needs at least 2 tokens");
+  TokenData data;
+  data.path_ = path;
+  data.tokens_.resize(in.size() / 2);
+  in.read(data.tokens_.data(), data.tokens_.size(), "tokens");
+  return data;
+}
+
 void TokenData::write_token_file(const std::string& path, std::span<const std::uint16_t> tokens) {
   std::vector<std::int32_t> header(kHeaderInts, 0);
   header[0] = kTokenFileMagic;

@@ -1,7 +1,7 @@
 #pragma once
-// Training tokens: llm.c / nanoGPT token files (a 256 x int32 header
-// {20240520, version, count, 0...} then `count` uint16 tokens) or plain text
-// read as bytes (vocabulary 256). Two access orders:
+// Training tokens: llm.c token files (a 256 x int32 header {20240520,
+// version, count, 0...} then `count` uint16 tokens), nanoGPT's headerless
+// uint16 files, or plain text read as bytes (vocabulary 256). Two access orders:
 //   sequential: batch i = tokens [i·B·T, (i+1)·B·T + 1), llm.c's order
 //   by sample:  sample s = tokens [s·T, (s+1)·T + 1), for a shuffled order
 // In both, inputs are the first B·T (or T) tokens and targets the same shifted by one.
@@ -20,6 +20,8 @@ class TokenData {
   // Throws std::runtime_error "<path>: <field>: <why>" for a malformed or truncated file.
   static TokenData read_token_file(const std::string& path);
   static TokenData read_text_bytes(const std::string& path);
+  // nanoGPT's prepare.py output: raw little-endian uint16 tokens, no header.
+  static TokenData read_raw_uint16(const std::string& path);
   static void write_token_file(const std::string& path, std::span<const std::uint16_t> tokens);
 
   std::span<const std::uint16_t> tokens() const { return tokens_; }

@@ -54,6 +54,16 @@ TEST_F(TokenFiles, TextIsReadAsBytes) {
   EXPECT_EQ(data.tokens()[2], 255);
 }
 
+TEST_F(TokenFiles, NanoGptRawUint16) {
+  const std::vector<std::uint16_t> tokens{1, 50256, 7};
+  std::ofstream(path("raw.bin"), std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), 6);
+  const TokenData data = TokenData::read_raw_uint16(path("raw.bin"));
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), data.tokens().begin(), data.tokens().end()));
+  std::ofstream(path("odd.bin"), std::ios::binary) << "abc";
+  EXPECT_THROW(TokenData::read_raw_uint16(path("odd.bin")), std::runtime_error);
+}
+
 TEST_F(TokenFiles, RejectsMalformedFilesNamingFileAndField) {
   std::vector<std::uint16_t> tokens(10, 7);
   TokenData::write_token_file(path("good.bin"), tokens);
