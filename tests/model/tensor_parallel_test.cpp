@@ -235,3 +235,38 @@ TEST(TensorParallelShards, LoadFullGatherFullAndGradientHooks) {
 
 }  // namespace
 }  // namespace ntp::model
+
+namespace ntp::model {
+namespace {
+
+// The parity check must catch a unit stored at the wrong position (DESIGN §9:
+// "the same position" of two differently ordered tensors is not the same
+// unit). Swapping two heads' q/k/v rows on one rank changes the loss.
+TEST(TensorParallelShards, SwappedUnitsOnOneRankAreDetected) {
+  openblas_set_num_threads(1);
+  const GptConfig c = testing::small_test_config();
+  const auto batch = testing::random_batch(c, 2, 8, 17);
+  const Reference ref = single_rank(c, batch, 0.0f);
+  const ParameterLayout full(c, Shard::full(c));
+  const Shard first{layout::IntervalSet{{0, 2}, {5, 7}}, layout::IntervalSet::range(0, 100),
+                    layout::IntervalSet::range(0, 30)};
+  const Shard second{layout::IntervalSet::range(0, c.heads).subtract(first.heads),
+                     layout::IntervalSet::range(100, c.ffn()),
+                     layout::IntervalSet::range(30, c.padded_vocab)};
+  std::vector<double> losses(2);
+  comm::testing::run_group(2, "tp", [&](comm::Group& group) {
+    tensor::Context ctx({1, 1}, false);
+    Model m(c, group.rank() == 0 ? first : second, ctx, &group);
+    m.load_full(ref.params_before);
+    if (group.rank() == 0) {  // swap the first two stored heads of layer 0
+      auto qkv = m.param("h0.qkv_w");
+      const auto unit = static_cast<std::ptrdiff_t>(m.layout()["h0.qkv_w"].unit_size);
+      std::swap_ranges(qkv.begin(), qkv.begin() + unit, qkv.begin() + unit);
+    }
+    losses[static_cast<std::size_t>(group.rank())] = m.forward(batch.view()).mean();
+  });
+  EXPECT_GT(std::abs(losses[0] - ref.loss), 1e-4 * ref.loss);
+}
+
+}  // namespace
+}  // namespace ntp::model
