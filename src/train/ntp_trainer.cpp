@@ -56,8 +56,11 @@ RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankP
   return out;
 }
 
+// `hot`: a group on the per-layer or per-bucket path. Its calls skip the
+// comm layer's per-call descriptor check (one extra all-gather per call); the
+// world group keeps it.
 comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::vector<int> ranks,
-                                 std::string name) {
+                                 std::string name, bool hot = true) {
   comm::GroupOptions o;
   o.ranks = std::move(ranks);
   o.global_rank = w.rank;
@@ -65,6 +68,7 @@ comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::v
   o.timeout = std::chrono::milliseconds(static_cast<long>(c.deadline.collective_s * 1000));
   o.connect_timeout = std::chrono::milliseconds(static_cast<long>(c.deadline.rendezvous_s * 1000));
   o.world_size = w.world_size;
+  o.check_inputs = !hot;
   return o;
 }
 
@@ -147,7 +151,7 @@ void Worker::connect() {
   store_ = comm::open_store(options_.store);
   std::vector<int> all(places_.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-  world_ = comm::create_group(store_, group_options(config_, options_, all, "world"));
+  world_ = comm::create_group(store_, group_options(config_, options_, all, "world", false));
   std::vector<int> replica;
   for (int slot : layout_.active) replica.push_back(global_rank_of(places_, me_.replica, slot));
   tp_ = comm::create_group(store_, group_options(config_, options_, replica,
