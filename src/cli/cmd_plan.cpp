@@ -182,7 +182,7 @@ JobLayout plan_for(const PlanOptions& o, const std::string& spec, const std::str
   }
 }
 
-void check_sizes(const PlanOptions& o) {
+void check_min_tp(const PlanOptions& o) {
   if (o.min_tp > o.tp)
     throw BadInput("--min-tp " + std::to_string(o.min_tp) + " exceeds --tp " +
                    std::to_string(o.tp));
@@ -191,7 +191,7 @@ void check_sizes(const PlanOptions& o) {
 // Plans everything and returns the text for stdout; throws on any error so
 // that nothing reaches stdout unless the whole request succeeded.
 std::string run_plan(const PlanOptions& o) {
-  check_sizes(o);
+  check_min_tp(o);
   const JobLayout from = plan_for(o, o.failed, "--failed");
   std::optional<JobLayout> to;
   TransitionPlan transition;
