@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 int g_steps = 10;
 const char* kModel =
     " --set model.layers=2 --set model.d_model=128 --set model.heads=8 --set model.seq_len=64"
-    " --set train.global_batch=16 --set train.micro_batch=4 --set run.trace_steps=3";
+    " --set train.global_batch=16 --set train.micro_batch=16 --set run.trace_steps=3";
 
 struct CaseResult {
   double wall_per_step_s = 0;
