@@ -1,12 +1,17 @@
 // `ntp launch` and `ntp train` as a user runs them: the real executable.
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
+#include <fstream>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -148,6 +153,67 @@ TEST_F(CliTest, TrainWritesEveryRunFile) {
                            "trace.json", "summary.json", "model.bin", "logs/rank-3.log"}) {
     EXPECT_TRUE(fs::exists(dir_ / name)) << name;
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(CliTest, TrainMetricsDescribeADegradedJob) {
+  int code = -1;
+  train_and_verify(dir_, "--set parallel.dp=2 --set parallel.tp=4 --set parallel.failed={0=[2]}", &code);
+  ASSERT_EQ(code, 0);
+  std::ifstream in(dir_ / "metrics.jsonl");
+  std::string line;
+  int steps = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json m = nlohmann::json::parse(line);
+    EXPECT_EQ(m["samples"], nlohmann::json::parse("[3, 5]")) << line;  // 8 x 3/7 -> 3, rest 5
+    EXPECT_EQ(m["tp"], nlohmann::json::parse("[3, 4]")) << line;
+    EXPECT_EQ(m["tokens"], 8 * 32) << line;
+    EXPECT_GT(m["reshard_bytes"].get<double>(), 0) << "replica 1 has an extra slot: " << line;
+    EXPECT_GT(m["allreduce_bytes"].get<double>(), m["reshard_bytes"].get<double>()) << line;
+    EXPECT_GE(m["step_time_s"].get<double>(), m["exposed_sync_s"].get<double>()) << line;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3);
+}
+
+// A worker killed mid-run: ntp train names it and its signal, stops the
+// others, and exits 1, well within the deadlines.
+TEST_F(CliTest, TrainReportsAKilledWorker) {
+  const std::string command = std::string(NTP_BINARY) + " train --run-dir " + dir_.string() +
+                              " --set parallel.dp=2 --set parallel.tp=2 --set train.steps=100000"
+                              " --set model.layers=1 --set deadline.collective_s=5"
+                              " --set deadline.straggler_s=1 > " + dir_.string() + ".out 2>&1";
+  std::thread killer([&] {
+    // Wait for rank 2's pid in events.jsonl, let it train a little, then kill it.
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::ifstream events(dir_ / "events.jsonl");
+      std::string line;
+      bool training = fs::exists(dir_ / "metrics.jsonl");
+      while (training && std::getline(events, line)) {
+        const nlohmann::json e = nlohmann::json::parse(line);
+        if (e["event"] == "worker_started" && e["rank"] == 2) {
+          ::kill(e["pid"].get<int>(), SIGKILL);
+          return;
+        }
+      }
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system(command.c_str());
+  killer.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ifstream out(dir_.string() + ".out");
+  const std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
+  fs::remove(dir_.string() + ".out");
+  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
+  EXPECT_NE(text.find("rank 2 (pid"), std::string::npos) << text;
+  EXPECT_NE(text.find("killed by signal 9"), std::string::npos) << text;
+  EXPECT_NE(text.find("first failure: rank 2"), std::string::npos) << text;
+  EXPECT_LT(seconds, 30.0) << "the other workers must not hang";
 }
 
 }  // namespace
