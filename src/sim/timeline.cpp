@@ -42,6 +42,25 @@ void accumulate(std::vector<double>& buckets, double bucket_h, double a, double 
   }
 }
 
+// Adds the compute of [a, b) to each bucket it touches, when [a, b) repeats
+// `compute` hours of training then `cycle - compute` hours of checkpointing.
+// Closed form per bucket (cumulative work at each bucket edge), so a short
+// interval costs O(buckets), not O(cycles).
+void accumulate_cycles(std::vector<double>& buckets, double bucket_h, double a, double b,
+                       double compute, double cycle) {
+  const auto work = [&](double t) {
+    const double x = t - a;
+    const double done = std::floor(x / cycle);
+    return done * compute + std::clamp(x - done * cycle, 0.0, compute);
+  };
+  auto i = static_cast<std::size_t>(a / bucket_h);
+  for (double from = a; i < buckets.size() && from < b; ++i) {
+    const double end = std::min(b, (static_cast<double>(i) + 1.0) * bucket_h);
+    buckets[i] += work(end) - work(from);
+    from = end;
+  }
+}
+
 // One seed of the timeline. Hours are the time unit throughout.
 class SeedRun {
  public:
@@ -258,11 +277,9 @@ class SeedRun {
     if (std::isfinite(ckpt_tau_)) {
       const double cycle = ckpt_tau_ + ckpt_write_;
       const double cycles = std::floor((b - a) / cycle);
-      for (double i = 0; i < cycles; i += 1.0) {
-        accumulate(series, bucket_h_, a + i * cycle, a + i * cycle + ckpt_tau_, 1.0);
-      }
+      accumulate_cycles(series, bucket_h_, a, a + cycles * cycle, ckpt_tau_, cycle);
       a += cycles * cycle;
-      compute = std::min(b - a, ckpt_tau_);
+      compute = std::clamp(b - a, 0.0, ckpt_tau_);  // b - a may round below 0
     }
     if (final) {
       accumulate(series, bucket_h_, a, a + compute, 1.0);

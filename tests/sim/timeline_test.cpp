@@ -116,6 +116,37 @@ TEST(Timeline, SameSeedSameOutputWhateverTheThreadCount) {
   EXPECT_NE(a.failed_series_mean, c.failed_series_mean);
 }
 
+TEST(Timeline, CheckpointCyclesAreCreditedPerBucketInClosedForm) {
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.0;
+  s.policies.compare = {Policy::kCkptRestart};
+  s.policies.ckpt = {1.0, 3600.0, 900.0};  // 1 h of compute, then 1 h writing: half the time
+  s.run.duration_days = 3;
+  s.run.bucket_hours = 5;  // buckets cut cycles in the middle
+  const TimelineSeed r = run_timeline_seed(s, Pricing(s), nullptr, 0);
+  EXPECT_NEAR(r.goodput[idx(Policy::kCkptRestart)], 0.5, 1e-12);
+  ASSERT_EQ(r.series.size(), 15u);  // 72 h in 5 h buckets: the last one 2 h
+  for (std::size_t b = 0; b + 1 < r.series.size(); ++b) {
+    // [5b, 5b + 5) holds 3 compute hours when it starts on a compute hour, else 2.
+    const double expected = (b % 2 == 0 ? 3.0 : 2.0) / 5.0;
+    EXPECT_NEAR(r.series[b][idx(Policy::kCkptRestart)], expected, 1e-12) << b;
+  }
+  EXPECT_NEAR(r.series.back()[idx(Policy::kCkptRestart)], 0.5, 1e-12);
+}
+
+TEST(Timeline, TinyCheckpointIntervalCostsNoTime) {
+  // 1e-7 h between free checkpoints: 7e9 cycles in 30 days, credited in
+  // closed form (a loop over cycles would not finish).
+  Scenario s = testing::small_scenario();
+  s.policies.compare = {Policy::kCkptRestart};
+  s.policies.ckpt = {1e-7, 0.0, 3600.0};
+  const auto trace = parse_trace("10,0,10\n", "t.csv", s.cluster.gpus);
+  const TimelineSeed r = run_timeline_seed(s, Pricing(s), &trace, 0);
+  const double T = 720.0;  // only the 1 h restart is lost (and < 1e-7 h of work)
+  EXPECT_NEAR(r.goodput[idx(Policy::kCkptRestart)], (T - 1.0) / T, 1e-9);
+  EXPECT_LT(r.ckpt_lost_hours, 1e-7 * (1.0 + 1e-6));
+}
+
 // One failure of GPU 0 at hour 10, back at hour 20, in a 30-day run of 32
 // replicas: every policy's goodput has a closed form.
 class OneFailure : public ::testing::Test {
