@@ -415,21 +415,30 @@ TimelineSeed run_timeline_seed(const Scenario& s, const Pricing& pricing,
 
 TimelineResult run_timeline(const Scenario& s, const Pricing& pricing,
                             const std::vector<TraceFailure>* trace) {
-  std::vector<TimelineSeed> seeds(static_cast<std::size_t>(s.run.seeds));
-  parallel_for(s.run.seeds, s.run.threads, [&](int i) {
-    seeds[static_cast<std::size_t>(i)] = run_timeline_seed(s, pricing, trace, i);
-  });
   TimelineResult r;
   r.duration_hours = s.run.duration_days * 24.0;
   r.bucket_hours = s.run.bucket_hours;
   r.seeds = s.run.seeds;
   r.ckpt_interval_hours = ckpt_interval_hours(s, trace);
   for (PolicySummary& p : r.policy) p.goodput_min = kInf;
-  r.series_mean.assign(seeds.front().series.size(), PolicyValues{});
-  r.failed_series_mean.assign(seeds.front().series.size(), 0.0);
-  for (const TimelineSeed& seed : seeds) add_seed(r, seed);  // seed order: deterministic sums
+  // Seeds run in blocks so memory stays bounded with millions of seeds; each
+  // block is summed in seed order, so the sums do not depend on the threads.
+  constexpr int kBlock = 256;
+  std::vector<TimelineSeed> block;
+  for (int first = 0; first < s.run.seeds; first += kBlock) {
+    const int count = std::min(kBlock, s.run.seeds - first);
+    block.assign(static_cast<std::size_t>(count), TimelineSeed{});
+    parallel_for(count, s.run.threads, [&](int i) {
+      block[static_cast<std::size_t>(i)] = run_timeline_seed(s, pricing, trace, first + i);
+    });
+    if (first == 0) {
+      r.series_mean.assign(block.front().series.size(), PolicyValues{});
+      r.failed_series_mean.assign(block.front().series.size(), 0.0);
+    }
+    for (const TimelineSeed& seed : block) add_seed(r, seed);
+    if (first == 0) r.first_seed = std::move(block.front());
+  }
   finish_means(r);
-  r.first_seed = std::move(seeds.front());
   return r;
 }
 

@@ -147,6 +147,31 @@ TEST(Timeline, TinyCheckpointIntervalCostsNoTime) {
   EXPECT_LT(r.ckpt_lost_hours, 1e-7 * (1.0 + 1e-6));
 }
 
+TEST(Timeline, SeedsBeyondOneBlockAreSummedInSeedOrder) {
+  // 300 seeds run as blocks of 256: the means are the plain seed-order means.
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.01;
+  s.run.seeds = 300;
+  s.run.duration_days = 5;
+  const Pricing pricing(s);
+  const TimelineResult r = run_timeline(s, pricing, nullptr);
+  PolicyValues sum{};
+  double worst = 1.0;
+  for (int i = 0; i < s.run.seeds; ++i) {
+    const TimelineSeed seed = run_timeline_seed(s, pricing, nullptr, i);
+    for (std::size_t p = 0; p < kPolicyCount; ++p) sum[p] += seed.goodput[p];
+    worst = std::min(worst, seed.goodput[idx(Policy::kDpDrop)]);
+    if (i == 0) {
+      EXPECT_EQ(seed.series, r.first_seed.series);
+    }
+  }
+  for (std::size_t p = 0; p < kPolicyCount; ++p) {
+    EXPECT_DOUBLE_EQ(r.policy[p].goodput_mean, sum[p] / s.run.seeds) << p;
+  }
+  EXPECT_EQ(r.policy[idx(Policy::kDpDrop)].goodput_min, worst);
+  EXPECT_LT(worst, 1.0);  // failures happened: the check is not vacuous
+}
+
 // One failure of GPU 0 at hour 10, back at hour 20, in a 30-day run of 32
 // replicas: every policy's goodput has a closed form.
 class OneFailure : public ::testing::Test {
