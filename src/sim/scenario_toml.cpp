@@ -334,6 +334,15 @@ toml::table load_scenario_file(const std::string& path) {
   return parse_scenario_text(buf.str(), path);
 }
 
+toml::table parse_value(const std::string& text) {
+  try {
+    toml::table parsed = toml::parse("v = " + text);
+    if (parsed.size() == 1) return parsed;  // "1\nw = 2" spells more than one value
+  } catch (const toml::parse_error&) {
+  }
+  return toml::table{{"v", text}};  // not a TOML value: a plain string
+}
+
 void set_override(toml::table& table, const std::string& key, const std::string& value) {
   if (key.empty()) throw std::invalid_argument("--set: empty key");
   toml::table* t = &table;
@@ -349,13 +358,7 @@ void set_override(toml::table& table, const std::string& key, const std::string&
   }
   const std::string leaf = key.substr(start);
   if (leaf.empty()) throw std::invalid_argument("--set " + key + ": empty key part");
-  toml::table parsed;
-  try {
-    parsed = toml::parse("v = " + value);
-  } catch (const toml::parse_error&) {
-    t->insert_or_assign(leaf, value);  // not a TOML value: a plain string
-    return;
-  }
+  toml::table parsed = parse_value(value);
   t->insert_or_assign(leaf, std::move(*parsed.get("v")));
 }
 

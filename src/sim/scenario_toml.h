@@ -17,6 +17,10 @@ toml::table parse_scenario_text(const std::string& text, const std::string& sour
 // Reads and parses a file; throws std::invalid_argument naming the file.
 toml::table load_scenario_file(const std::string& path);
 
+// A --set or --sweep value: the TOML value `text` spells, or `text` itself as a
+// string when it spells none ("snapshot"). The value is the table's one entry, "v".
+toml::table parse_value(const std::string& text);
+
 // Sets the dotted key (creating tables on the way) to `value` parsed as TOML;
 // text that is not a TOML value is taken as a string ("mode=snapshot").
 void set_override(toml::table& table, const std::string& key, const std::string& value);

@@ -43,6 +43,13 @@ SweepSpec sweep_from_table(const toml::table& table, const std::string& source) 
   }
   s.key = key->get();
   for (const toml::node& v : *values) {
+    // A string is kept bare, as --sweep writes it, unless bare it would read
+    // as another type ("8").
+    const auto text = v.value_exact<std::string>();
+    if (text && parse_value(*text).get("v")->is_string()) {
+      s.values.push_back(*text);
+      continue;
+    }
     std::ostringstream os;
     v.visit([&](const auto& x) { os << x; });
     s.values.push_back(os.str());
@@ -74,17 +81,25 @@ StudyPoint run_point(const toml::table& table, const std::string& source, std::s
 Study run_study(const toml::table& table, const std::string& source, const SweepSpec& sweep) {
   Study study;
   study.source = source;
-  std::ostringstream text;
-  text << table;
-  study.scenario_toml = text.str() + "\n";
+  // The scenario as run, with the sweep as a [sweep] table: values are written
+  // as the TOML they were parsed as, so strings come back quoted.
+  toml::table as_run = table;
   if (!sweep.key.empty()) {
-    std::ostringstream sweep_text;
-    sweep_text << toml::table{{"sweep", toml::table{{"key", sweep.key}}}};
-    study.scenario_toml += sweep_text.str() + "\nvalues = [" ;
-    for (std::size_t i = 0; i < sweep.values.size(); ++i) {
-      study.scenario_toml += (i ? ", " : "") + sweep.values[i];
+    toml::array values;
+    for (const std::string& v : sweep.values) values.push_back(std::move(*parse_value(v).get("v")));
+    as_run.insert_or_assign("sweep", toml::table{{"key", sweep.key}, {"values", std::move(values)}});
+  }
+  std::ostringstream text;
+  text << as_run;
+  study.scenario_toml = text.str() + "\n";
+  // One study is one mode over one set of policies: its tables and charts have
+  // a column per policy and one layout per mode.
+  for (const char* fixed : {"run.mode", "policies.compare"}) {
+    if (sweep.key == fixed) {
+      throw std::invalid_argument("sweep: " + sweep.key +
+                                  " cannot be swept (one study is one mode over one set of "
+                                  "policies); run the study once per value");
     }
-    study.scenario_toml += "]\n";
   }
   study.sweep_key = sweep.key;
   if (sweep.key.empty()) {

@@ -5,6 +5,7 @@
 #include "sim/report.h"
 #include "sim/scenario_toml.h"
 #include "sim/svg.h"
+#include "test_scenarios.h"
 
 namespace ntp::sim {
 namespace {
@@ -29,32 +30,7 @@ TEST(Svg, DrawsOneLinePerSeriesWithALegend) {
   EXPECT_THROW(render_svg(c), std::invalid_argument);
 }
 
-const char* kSmall = R"(
-[cluster]
-gpus = 256
-domain_size = 8
-[model]
-layers = 8
-hidden = 1536
-heads = 24
-ffn = 6144
-vocab = 4800
-seq_len = 2048
-global_batch_tokens = 131072
-[parallelism]
-tp = 8
-pp = 1
-virtual_stages = 1
-[failures]
-rate_per_gpu_day = 0.01
-[run]
-duration_days = 10
-seeds = 3
-bucket_hours = 24
-[snapshot]
-failed_fractions = [0.0, 0.01, 0.05]
-placements = 20
-)";
+const char* const kSmall = testing::small_scenario_toml();
 
 TEST(Report, SweepOverSparesWritesTablesAndCharts) {
   const toml::table t = parse_scenario_text(kSmall, "small.toml");
@@ -93,6 +69,35 @@ TEST(Report, SnapshotTableHasARowPerFractionAndPolicy) {
   EXPECT_EQ(count(snapshot_csv(study), "\n"), 1 + 3 * 4);  // ckpt-restart has no static value
   EXPECT_EQ(loss_vs_failed_fraction_chart(study.points[0]).series.size(), 4u);
   EXPECT_NE(text_summary(study).find("healthyTP"), std::string::npos);
+}
+
+TEST(Report, StringSweepValuesRoundTripThroughTheScenarioAsRun) {
+  // --sweep takes bare words; scenario.toml must quote them to be TOML again.
+  const toml::table t = parse_scenario_text(kSmall, "small.toml");
+  const Study study =
+      run_study(t, "small.toml", parse_sweep_flag("failures.distribution=weibull,exponential"));
+  toml::table again = parse_scenario_text(study.scenario_toml, "scenario.toml");
+  const SweepSpec sweep = sweep_from_table(again, "scenario.toml");
+  EXPECT_EQ(sweep.key, "failures.distribution");
+  ASSERT_EQ(sweep.values.size(), 2u);
+  again.erase("sweep");
+  const Study rerun = run_study(again, "scenario.toml", sweep);
+  EXPECT_EQ(rerun.points[0].scenario.failures.distribution, FailureDist::kWeibull);
+  EXPECT_EQ(rerun.points[1].scenario.failures.distribution, FailureDist::kExponential);
+  EXPECT_EQ(study_json(rerun)["points"], study_json(study)["points"]);  // sweep values too
+}
+
+TEST(Report, ModeAndPolicyListCannotBeSwept) {
+  const toml::table t = parse_scenario_text(kSmall, "small.toml");
+  for (const char* flag : {"run.mode=snapshot,timeline", "policies.compare=ntp"}) {
+    try {
+      run_study(t, "small.toml", parse_sweep_flag(flag));
+      FAIL() << flag;
+    } catch (const std::invalid_argument& e) {
+      const std::string key = std::string(flag).substr(0, std::string(flag).find('='));
+      EXPECT_NE(std::string(e.what()).find("sweep: " + key), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Report, SweepValuesAreValidatedNamingTheKey) {

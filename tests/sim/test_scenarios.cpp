@@ -30,4 +30,33 @@ Scenario small_scenario() {
   return s;
 }
 
+const char* small_scenario_toml() {
+  return R"(
+[cluster]
+gpus = 256
+domain_size = 8
+[model]
+layers = 8
+hidden = 1536
+heads = 24
+ffn = 6144
+vocab = 4800
+seq_len = 2048
+global_batch_tokens = 131072
+[parallelism]
+tp = 8
+pp = 1
+virtual_stages = 1
+[failures]
+rate_per_gpu_day = 0.01
+[run]
+duration_days = 10
+seeds = 3
+bucket_hours = 24
+[snapshot]
+failed_fractions = [0.0, 0.01, 0.05]
+placements = 20
+)";
+}
+
 }  // namespace ntp::sim::testing

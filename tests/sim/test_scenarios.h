@@ -9,4 +9,9 @@ namespace ntp::sim::testing {
 // vocabulary 4800: divisible by 8, 6 and 4.
 Scenario small_scenario();
 
+// The same cluster and model as a scenario file (failures at 0.01 per GPU-day,
+// 10 days x 3 seeds, 3 snapshot fractions x 20 placements), for the report
+// and command-line tests.
+const char* small_scenario_toml();
+
 }  // namespace ntp::sim::testing
