@@ -89,7 +89,14 @@ std::filesystem::path choose_run_dir(const train::Config& config, const std::str
 
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
                              bool verify, std::FILE* out) {
+  const bool existed = std::filesystem::exists(run_dir);
   const train::RunDir run = train::RunDir::create(run_dir);
+  try {
+    train::check_job(config, run_dir);
+  } catch (const train::ConfigError&) {
+    if (!existed) std::filesystem::remove_all(run_dir);  // nothing ran: leave nothing behind
+    throw;
+  }
   run.write_config(train::to_toml(config));
   run.event("run_started", {{"job", describe_job(config)}, {"ranks", 1}});
   std::fprintf(out, "ntp train: %s\nrun directory: %s\n", describe_job(config).c_str(),

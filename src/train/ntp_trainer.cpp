@@ -302,6 +302,27 @@ layout::JobConfig job_config(const ParallelConfig& p, std::int64_t units) {
   return c;
 }
 
+void check_job(const Config& config, const std::filesystem::path& run_dir) {
+  const model::TokenData data = open_dataset(config.data, run_dir);
+  const ModelSetup setup = resolve_model(config.model, data.max_token());
+  const std::int64_t samples = samples_in(data.size(), setup.seq_len);
+  if (samples < config.train.global_batch) {
+    throw ConfigError(fmt::format(
+        "train.global_batch: {} sequences per step, but the data holds only {} sequences of {} tokens",
+        config.train.global_batch, samples, setup.seq_len));
+  }
+  const std::pair<const char*, std::int64_t> kinds[] = {
+      {"heads", setup.gpt.heads}, {"FFN neurons", setup.gpt.ffn()}, {"vocabulary rows", setup.gpt.padded_vocab}};
+  for (const auto& [kind, units] : kinds) {
+    try {
+      layout::plan_job(job_config(config.parallel, units));
+    } catch (const std::exception& e) {
+      throw ConfigError(fmt::format("parallel.tp: cannot lay out the model's {} {}: {}", units, kind,
+                                    e.what()));
+    }
+  }
+}
+
 void run_ntp_worker(const Config& config, const std::filesystem::path& run_dir,
                     const WorkerOptions& options) {
   Worker worker(config, run_dir, options);

@@ -29,6 +29,12 @@ std::vector<RankPlace> job_places(const ParallelConfig& parallel);
 // The layout library's view of the job for `units` units of one kind.
 layout::JobConfig job_config(const ParallelConfig& parallel, std::int64_t units);
 
+// Everything about the job that can be wrong before a process starts: the
+// data, the model against the data, and the layouts of every unit kind (e.g.
+// fewer heads than the active slots of a replica). Throws ConfigError naming
+// the key. Reads the data (`run_dir` hosts the built-in corpus).
+void check_job(const Config& config, const std::filesystem::path& run_dir);
+
 struct WorkerOptions {
   int rank = 0;
   int world_size = 1;

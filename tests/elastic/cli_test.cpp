@@ -217,3 +217,23 @@ TEST_F(CliTest, TrainReportsAKilledWorker) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CliTest, TrainRejectsAJobItCannotLayOutBeforeStartingWorkers) {
+  // The tiny preset has 4 heads: 8 slots per replica cannot each hold one.
+  const CommandResult heads = ntp("train --run-dir " + dir_.string() +
+                                  " --set parallel.tp=8 --set parallel.dp=1");
+  EXPECT_EQ(heads.code, 2) << heads.output;
+  EXPECT_NE(heads.output.find("parallel.tp"), std::string::npos) << heads.output;
+  EXPECT_NE(heads.output.find("heads"), std::string::npos) << heads.output;
+  EXPECT_FALSE(fs::exists(dir_));
+  // Byte text needs a vocabulary of 256.
+  const CommandResult vocab = ntp("train --run-dir " + dir_.string() +
+                                  " --set model.vocab=100 --set parallel.tp=2");
+  EXPECT_EQ(vocab.code, 2) << vocab.output;
+  EXPECT_NE(vocab.output.find("model.vocab"), std::string::npos) << vocab.output;
+  EXPECT_FALSE(fs::exists(dir_));
+}
+
+}  // namespace
