@@ -1,7 +1,9 @@
 // Outputs of a study (formats: docs/sim.md, "Outputs").
 #include "sim/report.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -270,43 +272,69 @@ Chart spares_vs_pause_chart(const Study& study) {
   return c;
 }
 
+namespace {
+
+// printf into a std::string: the text tables are fixed-width columns.
+template <typename... Args>
+std::string cell(const char* format, Args... args) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, format, args...);
+  return buf;
+}
+
+void snapshot_table(std::ostringstream& os, const StudyPoint& p) {
+  os << cell("%9s %10s %10s", "failed_%", "healthy_TP", "expected");
+  for (const Policy pol : compared(p)) {
+    if (pol != Policy::kCkptRestart) os << cell(" %9s", policy_name(pol));
+  }
+  os << "\n";
+  for (const SnapshotPoint& sp : p.snapshot->points) {
+    os << cell("%9.3f %10.4f %10.4f", 100.0 * sp.failed_fraction, sp.healthy_groups_mean,
+               std::pow(1.0 - sp.failed_fraction, p.scenario.parallel.tp));
+    for (const Policy pol : compared(p)) {
+      if (pol != Policy::kCkptRestart) os << cell(" %9.4f", sp.mean[idx(pol)]);
+    }
+    os << "\n";
+  }
+  os << "(throughput relative to failure-free, mean of " << p.snapshot->placements
+     << " placements; ckpt-restart has no snapshot value)\n";
+}
+
+void timeline_table(std::ostringstream& os, const StudyPoint& p) {
+  const TimelineResult& t = *p.timeline;
+  os << cell("%d seeds x %.3g days: %.1f failures per run, peak %d failed GPUs, mean failed %.4f %%\n",
+             t.seeds, t.duration_hours / 24.0, t.failures_mean, t.peak_failed_gpus_max,
+             100.0 * t.failed_fraction_mean);
+  os << cell("%-12s %8s %8s %8s %7s %8s %7s\n", "policy", "goodput", "stderr", "worst", "loss_%",
+             "pause_h", "spares");
+  for (const Policy pol : compared(p)) {
+    const PolicySummary& s = t.policy[idx(pol)];
+    os << cell("%-12s %8.4f %8.4f %8.4f %7.2f %8.2f", policy_name(pol), s.goodput_mean,
+               s.goodput_stderr, s.goodput_min, 100.0 * (1.0 - s.goodput_mean), s.pause_hours_mean);
+    // ckpt-restart pauses at every failure whatever the spares: no count stops that.
+    os << (pol == Policy::kCkptRestart ? cell(" %7s\n", "-")
+                                       : cell(" %7ld\n", static_cast<long>(s.spares_needed_max)));
+  }
+  const std::vector<Policy> pols = compared(p);
+  if (std::find(pols.begin(), pols.end(), Policy::kCkptRestart) != pols.end() &&
+      std::isfinite(t.ckpt_interval_hours)) {
+    os << cell("ckpt-restart: checkpoint every %.3g min, %.2f h of work lost per run\n",
+               60.0 * t.ckpt_interval_hours, t.ckpt_lost_hours_mean);
+  }
+  os << "(spares: spare domains for zero pause with a fixed global batch, worst seed)\n";
+}
+
+}  // namespace
+
 std::string text_summary(const Study& study) {
   std::ostringstream os;
-  os.setf(std::ios::fixed);
   for (const StudyPoint& p : study.points) {
     const std::string l = label(study, p);
     if (!l.empty()) os << "== " << l << "\n";
-    os.precision(3);
-    os << "healthy step " << p.step.step_s << " s, MFU " << 100.0 * p.step.mfu << " %, "
-       << p.scenario.dp() << " replicas of TP " << p.scenario.parallel.tp << " x PP "
-       << p.scenario.parallel.pp << "\n";
-    if (p.snapshot) {
-      os << "failed%   healthyTP";
-      for (const Policy pol : compared(p)) {
-        if (pol != Policy::kCkptRestart) os << "  " << policy_name(pol);
-      }
-      os << "\n";
-      for (const SnapshotPoint& sp : p.snapshot->points) {
-        os << 100.0 * sp.failed_fraction << "   " << sp.healthy_groups_mean;
-        for (const Policy pol : compared(p)) {
-          if (pol != Policy::kCkptRestart) os << "  " << sp.mean[idx(pol)];
-        }
-        os << "\n";
-      }
-    }
-    if (p.timeline) {
-      const TimelineResult& t = *p.timeline;
-      os << t.seeds << " seeds x " << t.duration_hours / 24.0 << " days: " << t.failures_mean
-         << " failures per run, peak " << t.peak_failed_gpus_max << " failed GPUs\n";
-      os << "policy        goodput  loss%   pause_h  spares_for_zero_pause\n";
-      for (const Policy pol : compared(p)) {
-        const PolicySummary& s = t.policy[idx(pol)];
-        os.width(12);
-        os << std::left << policy_name(pol) << std::right << "  " << s.goodput_mean << "   "
-           << 100.0 * (1.0 - s.goodput_mean) << "   " << s.pause_hours_mean << "   "
-           << static_cast<long>(s.spares_needed_max) << "\n";
-      }
-    }
+    os << cell("healthy step %.3f s, MFU %.1f %%, %d replicas of TP %d x PP %d\n", p.step.step_s,
+               100.0 * p.step.mfu, p.scenario.dp(), p.scenario.parallel.tp, p.scenario.parallel.pp);
+    if (p.snapshot) snapshot_table(os, p);
+    if (p.timeline) timeline_table(os, p);
   }
   return os.str();
 }

@@ -68,7 +68,36 @@ TEST(Report, SnapshotTableHasARowPerFractionAndPolicy) {
   const Study study = run_study(t, "small.toml", SweepSpec{});
   EXPECT_EQ(count(snapshot_csv(study), "\n"), 1 + 3 * 4);  // ckpt-restart has no static value
   EXPECT_EQ(loss_vs_failed_fraction_chart(study.points[0]).series.size(), 4u);
-  EXPECT_NE(text_summary(study).find("healthyTP"), std::string::npos);
+  // The table is fixed-width: header and every row of the same length.
+  std::istringstream table(text_summary(study));
+  std::string line;
+  std::getline(table, line);  // healthy step
+  std::getline(table, line);
+  EXPECT_NE(line.find("healthy_TP"), std::string::npos);
+  const std::size_t width = line.size();
+  for (int row = 0; row < 3; ++row) {
+    std::getline(table, line);
+    EXPECT_EQ(line.size(), width) << line;
+  }
+}
+
+TEST(Report, TimelineTableIsAlignedAndSparesAreNotCountedForCheckpointRestart) {
+  const toml::table t = parse_scenario_text(kSmall, "small.toml");
+  const Study study = run_study(t, "small.toml", SweepSpec{});
+  std::istringstream table(text_summary(study));
+  std::string line;
+  std::getline(table, line);  // healthy step
+  std::getline(table, line);  // seeds x days
+  std::getline(table, line);
+  ASSERT_EQ(line.rfind("policy", 0), 0u) << line;
+  const std::size_t width = line.size();
+  for (int row = 0; row < 5; ++row) {
+    std::getline(table, line);
+    EXPECT_EQ(line.size(), width) << line;
+    if (line.rfind("ckpt-restart", 0) == 0) {
+      EXPECT_EQ(line.back(), '-') << line;
+    }
+  }
 }
 
 TEST(Report, StringSweepValuesRoundTripThroughTheScenarioAsRun) {
