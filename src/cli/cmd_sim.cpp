@@ -103,8 +103,10 @@ int run_sim(int argc, char** argv) {
   run_cmd->add_option("--mode", o.mode, "snapshot or timeline (overrides run.mode)")
       ->check(CLI::IsMember({"snapshot", "timeline"}));
   run_cmd->add_option("--sweep", o.sweep, "sweep one key: key=v1,v2,... (overrides [sweep])");
-  run_cmd->add_option("--seeds", o.seeds, "Monte-Carlo seeds (overrides run.seeds)");
-  run_cmd->add_option("--threads", o.threads, "threads (overrides run.threads)");
+  run_cmd->add_option("--seeds", o.seeds, "Monte-Carlo seeds (overrides run.seeds)")
+      ->check(CLI::Range(1, 10'000'000));
+  run_cmd->add_option("--threads", o.threads, "threads (overrides run.threads)")
+      ->check(CLI::Range(1, 1024));
   run_cmd->add_option("--out", o.out, "write summary.json, CSV tables and SVG charts here");
   run_cmd->add_flag("--json", o.json, "print the JSON summary instead of the text table");
   CLI::App* model_cmd = app.add_subcommand("model", "print the step-time model of a scenario");

@@ -1,0 +1,114 @@
+// `ntp sim` through the built binary: flags checked by name, JSON output, and
+// the scenario written by --out running again to the same summary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "test_scenarios.h"
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "sim_cli_" + std::to_string(getpid()) + "_" + name;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+CliRun run_ntp(const std::string& args) {
+  const std::string err_path = temp_path("stderr.txt");
+  const std::string command = std::string(NTP_BINARY) + " " + args + " 2>" + err_path;
+  CliRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  std::size_t got = 0;
+  while ((got = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, got);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.err = read_file(err_path);
+  return run;
+}
+
+// A 256-GPU scenario that runs in milliseconds.
+std::string small_scenario_file() {
+  const std::string path = temp_path("small.toml");
+  std::ofstream(path) << ntp::sim::testing::small_scenario_toml();
+  return path;
+}
+
+TEST(SimCli, ZeroSeedsOrThreadsAreRejectedNamingTheFlag) {
+  const std::string scenario = small_scenario_file();
+  for (const char* flag : {"--seeds", "--threads"}) {
+    const CliRun run = run_ntp("sim run " + scenario + " " + flag + " 0");
+    EXPECT_EQ(run.exit_code, 2) << flag;
+    EXPECT_NE(run.err.find(flag), std::string::npos) << run.err;
+    EXPECT_TRUE(run.out.empty()) << run.out;
+  }
+}
+
+TEST(SimCli, JsonSummaryHasEveryPolicy) {
+  const CliRun run = run_ntp("sim run " + small_scenario_file() + " --seeds 2 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json doc = nlohmann::json::parse(run.out);
+  const nlohmann::json& policies = doc.at("points").at(0).at("timeline").at("policies");
+  for (const char* p : {"dp-drop", "spares", "ckpt-restart", "ntp", "ntp-pw"}) {
+    const double g = policies.at(p).at("goodput").get<double>();
+    EXPECT_GT(g, 0.0) << p;
+    EXPECT_LE(g, 1.0) << p;
+  }
+  EXPECT_EQ(doc.at("points").at(0).at("timeline").at("seeds").get<int>(), 2);
+}
+
+TEST(SimCli, ScenarioWrittenByOutRunsAgainToTheSameSummary) {
+  const std::string dir = temp_path("out");
+  const CliRun first = run_ntp("sim run " + small_scenario_file() +
+                               " --sweep failures.distribution=weibull,exponential --json --out " +
+                               dir);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const CliRun again = run_ntp("sim run " + dir + "/scenario.toml --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["points"], nlohmann::json::parse(first.out)["points"]);
+  EXPECT_EQ(nlohmann::json::parse(read_file(dir + "/summary.json"))["points"],
+            nlohmann::json::parse(first.out)["points"]);
+}
+
+TEST(SimCli, SameSeedSameSummaryWhateverTheThreadCount) {
+  // The whole summary (every policy, series mean, snapshot points), not one figure.
+  const std::string scenario = small_scenario_file();
+  for (const char* mode : {"timeline", "snapshot"}) {
+    const std::string args = "sim run " + scenario + " --mode " + mode + " --seeds 5 --json";
+    const CliRun one = run_ntp(args + " --threads 1");
+    const CliRun three = run_ntp(args + " --threads 3");
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    ASSERT_EQ(three.exit_code, 0) << three.err;
+    EXPECT_EQ(one.out, three.out) << mode;
+    const CliRun other_seed = run_ntp(args + " --threads 1 --set run.seed=7");
+    EXPECT_NE(one.out, other_seed.out) << mode;
+  }
+}
+
+TEST(SimCli, BadScenarioKeyIsNamedWithExitTwo) {
+  const CliRun run =
+      run_ntp("sim run " + small_scenario_file() + " --set cluster.gpuz=3 --seeds 1");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("cluster.gpuz: unknown key"), std::string::npos) << run.err;
+}
+
+}  // namespace
