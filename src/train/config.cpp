@@ -149,35 +149,38 @@ struct KeyDef {
 // A field accessor usable on const and non-const configs.
 #define NTP_FIELD(expr) [](auto& c) -> auto& { return c.expr; }
 
+// A key whose value is read by `read` and written back as TOML by `write`.
+template <class Field, class Read, class Write>
+KeyDef typed_key(std::string_view name, std::string_view type, std::string_view meaning,
+                 Field field, Read read, Write write) {
+  return {{name, type, meaning},
+          [field, read](Config& c, const toml::node& n, const Where& at) { field(c) = read(n, at); },
+          [field, write](const Config& c) { return write(field(c)); }};
+}
+
 template <class Field>
 KeyDef int_key(std::string_view name, std::string_view meaning, Field field) {
-  return {{name, "integer", meaning},
-          [field](Config& c, const toml::node& n, const Where& at) { field(c) = read_int(n, at); },
-          [field](const Config& c) { return std::to_string(field(c)); }};
+  return typed_key(name, "integer", meaning, field, read_int,
+                   [](std::int64_t v) { return std::to_string(v); });
 }
 
 template <class Field>
 KeyDef float_key(std::string_view name, std::string_view meaning, Field field) {
-  return {{name, "float", meaning},
-          [field](Config& c, const toml::node& n, const Where& at) { field(c) = read_float(n, at); },
-          [field](const Config& c) { return float_text(field(c)); }};
+  return typed_key(name, "float", meaning, field, read_float, float_text);
 }
 
 template <class Field>
 KeyDef string_key(std::string_view name, std::string_view meaning, Field field) {
-  return {{name, "string", meaning},
-          [field](Config& c, const toml::node& n, const Where& at) { field(c) = read_string(n, at); },
-          [field](const Config& c) { return quote(field(c)); }};
+  return typed_key(name, "string", meaning, field, read_string, quote);
 }
 
 template <class E, class Field>
 KeyDef choice_key(std::string_view name, std::string_view meaning, const Choices<E>& choices,
                   Field field) {
-  return {{name, "string", meaning},
-          [field, &choices](Config& c, const toml::node& n, const Where& at) {
-            field(c) = read_choice(n, at, choices);
-          },
-          [field, &choices](const Config& c) { return quote(name_of(choices, field(c))); }};
+  return typed_key(
+      name, "string", meaning, field,
+      [&choices](const toml::node& n, const Where& at) { return read_choice(n, at, choices); },
+      [&choices](E value) { return quote(name_of(choices, value)); });
 }
 
 KeyDef failed_key() {
