@@ -7,6 +7,7 @@
 
 #include "elastic/job.h"
 #include "elastic/world.h"
+#include "power/boost_policy.h"
 #include "train/local_trainer.h"
 #include "train/ntp_trainer.h"
 #include "train/progress.h"
@@ -61,6 +62,25 @@ std::vector<train::StepMetrics> train_with_workers(
   return run.read_metrics();
 }
 
+// The power policy's reachable speed-up per replica (power.mode != off), with
+// the default device model and no extra headroom: the survivors of a degraded
+// domain share the power the failed GPUs freed. Empty when power is off.
+std::vector<double> boost_speedups(const train::Config& config) {
+  if (config.power.mode == train::PowerMode::kOff) return {};
+  std::vector<int> active;
+  for (std::int64_t r = 0; r < config.parallel.dp; ++r) {
+    const auto k = static_cast<int>(config.parallel.active_slots(r).size());
+    active.push_back(k >= config.parallel.min_tp ? k : 0);
+  }
+  const power::BoostPlan plan = power::plan_boost(static_cast<int>(config.parallel.tp), active, 0.0,
+                                                  config.train.global_batch, power::DevicePowerModel{});
+  std::vector<double> speedup;
+  for (const power::ReplicaBoost& replica : plan.replicas) {
+    speedup.push_back(replica.active > 0 ? replica.speedup : 1.0);
+  }
+  return speedup;
+}
+
 }  // namespace
 
 int run_train_worker(const std::filesystem::path& run_dir) {
@@ -71,6 +91,7 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   options.rank = world.rank;
   options.world_size = world.world_size;
   options.store = world.store;
+  options.speedup = boost_speedups(config);
   if (env.contains("NTP_TEST_MISPAIR_RANK")) options.mispair_rank = std::stoi(env.at("NTP_TEST_MISPAIR_RANK"));
   train::run_ntp_worker(config, run_dir, options);
   return 0;

@@ -121,8 +121,9 @@ Worker::Worker(const Config& config, const std::filesystem::path& run_dir,
   }
   me_ = places_.at(static_cast<std::size_t>(options.rank));
   layout_ = plan_rank(config.parallel, setup_.gpt, me_);
-  shares_ = batch_shares(config.parallel.batch_policy,
-                         split_input(config.parallel, config.train.global_batch));
+  BatchSplitInput split = split_input(config.parallel, config.train.global_batch);
+  split.speedup = options.speedup;
+  shares_ = batch_shares(config.parallel.batch_policy, split);
   connect();
   const int local = static_cast<int>(places_.size());
   ctx_ = std::make_unique<tensor::Context>(thread_setup(config.model, local));

@@ -39,6 +39,10 @@ struct WorkerOptions {
   int rank = 0;
   int world_size = 1;
   std::string store;  // "file:DIR" or "redis://host:port"
+  // Per-replica speed-up from power boosting (power.mode != off), computed by
+  // the power policy in the elastic layer; empty = no boost. It enters the
+  // `proportional` batch split (schedule.h).
+  std::vector<double> speedup;
   // Test hook (--verify must catch it): this global rank mis-pairs two head
   // units in its sync buffer. -1 = off.
   int mispair_rank = -1;

@@ -237,3 +237,22 @@ TEST_F(CliTest, TrainRejectsAJobItCannotLayOutBeforeStartingWorkers) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CliTest, PowerBoostShiftsTheProportionalSplit) {
+  int code = -1;
+  train_and_verify(dir_,
+                   "--set parallel.dp=2 --set parallel.tp=4 --set parallel.failed={0=[2]}"
+                   " --set train.global_batch=16 --set power.mode=simulated",
+                   &code);
+  ASSERT_EQ(code, 0);
+  std::ifstream in(dir_ / "metrics.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  // Without boost 16 x 3/7 -> 7 / 9; boosted, replica 0's GPUs run at speed-up
+  // 1.3^0.65 = 1.186, its weight 0.889 vs 1 -> 8 / 8.
+  EXPECT_EQ(nlohmann::json::parse(line)["samples"], nlohmann::json::parse("[8, 8]")) << line;
+}
+
+}  // namespace
