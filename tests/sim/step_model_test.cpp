@@ -56,6 +56,23 @@ TEST(StepModel, NtpReplicaContributesKOverNUpToCommunicationTerms) {
   }
 }
 
+TEST(StepModel, ReferenceSharesFollowTheBubbleFormula) {
+  // Reference: 128 heads at TP 30 leave the busiest GPU 5 heads (4.27 on
+  // average), and with PP 4 the bubble is paid at the slow replica's pace.
+  const Scenario s;
+  const StepModel m(s);
+  const PolicyTable t = make_policy_table(Policy::kNtp, s, m);
+  ASSERT_EQ(t.run_tp[30], 30);
+  const double f = m.microbatch_s(32) / m.microbatch_s(30);
+  EXPECT_DOUBLE_EQ(t.speed[30], f);
+  EXPECT_LT(f, 30.0 / 32.0);  // uneven heads cost more than the lost GPUs
+  EXPECT_NEAR(f, 0.904, 5e-4);  // docs/sim.md
+  const double mb = m.microbatches(), b = m.bubble_ratio();
+  EXPECT_DOUBLE_EQ(t.share[30], ((mb + b) * f - b) / mb);
+  EXPECT_LT(t.share[30], f);
+  EXPECT_NEAR(t.share[30], 0.889, 5e-4);  // docs/sim.md
+}
+
 TEST(StepModel, WithoutCommunicationAReplicaAtKOfNIsExactlyKOverN) {
   Scenario s = testing::small_scenario();
   s.efficiency.tp_overlap = 1.0;  // TP hidden; PP 1: no p2p
