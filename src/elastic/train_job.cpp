@@ -27,14 +27,28 @@ std::string describe_job(const train::Config& c) {
                      c.data.path.empty() ? "built-in corpus" : c.data.path);
 }
 
-void print_summary(std::FILE* out, const nlohmann::json& s) {
+void print_summary(std::FILE* out, const nlohmann::json& s, const std::filesystem::path& run_dir) {
   if (s.value("steps", 0) == 0) return;
   std::fprintf(out,
-               "done: %d steps, loss %.4f -> %.4f, %.0f tokens/s, %.3f s/step, exposed sync %.2f%% "
+               "done: %d steps, loss %.4f -> %.4f, %.0f tokens/s, %.3f s/step, exposed sync %.1f%% "
                "of step time\n",
                s["steps"].get<int>(), s["first_loss"].get<double>(), s["last_loss"].get<double>(),
                s["tokens_per_s"].get<double>(), s["mean_step_time_s"].get<double>(),
                100.0 * s["exposed_sync_fraction"].get<double>());
+  const auto tp = s["final_tp"].get<std::vector<std::int64_t>>();
+  const auto samples = s["final_samples"].get<std::vector<std::int64_t>>();
+  std::string replicas;
+  for (std::size_t r = 0; r < tp.size(); ++r) {
+    replicas += fmt::format("{}replica {}: TP {}, {} sequences/step", r == 0 ? "" : "; ", r, tp[r],
+                            samples[r]);
+  }
+  std::fprintf(out, "%s\n", replicas.c_str());
+  const double allreduce = s["allreduce_bytes_per_step"].get<double>();
+  if (allreduce > 0) {
+    std::fprintf(out, "gradient sync per step: %.0f KiB all-reduced, %.0f KiB resharded\n",
+                 allreduce / 1024, s["reshard_bytes_per_step"].get<double>() / 1024);
+  }
+  std::fprintf(out, "metrics, events, trace and summary in %s\n", run_dir.string().c_str());
 }
 
 // One process per active slot of every training replica, through the launcher;
@@ -136,7 +150,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   result.summary["job"] = describe_job(config);
   run.event("run_finished", {{"steps", metrics.size()}});
   run.write_summary(result.summary);
-  print_summary(out, result.summary);
+  print_summary(out, result.summary, run_dir);
   if (verify) {
     result.verify = train::verify_run(run_dir);
     run.event("verify", result.verify->to_json());
