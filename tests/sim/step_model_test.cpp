@@ -54,6 +54,14 @@ TEST(StepModel, NtpReplicaContributesKOverNUpToCommunicationTerms) {
     EXPECT_GE(share, kn * (1.0 - 1e-12)) << k;
     EXPECT_LE(share, kn * (1.0 + x / c) * (1.0 + 1e-12)) << k;
   }
+  // Where k divides every unit count the share is exactly tau_n / tau_k with
+  // tau_k = C n/k + X_k: the bounds above are this formula's two limits.
+  for (const int k : {4, 6}) {
+    ASSERT_EQ(t.run_tp[static_cast<std::size_t>(k)], k);
+    const double x_k = m.microbatch_s(k) - m.compute_s(k);
+    EXPECT_LT(x_k, x) << k;  // a smaller group's all-reduce moves less per GPU
+    EXPECT_NEAR(t.share[static_cast<std::size_t>(k)], (c + x) / (c * 8.0 / k + x_k), 1e-12) << k;
+  }
 }
 
 TEST(StepModel, ReferenceSharesFollowTheBubbleFormula) {
