@@ -399,7 +399,13 @@ void finish_means(TimelineResult& r) {
 double ckpt_interval_hours(const Scenario& s, const std::vector<TraceFailure>* trace) {
   if (s.policies.ckpt.interval_hours > 0.0) return s.policies.ckpt.interval_hours;
   double failures_per_hour = s.failures.rate_per_gpu_hour() * s.cluster.gpus;
-  if (trace) failures_per_hour = static_cast<double>(trace->size()) / (s.run.duration_days * 24.0);
+  if (trace) {
+    // Only the failures within the run count; a trace may run past it.
+    const double hours = s.run.duration_days * 24.0;
+    const auto within = std::count_if(trace->begin(), trace->end(),
+                                      [&](const TraceFailure& f) { return f.hours < hours; });
+    failures_per_hour = static_cast<double>(within) / hours;
+  }
   if (failures_per_hour <= 0.0) return kInf;
   const double write_h = s.policies.ckpt.write_s / 3600.0;
   const double mtbf_h = 1.0 / failures_per_hour;

@@ -226,6 +226,16 @@ TEST_F(OneFailure, FixedGlobalBatchPausesDpDropUntilTheSpareArrives) {
   EXPECT_NEAR(run().pause_hours[idx(Policy::kDpDrop)], 10.0, 1e-9);
 }
 
+TEST(Timeline, OptimalIntervalCountsOnlyTraceFailuresWithinTheRun) {
+  Scenario s = testing::small_scenario();  // 30 days = 720 h
+  s.policies.ckpt = {0.0, 60.0, 900.0};    // optimal: sqrt(2 * write * MTBF)
+  const auto inside = parse_trace("10,0,1\n", "t.csv", s.cluster.gpus);
+  const auto beyond = parse_trace("10,0,1\n5000,1,1\n", "t.csv", s.cluster.gpus);
+  const double expected = std::sqrt(2.0 * (60.0 / 3600.0) * 720.0);  // one failure in 720 h
+  EXPECT_NEAR(ckpt_interval_hours(s, &inside), expected, 1e-12);
+  EXPECT_NEAR(ckpt_interval_hours(s, &beyond), expected, 1e-12);
+}
+
 TEST(Trace, BadLinesAreRejectedWithFileAndLine) {
   try {
     parse_trace("1,0,2\n3,99,1\n", "f.csv", 64);
