@@ -61,6 +61,7 @@ json timeline_json(const StudyPoint& p) {
                   {"pause_hours", s.pause_hours_mean},
                   {"spares_for_zero_pause", s.spares_needed_max}};
     if (pol == Policy::kCkptRestart) {
+      entry["spares_for_zero_pause"] = nullptr;  // it pauses at every failure whatever the spares
       entry["lost_work_hours"] = t.ckpt_lost_hours_mean;
       entry["interval_hours"] = finite_or(t.ckpt_interval_hours, -1.0);
     }
@@ -175,7 +176,8 @@ std::string timeline_summary_csv(const Study& study) {
       os << p.sweep_value << "," << policy_name(pol) << "," << fmt(s.goodput_mean) << ","
          << fmt(s.goodput_stderr) << "," << fmt(s.goodput_min) << ","
          << fmt(100.0 * (1.0 - s.goodput_mean)) << "," << fmt(s.pause_hours_mean) << ","
-         << fmt(s.spares_needed_max) << "," << fmt(t.failed_fraction_mean) << ","
+         << (pol == Policy::kCkptRestart ? "" : fmt(s.spares_needed_max)) << ","
+         << fmt(t.failed_fraction_mean) << ","
          << t.peak_failed_gpus_max << "," << fmt(t.failures_mean) << "\n";
     }
   }

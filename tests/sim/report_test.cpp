@@ -46,6 +46,15 @@ TEST(Report, SweepOverSparesWritesTablesAndCharts) {
   EXPECT_EQ(j["sweep_key"], "spares.domains");
   EXPECT_TRUE(j["points"][0]["timeline"]["policies"].contains("ntp-pw"));
   EXPECT_GT(j["points"][0]["healthy_step"]["mfu"].get<double>(), 0.0);
+  // ckpt-restart pauses at every failure whatever the spares: no count.
+  EXPECT_TRUE(j["points"][0]["timeline"]["policies"]["ckpt-restart"]["spares_for_zero_pause"].is_null());
+  EXPECT_TRUE(j["points"][0]["timeline"]["policies"]["dp-drop"]["spares_for_zero_pause"].is_number());
+  EXPECT_NE(csv.find(",ckpt-restart,"), std::string::npos);
+  std::istringstream rows(csv);
+  for (std::string row; std::getline(rows, row);) {
+    if (row.find(",ckpt-restart,") == std::string::npos) continue;
+    EXPECT_NE(row.find(",,"), std::string::npos) << row;  // empty spares_for_zero_pause
+  }
 }
 
 TEST(Report, ScenarioAsRunParsesBackToTheSameStudy) {
