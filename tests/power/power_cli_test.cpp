@@ -1,45 +1,18 @@
 // `ntp power plan` through the built binary: JSON and table output, exit codes,
 // and bad input naming the flag with nothing on stdout.
 #include <gtest/gtest.h>
-#include <unistd.h>
-#include <sys/wait.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
+#include "cli_run.h"
 #include "power/boost_policy.h"
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using ntp::testing::CliRun;
 
-CliRun run_ntp(const std::string& args) {
-  // One file per test process: CTest runs the CLI tests in parallel.
-  const std::string err_path =
-      ::testing::TempDir() + "power_cli_stderr_" + std::to_string(getpid()) + ".txt";
-  const std::string command = std::string(NTP_BINARY) + " " + args + " 2>" + err_path;
-  CliRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  std::size_t got = 0;
-  while ((got = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, got);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream text;
-  text << err.rdbuf();
-  run.err = text.str();
-  return run;
-}
+CliRun run_ntp(const std::string& args) { return ntp::testing::run_cli(NTP_BINARY, args); }
 
 const char* kPlan =
     "power plan --tp 8 --active \"8,7,4\" --tdp 1000 --max-frac 1.3 --headroom-w 1000 "

@@ -1,24 +1,19 @@
 // `ntp sim` through the built binary: flags checked by name, JSON output, and
 // the scenario written by --out running again to the same summary.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
+#include "cli_run.h"
 #include "test_scenarios.h"
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using ntp::testing::CliRun;
 
 std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "sim_cli_" + std::to_string(getpid()) + "_" + name;
@@ -31,20 +26,7 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-CliRun run_ntp(const std::string& args) {
-  const std::string err_path = temp_path("stderr.txt");
-  const std::string command = std::string(NTP_BINARY) + " " + args + " 2>" + err_path;
-  CliRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  std::size_t got = 0;
-  while ((got = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, got);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.err = read_file(err_path);
-  return run;
-}
+CliRun run_ntp(const std::string& args) { return ntp::testing::run_cli(NTP_BINARY, args); }
 
 // A 256-GPU scenario that runs in milliseconds.
 std::string small_scenario_file() {
