@@ -36,7 +36,7 @@ struct ParallelSpec {
   int dp = 0;              // 0 = derived: gpus / (tp * pp)
   int virtual_stages = 5;  // interleaved pipeline chunks per stage
   int tp_step = 1;         // a degraded TP group runs at a multiple of this (2: 32 -> 30 -> 28)
-  int min_tp = 0;          // below this a TP group cannot train; 0 = tp / 2
+  int min_tp = 0;          // below this a TP group cannot train; 0 = ceil(tp / 2)
 };
 
 struct EfficiencySpec {
