@@ -14,6 +14,7 @@ namespace ntp::sim {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::uint64_t kCkptStream = 0x636b7074;  // "ckpt": a stream apart from the fleet's
 
 enum class EventKind { kFail = 0, kRepair = 1, kSwapDone = 2 };
 
@@ -75,6 +76,8 @@ class SeedRun {
         raw_(s.groups(), s.parallel.pp, s.parallel.tp),
         spared_(s.groups(), s.parallel.pp, s.parallel.tp),
         rng_(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index))),
+        ckpt_rng_(Rng::mix(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index)),
+                           kCkptStream)),
         end_(s.run.duration_days * 24.0),
         bucket_h_(s.run.bucket_hours),
         buckets_(static_cast<std::size_t>(std::ceil(end_ / bucket_h_ - 1e-9))),
@@ -181,7 +184,7 @@ class SeedRun {
       stalled_domains_ += (!was_stalled && stalled(domain)) ? 1 : 0;
       peak_failed_domains_ = std::max(peak_failed_domains_, failed_domains_);
       peak_stalled_domains_ = std::max(peak_stalled_domains_, stalled_domains_);
-      ckpt_failure();
+      ckpt_failure(now_);
     }
     refresh_spared(domain);
     pool_.on_failure(domain, fleet_, swaps_);
@@ -249,6 +252,7 @@ class SeedRun {
   // --- integration ---------------------------------------------------------
   void advance(double to) {
     if (to <= now_) return;
+    ckpt_replacement_failures(to);
     accumulate(failed_series_, bucket_h_, now_, to, failed_gpus_);
     for (std::size_t i = 0; i < kPolicyCount; ++i) {
       if (!active_[i] || static_cast<Policy>(i) == Policy::kCkptRestart) continue;
@@ -263,11 +267,33 @@ class SeedRun {
   // ckpt-restart: every failure of a job GPU stops the job for restart_s and
   // loses what was computed since the last completed checkpoint. While up,
   // the job alternates tau hours of compute with write_s of checkpointing.
-  void ckpt_failure() {
+  void ckpt_failure(double at) {
     if (!active_[static_cast<std::size_t>(Policy::kCkptRestart)]) return;
     const double restart_h = s_.policies.ckpt.restart_s / 3600.0;
-    if (now_ >= ckpt_up_since_) ckpt_commit(ckpt_up_since_, now_, false);
-    ckpt_up_since_ = now_ + restart_h;
+    if (at >= ckpt_up_since_) ckpt_commit(ckpt_up_since_, at, false);
+    ckpt_up_since_ = std::max(ckpt_up_since_, at + restart_h);
+  }
+
+  // ckpt-restart runs at full size on replacement hardware: in place of the
+  // job GPUs the fleet has down it holds others, which fail at the same rate
+  // (memoryless, on their own random stream so the shared failure history is
+  // untouched). With them its job fails at rate * gpus whatever the fleet.
+  void ckpt_replacement_failures(double to) {
+    if (!active_[static_cast<std::size_t>(Policy::kCkptRestart)] || trace_) return;
+    const double rate = s_.failures.rate_per_gpu_hour() * failed_gpus_;
+    if (rate <= 0.0) return;
+    // Past this, a restart plus one checkpoint cycle succeeds with chance
+    // < e^-50: no progress until the rate drops, so skip to `to`.
+    const double attempt_h = s_.policies.ckpt.restart_s / 3600.0 +
+                             (std::isfinite(ckpt_tau_) ? ckpt_tau_ + ckpt_write_ : 0.0);
+    for (double t = now_ + sample_exponential(ckpt_rng_, 1.0 / rate); t < to;
+         t += sample_exponential(ckpt_rng_, 1.0 / rate)) {
+      ckpt_failure(t);
+      if (rate * attempt_h > 50.0) {
+        ckpt_up_since_ = std::max(ckpt_up_since_, to);
+        return;
+      }
+    }
   }
 
   void ckpt_commit(double a, double b, bool final) {
@@ -326,6 +352,7 @@ class SeedRun {
   ReplicaView raw_;
   ReplicaView spared_;
   Rng rng_;
+  Rng ckpt_rng_;  // ckpt-restart's replacement hardware
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<SparePool::Swap> swaps_;
   bool raw_touched_ = false;     // this event changed the job without spares

@@ -78,21 +78,36 @@ TEST(Timeline, LittlesLawScalesWithTheBlastRadius) {
 // write C, cycle c = tau + C): an up period U ~ Exp(L) commits
 // tau * floor(U / c), E = tau q / (1 - q) with q = exp(-L c); a down period
 // lasts until R passes without a failure, E = (exp(L R) - 1) / L. Renewal-reward:
-// goodput = tau q / (1 - q) * L / exp(L R).
+// goodput = tau q / (1 - q) * L / exp(L R). ckpt-restart runs on replacement
+// hardware, so L = rate * gpus even while the fleet has GPUs down.
+double ckpt_renewal_goodput(double rate) {
+  const double q = std::exp(-rate * 1.1);
+  return 1.0 * q / (1.0 - q) * rate / std::exp(rate * 0.5);
+}
+
 TEST(Timeline, CheckpointRestartMatchesItsRenewalFormula) {
   Scenario s = testing::small_scenario();
   s.failures.rate_per_gpu_day = 0.024;  // 1e-3 per GPU-hour
   s.failures.hardware_share = 1.0;
-  s.failures.hardware_repair = {RepairKind::kFixed, 2.0, 0.0};
   s.policies.compare = {Policy::kCkptRestart};
   s.policies.ckpt = {1.0, 360.0, 1800.0};  // tau 1 h, write 0.1 h, restart 0.5 h
   s.run.duration_days = 2000;
   s.run.bucket_hours = 24 * 30;
-  const TimelineResult r = run_timeline(s, Pricing(s), nullptr);
-  const double rate = 1e-3 * s.cluster.gpus * (1.0 - r.failed_fraction_mean);  // up GPUs fail
-  const double q = std::exp(-rate * 1.1);
-  const double expected = 1.0 * q / (1.0 - q) * rate / std::exp(rate * 0.5);
-  EXPECT_NEAR(r.policy[idx(Policy::kCkptRestart)].goodput_mean / expected, 1.0, 0.01);
+  const double job_rate = 1e-3 * s.cluster.gpus;
+  for (const double repair_h : {2.0, 200.0}) {  // 0.2 % and 17 % of the fleet down
+    s.failures.hardware_repair = {RepairKind::kFixed, repair_h, 0.0};
+    const TimelineResult r = run_timeline(s, Pricing(s), nullptr);
+    EXPECT_NEAR(r.policy[idx(Policy::kCkptRestart)].goodput_mean / ckpt_renewal_goodput(job_rate),
+                1.0, 0.01)
+        << repair_h;
+    if (repair_h > 100.0) {
+      // Counting only the fleet's up GPUs would be 5 % optimistic here.
+      EXPECT_GT(r.failed_fraction_mean, 0.15);
+      EXPECT_GT(ckpt_renewal_goodput(job_rate * (1.0 - r.failed_fraction_mean)) /
+                    ckpt_renewal_goodput(job_rate),
+                1.04);
+    }
+  }
 }
 
 TEST(Timeline, SameSeedSameOutputWhateverTheThreadCount) {
