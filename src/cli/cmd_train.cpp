@@ -48,6 +48,9 @@ int run_train(int argc, char** argv) {
   } catch (const ntp::train::ConfigError& e) {
     std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
     return ntp::cli::kExitBadInput;
+  } catch (const ntp::elastic::PowerUnavailable& e) {
+    std::fprintf(stderr, "ntp train: %s\n", e.what());
+    return ntp::cli::kExitFailure;
   } catch (const ntp::elastic::UnsupportedRequest& e) {
     std::fprintf(stderr, "ntp train: %s\n", e.what());
     return ntp::cli::kExitImpossible;

@@ -2,14 +2,17 @@
 
 #include <unistd.h>
 
+#include <sstream>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "elastic/job.h"
 #include "elastic/world.h"
-#include "power/boost_policy.h"
+#include "power/rank_power.h"
 #include "train/local_trainer.h"
 #include "train/ntp_trainer.h"
+#include "train/power_setup.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
 
@@ -76,23 +79,39 @@ std::vector<train::StepMetrics> train_with_workers(
   return run.read_metrics();
 }
 
-// The power policy's reachable speed-up per replica (power.mode != off), with
-// the default device model and no extra headroom: the survivors of a degraded
-// domain share the power the failed GPUs freed. Empty when power is off.
-std::vector<double> boost_speedups(const train::Config& config) {
-  if (config.power.mode == train::PowerMode::kOff) return {};
-  std::vector<int> active;
-  for (std::int64_t r = 0; r < config.parallel.dp; ++r) {
-    const auto k = static_cast<int>(config.parallel.active_slots(r).size());
-    active.push_back(k >= config.parallel.min_tp ? k : 0);
+// The GPU of a local rank as NVML names it: the local_rank-th entry of
+// CUDA_VISIBLE_DEVICES (an index or a UUID, both of which NVML accepts) when
+// it is set, else the local rank itself. NVML ignores CUDA_VISIBLE_DEVICES.
+std::string gpu_of(const Environment& env, int local_rank) {
+  const auto visible = env.find("CUDA_VISIBLE_DEVICES");
+  if (visible == env.end() || visible->second.empty()) return std::to_string(local_rank);
+  std::vector<std::string> entries;
+  std::stringstream list(visible->second);
+  for (std::string entry; std::getline(list, entry, ',');) entries.push_back(entry);
+  if (local_rank >= static_cast<int>(entries.size())) {
+    throw std::runtime_error(fmt::format("power.mode = \"nvml\": local rank {} has no GPU in "
+                                         "CUDA_VISIBLE_DEVICES = {}",
+                                         local_rank, visible->second));
   }
-  const power::BoostPlan plan = power::plan_boost(static_cast<int>(config.parallel.tp), active, 0.0,
-                                                  config.train.global_batch, power::DevicePowerModel{});
-  std::vector<double> speedup;
-  for (const power::ReplicaBoost& replica : plan.replicas) {
-    speedup.push_back(replica.active > 0 ? replica.speedup : 1.0);
+  return entries[static_cast<std::size_t>(local_rank)];
+}
+
+// With power.mode = "nvml", every local rank's GPU must be controllable and
+// match the configured device model before any worker starts: a host without
+// NVML is an error here, naming power.mode, not a worker crash later. Opening
+// a RankPower changes no limit.
+void check_power(const train::Config& config, int local_ranks) {
+  if (config.power.mode != power::PowerMode::nvml) return;
+  const Environment env = current_environment();
+  for (int local = 0; local < local_ranks; ++local) {
+    power::RankPowerOptions options = train::rank_power_options(config.power, gpu_of(env, local));
+    options.restore_on_signal = false;
+    try {
+      const power::RankPower probe(options);
+    } catch (const power::PowerError& e) {
+      throw PowerUnavailable(fmt::format("power.mode = \"nvml\": {}", e.what()));
+    }
   }
-  return speedup;
 }
 
 }  // namespace
@@ -105,7 +124,7 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   options.rank = world.rank;
   options.world_size = world.world_size;
   options.store = world.store;
-  options.speedup = boost_speedups(config);
+  if (config.power.mode == power::PowerMode::nvml) options.gpu = gpu_of(env, world.local_rank);
   if (env.contains("NTP_TEST_MISPAIR_RANK")) options.mispair_rank = std::stoi(env.at("NTP_TEST_MISPAIR_RANK"));
   train::run_ntp_worker(config, run_dir, options);
   return 0;
@@ -124,6 +143,7 @@ std::filesystem::path choose_run_dir(const train::Config& config, const std::str
 
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
                              bool verify, std::FILE* out) {
+  check_power(config, static_cast<int>(train::job_places(config.parallel).size()));
   const bool existed = std::filesystem::exists(run_dir);
   const train::RunDir run = train::RunDir::create(run_dir);
   try {

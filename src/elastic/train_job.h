@@ -21,6 +21,15 @@ class UnsupportedRequest : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// power.mode = "nvml" but this host cannot control its GPUs' power limits
+// (no NVML, a GPU missing, or one that does not match power.tdp_w or
+// power.max_frac): found before any worker starts (exit code 1). A missing
+// permission shows when a worker first sets a limit.
+class PowerUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct TrainJobResult {
   std::filesystem::path run_dir;
   nlohmann::json summary;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -28,8 +29,9 @@ const Choices<LrSchedule> kSchedules = {{"cosine", LrSchedule::kCosine},
 const Choices<BatchPolicy> kPolicies = {{"proportional", BatchPolicy::kProportional},
                                         {"fixed", BatchPolicy::kFixed},
                                         {"constant-global", BatchPolicy::kConstantGlobal}};
-const Choices<PowerMode> kPowerModes = {
-    {"off", PowerMode::kOff}, {"simulated", PowerMode::kSimulated}, {"nvml", PowerMode::kNvml}};
+const Choices<power::PowerMode> kPowerModes = {{"off", power::PowerMode::off},
+                                               {"simulated", power::PowerMode::simulated},
+                                               {"nvml", power::PowerMode::nvml}};
 
 template <class E>
 std::string name_of(const Choices<E>& choices, E value) {
@@ -250,6 +252,13 @@ const std::vector<KeyDef>& schema() {
                 "after the first worker death, time the others get to exit before SIGTERM",
                 NTP_FIELD(deadline.straggler_s)),
       choice_key("power.mode", "off | simulated | nvml", kPowerModes, NTP_FIELD(power.mode)),
+      float_key("power.tdp_w", "GPU default power limit (W): speed 1", NTP_FIELD(power.tdp_w)),
+      float_key("power.max_frac", "per-GPU maximum limit as a multiple of power.tdp_w",
+                NTP_FIELD(power.max_frac)),
+      float_key("power.headroom_w", "extra power per TP domain beyond tp x power.tdp_w (W)",
+                NTP_FIELD(power.headroom_w)),
+      float_key("power.alpha", "speed-vs-power exponent: speed = (limit / tdp)^alpha",
+                NTP_FIELD(power.alpha)),
       string_key("run.dir", "run directory; empty = runs/<UTC time>", NTP_FIELD(run.dir)),
       int_key("run.trace_steps", "steps recorded in trace.json", NTP_FIELD(run.trace_steps)),
   };
@@ -364,6 +373,15 @@ void validate_parallel(const ParallelConfig& p, const OptimConfig& t) {
           fmt::format("{} is smaller than the {} training replicas", t.global_batch, training));
 }
 
+void validate_power(const PowerConfig& p) {
+  const auto finite = [](double x) { return std::isfinite(x); };
+  require(finite(p.tdp_w) && p.tdp_w > 0, "power.tdp_w", "must be a finite number > 0");
+  require(finite(p.max_frac) && p.max_frac >= 1, "power.max_frac", "must be a finite number >= 1");
+  require(finite(p.headroom_w) && p.headroom_w >= 0, "power.headroom_w",
+          "must be a finite number >= 0");
+  require(finite(p.alpha) && p.alpha > 0, "power.alpha", "must be a finite number > 0");
+}
+
 void validate_rest(const Config& c) {
   require(c.sync.bucket_mb > 0, "sync.bucket_mb", "must be > 0");
   require(c.deadline.collective_s > 0, "deadline.collective_s", "must be > 0");
@@ -382,7 +400,6 @@ void validate_rest(const Config& c) {
 std::string to_string(DataOrder order) { return name_of(kOrders, order); }
 std::string to_string(LrSchedule schedule) { return name_of(kSchedules, schedule); }
 std::string to_string(BatchPolicy policy) { return name_of(kPolicies, policy); }
-std::string to_string(PowerMode mode) { return name_of(kPowerModes, mode); }
 
 std::vector<std::int64_t> ParallelConfig::active_slots(std::int64_t replica) const {
   std::vector<std::int64_t> slots;
@@ -430,6 +447,7 @@ void validate(const Config& config) {
   validate_model(config.model);
   validate_optim(config.train);
   validate_parallel(config.parallel, config.train);
+  validate_power(config.power);
   validate_rest(config);
 }
 

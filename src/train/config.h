@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "power/power_mode.h"
+
 namespace ntp::train {
 
 class ConfigError : public std::runtime_error {
@@ -21,12 +23,10 @@ class ConfigError : public std::runtime_error {
 enum class DataOrder { kShuffled, kSequential };
 enum class LrSchedule { kCosine, kConstant };
 enum class BatchPolicy { kProportional, kFixed, kConstantGlobal };
-enum class PowerMode { kOff, kSimulated, kNvml };
 
 std::string to_string(DataOrder order);
 std::string to_string(LrSchedule schedule);
 std::string to_string(BatchPolicy policy);
-std::string to_string(PowerMode mode);
 
 struct ModelConfig {
   std::string preset = "tiny";
@@ -88,8 +88,15 @@ struct DeadlineConfig {
   bool operator==(const DeadlineConfig&) const = default;
 };
 
+// power.mode and the device model of the boost policy (docs/power.md). The
+// model comes from configuration, identical on every rank, so that every rank
+// computes the same plan.
 struct PowerConfig {
-  PowerMode mode = PowerMode::kOff;
+  power::PowerMode mode = power::PowerMode::off;
+  double tdp_w = 1000.0;    // a GPU's default limit: speed 1
+  double max_frac = 1.3;    // per-GPU maximum limit = max_frac x tdp_w
+  double headroom_w = 0.0;  // per domain, beyond tp x tdp_w
+  double alpha = 0.65;      // speed = (limit / tdp_w)^alpha
   bool operator==(const PowerConfig&) const = default;
 };
 

@@ -29,7 +29,7 @@ std::string si(double value) {
 }  // namespace
 
 nlohmann::json to_json(const StepMetrics& m) {
-  return {{"step", m.step},
+  nlohmann::json j = {{"step", m.step},
           {"epoch", m.epoch},
           {"loss", m.loss},
           {"lr", m.lr},
@@ -41,6 +41,10 @@ nlohmann::json to_json(const StepMetrics& m) {
           {"exposed_sync_s", m.exposed_sync_s},
           {"reshard_bytes", m.reshard_bytes},
           {"allreduce_bytes", m.allreduce_bytes}};
+  if (m.power.empty()) return j;
+  j["power"] = nlohmann::json::array();
+  for (const ReplicaPower& p : m.power) j["power"].push_back({{"limit_w", p.limit_w}, {"speedup", p.speedup}});
+  return j;
 }
 
 StepMetrics step_metrics_from_json(const nlohmann::json& j) {
@@ -57,6 +61,10 @@ StepMetrics step_metrics_from_json(const nlohmann::json& j) {
   m.exposed_sync_s = field<double>(j, "exposed_sync_s");
   m.reshard_bytes = field<std::int64_t>(j, "reshard_bytes");
   m.allreduce_bytes = field<std::int64_t>(j, "allreduce_bytes");
+  if (!j.contains("power")) return m;
+  for (const nlohmann::json& p : field<std::vector<nlohmann::json>>(j, "power")) {
+    m.power.push_back({field<double>(p, "limit_w"), field<double>(p, "speedup")});
+  }
   return m;
 }
 

@@ -10,6 +10,13 @@
 
 namespace ntp::train {
 
+// The power plan of one replica in force during a step (power.mode != off).
+struct ReplicaPower {
+  double limit_w = 0.0;  // planned per-GPU limit of its domain (0: sits out)
+  double speedup = 0.0;  // modelled per-GPU speed relative to TDP
+  bool operator==(const ReplicaPower&) const = default;
+};
+
 struct StepMetrics {
   std::int64_t step = 0;
   std::int64_t epoch = 0;
@@ -23,6 +30,7 @@ struct StepMetrics {
   double exposed_sync_s = 0.0;             // wait on communication backward did not hide
   std::int64_t reshard_bytes = 0;          // pre-sync + post-sync bytes, whole job
   std::int64_t allreduce_bytes = 0;        // DP all-reduce payload, whole job
+  std::vector<ReplicaPower> power;         // per replica; empty when power.mode = off
   bool operator==(const StepMetrics&) const = default;
 };
 

@@ -39,10 +39,8 @@ struct WorkerOptions {
   int rank = 0;
   int world_size = 1;
   std::string store;  // "file:DIR" or "redis://host:port"
-  // Per-replica speed-up from power boosting (power.mode != off), computed by
-  // the power policy in the elastic layer; empty = no boost. It enters the
-  // `proportional` batch split (schedule.h).
-  std::vector<double> speedup;
+  // This rank's GPU for power.mode = "nvml": an NVML index or UUID.
+  std::string gpu;
   // Test hook (--verify must catch it): this global rank mis-pairs two head
   // units in its sync buffer. -1 = off.
   int mispair_rank = -1;
@@ -50,7 +48,9 @@ struct WorkerOptions {
 
 // Runs one rank of the job described by the run directory's config.toml.
 // Rank 0 writes metrics.jsonl, schedule.jsonl, model.bin and trace.json;
-// every rank writes its events and its trace fragment.
+// every rank writes its events and its trace fragment. With power.mode != off
+// the rank's GPU limit follows the configuration's power plan and is restored
+// at exit, after an error and on SIGTERM / SIGINT (power::RankPower).
 void run_ntp_worker(const Config& config, const std::filesystem::path& run_dir,
                     const WorkerOptions& options);
 

@@ -1,11 +1,12 @@
 #include "train/schedule.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "power/boost_policy.h"
 
 namespace ntp::train {
 namespace {
@@ -25,32 +26,11 @@ std::uint64_t uniform_below(std::uint64_t& state, std::uint64_t bound) {
   return x % bound;
 }
 
-// Largest-remainder apportionment of `total` seats by `weights`, ties to the
-// lower index; a zero weight gets zero seats.
+// Largest-remainder seats of `total` by `weights` (power::apportion); no
+// seats when there is nothing to place.
 std::vector<std::int64_t> apportion(std::int64_t total, const std::vector<double>& weights) {
-  const double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
-  std::vector<std::int64_t> seats(weights.size(), 0);
-  if (sum <= 0 || total <= 0) return seats;
-  std::vector<double> remainder(weights.size(), 0.0);
-  std::int64_t given = 0;
-  for (std::size_t i = 0; i < weights.size(); ++i) {
-    const double quota = static_cast<double>(total) * weights[i] / sum;
-    // The epsilon keeps an exact quota such as 3.0 computed as 2.9999... at 3.
-    seats[i] = static_cast<std::int64_t>(std::floor(quota + 1e-9));
-    remainder[i] = quota - static_cast<double>(seats[i]);
-    given += seats[i];
-  }
-  std::vector<std::size_t> order(weights.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return remainder[a] > remainder[b]; });
-  for (std::size_t i = 0; given < total; i = (i + 1) % order.size()) {
-    if (weights[order[i]] > 0) {
-      ++seats[order[i]];
-      ++given;
-    }
-  }
-  return seats;
+  if (total <= 0) return std::vector<std::int64_t>(weights.size(), 0);
+  return power::apportion(weights, total);
 }
 
 bool is_training(const BatchSplitInput& in, std::size_t r) { return in.active[r] >= in.min_tp; }
@@ -66,14 +46,20 @@ void ensure_one_each(const BatchSplitInput& in, std::vector<std::int64_t>& share
   }
 }
 
-std::vector<double> speed_weights(const BatchSplitInput& in) {
+std::vector<double> slot_weights(const BatchSplitInput& in) {
   std::vector<double> weights(in.active.size(), 0.0);
   for (std::size_t r = 0; r < weights.size(); ++r) {
-    if (!is_training(in, r)) continue;
-    const double speedup = in.speedup.empty() ? 1.0 : in.speedup.at(r);
-    weights[r] = static_cast<double>(in.active[r]) / static_cast<double>(in.base_tp) * speedup;
+    if (is_training(in, r)) weights[r] = static_cast<double>(in.active[r]) / static_cast<double>(in.base_tp);
   }
   return weights;
+}
+
+std::vector<std::int64_t> proportional_shares(const BatchSplitInput& in) {
+  if (in.planned.empty()) return apportion(in.global_batch, slot_weights(in));
+  if (in.planned.size() != in.active.size()) {
+    throw std::invalid_argument("batch_shares: one planned share per replica expected");
+  }
+  return in.planned;
 }
 
 std::vector<std::int64_t> constant_global_shares(const BatchSplitInput& in) {
@@ -83,7 +69,7 @@ std::vector<std::int64_t> constant_global_shares(const BatchSplitInput& in) {
     training += is_training(in, r) ? 1 : 0;
     healthy += (is_training(in, r) && in.active[r] == in.base_tp) ? 1 : 0;
   }
-  if (healthy == 0) return apportion(in.global_batch, speed_weights(in));
+  if (healthy == 0) return apportion(in.global_batch, slot_weights(in));
   std::vector<std::int64_t> shares(in.active.size(), 0);
   std::vector<double> healthy_weights(in.active.size(), 0.0);
   std::int64_t given = 0;
@@ -157,14 +143,19 @@ BatchSplitInput split_input(const ParallelConfig& parallel, std::int64_t global_
   return in;
 }
 
-std::vector<std::int64_t> batch_shares(BatchPolicy policy, const BatchSplitInput& in) {
-  if (!in.speedup.empty() && in.speedup.size() != in.active.size()) {
-    throw std::invalid_argument("batch_shares: one speed-up per replica expected");
+std::vector<int> policy_active(const BatchSplitInput& in) {
+  std::vector<int> active;
+  for (std::size_t r = 0; r < in.active.size(); ++r) {
+    active.push_back(is_training(in, r) ? static_cast<int>(in.active[r]) : 0);
   }
+  return active;
+}
+
+std::vector<std::int64_t> batch_shares(BatchPolicy policy, const BatchSplitInput& in) {
   std::vector<std::int64_t> shares;
   switch (policy) {
     case BatchPolicy::kProportional:
-      shares = apportion(in.global_batch, speed_weights(in));
+      shares = proportional_shares(in);
       break;
     case BatchPolicy::kFixed: {
       std::vector<double> weights(in.active.size(), 0.0);

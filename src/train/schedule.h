@@ -48,17 +48,23 @@ struct BatchSplitInput {
   std::int64_t base_tp = 1;             // n
   std::vector<std::int64_t> active;     // k_r: active slots per replica
   std::int64_t min_tp = 1;              // k_r < min_tp: the replica is dropped
-  // Per-replica speed-up from power boosting (1 = none); empty = all 1. This is
-  // where the power policy's reachable speed-up enters `proportional`.
-  std::vector<double> speedup;
+  // `proportional` shares planned by the power policy for this configuration
+  // (power::plan_boost: k_r/n x the boost speed-up each replica reaches);
+  // empty = no boost, weights k_r/n (power::shares_without_boost).
+  std::vector<std::int64_t> planned;
 };
 
 BatchSplitInput split_input(const ParallelConfig& parallel, std::int64_t global_batch);
 
+// Active slots per replica as the power policy counts them: k_r, or 0 for a
+// dropped replica (it sits out and draws nothing).
+std::vector<int> policy_active(const BatchSplitInput& input);
+
 // Samples per replica; sums exactly to global_batch; dropped replicas get 0,
-// every training replica at least 1. Rounding is largest-remainder with ties
-// to the lower replica id.
-//   proportional:    share ∝ k_r / n × speedup_r
+// every training replica at least 1 (taken from the largest share if the
+// rounding left one at 0). Rounding is largest-remainder with ties to the
+// lower replica id (power::apportion).
+//   proportional:    `planned` if given, else share ∝ k_r / n
 //   fixed:           equal shares over the training replicas
 //   constant-global: a degraded replica gets floor(B/R × k_r/n) (its per-slot
 //                    load stays that of a healthy replica); the healthy

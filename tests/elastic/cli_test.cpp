@@ -1,4 +1,5 @@
 // `ntp launch` and `ntp train` as a user runs them: the real executable.
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -8,10 +9,14 @@
 #include <thread>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "power/boost_policy.h"
 
 namespace {
 
@@ -240,19 +245,98 @@ TEST_F(CliTest, TrainRejectsAJobItCannotLayOutBeforeStartingWorkers) {
 
 namespace {
 
-TEST_F(CliTest, PowerBoostShiftsTheProportionalSplit) {
+std::vector<nlohmann::json> read_lines(const fs::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// power.mode = "simulated" end to end: every rank plans the same, the ranks of
+// the degraded replica set the boost limit and those of the healthy replica
+// keep the default; metrics carry the plan each step, the batch shares are
+// plan_boost's, --verify still passes, and every rank's limit is back at the
+// default when the run ends.
+TEST_F(CliTest, SimulatedPowerBoostIsPlannedLoggedAndRestored) {
   int code = -1;
-  train_and_verify(dir_,
-                   "--set parallel.dp=2 --set parallel.tp=4 --set parallel.failed={0=[2]}"
-                   " --set train.global_batch=16 --set power.mode=simulated",
+  const std::string line = train_and_verify(
+      dir_,
+      "--set parallel.dp=2 --set parallel.tp=4 --set parallel.failed={0=[2]}"
+      " --set train.global_batch=16 --set power.mode=simulated --set power.tdp_w=700"
+      " --set power.max_frac=1.5 --set power.headroom_w=200 --set power.alpha=0.7",
+      &code);
+  ASSERT_EQ(code, 0) << line;
+  const ntp::power::BoostPlan plan =
+      ntp::power::plan_boost(4, {3, 4}, 200.0, 16, ntp::power::DevicePowerModel{700.0, 1.5, 0.7});
+  ASSERT_GT(plan.replicas[0].limit_w, 700.0);  // the degraded replica is boosted
+  ASSERT_NE(plan.replicas[0].share, 16 * 3 / 7) << "the boost must change the unboosted split";
+
+  int plans = 0;
+  std::set<int> applied;
+  std::set<int> restored;
+  for (const nlohmann::json& e : read_lines(dir_ / "events.jsonl")) {
+    if (e["event"] == "power_plan") {
+      ++plans;
+      EXPECT_EQ(e["mode"], "simulated");
+      ASSERT_EQ(e["replicas"].size(), 2u);
+      for (std::size_t r = 0; r < 2; ++r) {
+        EXPECT_EQ(e["replicas"][r]["active"], plan.replicas[r].active);
+        EXPECT_DOUBLE_EQ(e["replicas"][r]["limit_w"].get<double>(), plan.replicas[r].limit_w);
+        EXPECT_DOUBLE_EQ(e["replicas"][r]["speedup"].get<double>(), plan.replicas[r].speedup);
+        EXPECT_EQ(e["replicas"][r]["share"], plan.replicas[r].share);
+      }
+    } else if (e["event"] == "power_applied") {
+      applied.insert(e["rank"].get<int>());
+      const auto& planned = plan.replicas[e["replica"].get<std::size_t>()];
+      EXPECT_DOUBLE_EQ(e["device_limit_w"].get<double>(), planned.limit_w) << e;
+    } else if (e["event"] == "power_restored") {
+      restored.insert(e["rank"].get<int>());
+      EXPECT_EQ(e["cause"], "exit") << e;
+      EXPECT_DOUBLE_EQ(e["device_limit_w"].get<double>(), 700.0) << e;
+      EXPECT_DOUBLE_EQ(e["default_limit_w"].get<double>(), 700.0) << e;
+    }
+  }
+  EXPECT_EQ(plans, 1);
+  EXPECT_EQ(applied, (std::set<int>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(restored, applied);
+
+  const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 3u);
+  for (const nlohmann::json& m : metrics) {
+    EXPECT_EQ(m["samples"], nlohmann::json({plan.replicas[0].share, plan.replicas[1].share})) << m;
+    ASSERT_EQ(m["power"].size(), 2u) << m;
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_DOUBLE_EQ(m["power"][r]["limit_w"].get<double>(), plan.replicas[r].limit_w);
+      EXPECT_DOUBLE_EQ(m["power"][r]["speedup"].get<double>(), plan.replicas[r].speedup);
+    }
+  }
+}
+
+TEST_F(CliTest, PowerOffLogsNoPowerDecisions) {
+  int code = -1;
+  train_and_verify(dir_, "--set parallel.dp=2 --set parallel.tp=2 --set parallel.failed={0=[1]}",
                    &code);
   ASSERT_EQ(code, 0);
-  std::ifstream in(dir_ / "metrics.jsonl");
-  std::string line;
-  ASSERT_TRUE(std::getline(in, line));
-  // Without boost 16 x 3/7 -> 7 / 9; boosted, replica 0's GPUs run at speed-up
-  // 1.3^0.65 = 1.186, its weight 0.889 vs 1 -> 8 / 8.
-  EXPECT_EQ(nlohmann::json::parse(line)["samples"], nlohmann::json::parse("[8, 8]")) << line;
+  for (const nlohmann::json& m : read_lines(dir_ / "metrics.jsonl")) EXPECT_FALSE(m.contains("power"));
+  for (const nlohmann::json& e : read_lines(dir_ / "events.jsonl")) {
+    EXPECT_EQ(e["event"].get<std::string>().rfind("power_", 0), std::string::npos) << e;
+  }
+}
+
+// power.mode = "nvml" on a host without NVML: a clear error naming the key,
+// before anything starts; exit 1 (the configuration is valid, the host
+// cannot carry it out).
+TEST_F(CliTest, NvmlPowerWithoutNvmlFailsBeforeTraining) {
+  if (void* nvml = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    ::dlclose(nvml);
+    GTEST_SKIP() << "this host has NVML";
+  }
+  const CommandResult run = ntp("train --run-dir " + dir_.string() +
+                                " --set parallel.dp=2 --set parallel.tp=2 --set power.mode=nvml");
+  EXPECT_EQ(run.code, 1) << run.output;
+  EXPECT_NE(run.output.find("power.mode = \"nvml\": NVML not available"), std::string::npos)
+      << run.output;
+  EXPECT_FALSE(fs::exists(dir_)) << "nothing may start without the power control it asks for";
 }
 
 }  // namespace

@@ -72,6 +72,10 @@ TEST(Config, ParsesEveryKeyAndRoundTripsThroughResolvedToml) {
     straggler_s = 2
     [power]
     mode = "simulated"
+    tdp_w = 700
+    max_frac = 1.2
+    headroom_w = 350.5
+    alpha = 0.8
     [run]
     dir = "runs/x"
     trace_steps = 1
@@ -85,7 +89,11 @@ TEST(Config, ParsesEveryKeyAndRoundTripsThroughResolvedToml) {
   EXPECT_EQ(config.parallel.failed.at(2), (std::vector<std::int64_t>{0, 3}));
   EXPECT_EQ(config.parallel.active_slots(0), (std::vector<std::int64_t>{0, 2, 3}));
   EXPECT_EQ(config.parallel.active_slots(1), (std::vector<std::int64_t>{0, 1, 2, 3}));
-  EXPECT_EQ(config.power.mode, PowerMode::kSimulated);
+  EXPECT_EQ(config.power.mode, power::PowerMode::simulated);
+  EXPECT_DOUBLE_EQ(config.power.tdp_w, 700.0);
+  EXPECT_DOUBLE_EQ(config.power.max_frac, 1.2);
+  EXPECT_DOUBLE_EQ(config.power.headroom_w, 350.5);
+  EXPECT_DOUBLE_EQ(config.power.alpha, 0.8);
   EXPECT_NO_THROW(validate(config));
 
   EXPECT_EQ(parsed(to_toml(config)), config);
@@ -160,6 +168,12 @@ TEST(Config, CrossKeyValidationNamesTheKey) {
       {"[deadline]\nheartbeat_s = 0", "deadline.heartbeat_s"},
       {"[deadline]\nstraggler_s = -1", "deadline.straggler_s"},
       {"[run]\ntrace_steps = -1", "run.trace_steps"},
+      {"[power]\ntdp_w = 0", "power.tdp_w"},
+      {"[power]\ntdp_w = inf", "power.tdp_w"},
+      {"[power]\nmax_frac = 0.9", "power.max_frac"},
+      {"[power]\nheadroom_w = -1", "power.headroom_w"},
+      {"[power]\nheadroom_w = nan", "power.headroom_w"},
+      {"[power]\nalpha = 0", "power.alpha"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.toml);

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "power/boost_policy.h"
+
 namespace ntp::train {
 namespace {
 
@@ -128,7 +130,7 @@ TEST(BatchShares, ConstantGlobalKeepsTheDegradedPerSlotLoad) {
 }
 
 TEST(BatchShares, HealthyJobSplitsEvenlyUnderEveryPolicy) {
-  BatchSplitInput in{.global_batch = 10, .base_tp = 4, .active = {4, 4, 4}, .min_tp = 1, .speedup = {}};
+  BatchSplitInput in{.global_batch = 10, .base_tp = 4, .active = {4, 4, 4}, .min_tp = 1, .planned = {}};
   for (BatchPolicy policy : kPolicies) {
     EXPECT_EQ(batch_shares(policy, in), (std::vector<std::int64_t>{4, 3, 3})) << to_string(policy);
   }
@@ -136,20 +138,55 @@ TEST(BatchShares, HealthyJobSplitsEvenlyUnderEveryPolicy) {
 
 TEST(BatchShares, ExamplesFromTheDesign) {
   // 2 replicas x TP 4, replica 0 without slot 2, global batch 8.
-  BatchSplitInput in{.global_batch = 8, .base_tp = 4, .active = {3, 4}, .min_tp = 1, .speedup = {}};
+  BatchSplitInput in{.global_batch = 8, .base_tp = 4, .active = {3, 4}, .min_tp = 1, .planned = {}};
   EXPECT_EQ(batch_shares(BatchPolicy::kFixed, in), (std::vector<std::int64_t>{4, 4}));
   EXPECT_EQ(batch_shares(BatchPolicy::kProportional, in), (std::vector<std::int64_t>{3, 5}));
   EXPECT_EQ(batch_shares(BatchPolicy::kConstantGlobal, in), (std::vector<std::int64_t>{3, 5}));
-  // A power boost of n/k makes the degraded replica as fast as a healthy one.
-  in.speedup = {4.0 / 3.0, 1.0};
+  // A power boost of n/k makes the degraded replica as fast as a healthy one:
+  // proportional takes the power plan's shares.
+  const power::BoostPlan boosted =
+      power::plan_boost(4, policy_active(in), /*headroom_w=*/1000.0, 8, power::DevicePowerModel{});
+  for (const power::ReplicaBoost& r : boosted.replicas) in.planned.push_back(r.share);
   EXPECT_EQ(batch_shares(BatchPolicy::kProportional, in), (std::vector<std::int64_t>{4, 4}));
+  EXPECT_EQ(batch_shares(BatchPolicy::kFixed, in), (std::vector<std::int64_t>{4, 4}));
   // dp 3 x tp 4 with failed {0 = [1], 2 = [0, 3]}, batch 12.
-  BatchSplitInput three{.global_batch = 12, .base_tp = 4, .active = {3, 4, 2}, .min_tp = 1, .speedup = {}};
+  BatchSplitInput three{.global_batch = 12, .base_tp = 4, .active = {3, 4, 2}, .min_tp = 1, .planned = {}};
   EXPECT_EQ(batch_shares(BatchPolicy::kProportional, three), (std::vector<std::int64_t>{4, 5, 3}));
   EXPECT_EQ(batch_shares(BatchPolicy::kConstantGlobal, three), (std::vector<std::int64_t>{3, 7, 2}));
   // min_tp 3 drops replica 2.
   three.min_tp = 3;
   EXPECT_EQ(batch_shares(BatchPolicy::kFixed, three), (std::vector<std::int64_t>{6, 6, 0}));
+}
+
+TEST(BatchShares, ProportionalWithoutAPlanIsThePowerPolicysUnboostedSplit) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    BatchSplitInput in;
+    in.base_tp = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
+    const std::int64_t replicas = std::uniform_int_distribution<std::int64_t>(1, 6)(rng);
+    for (std::int64_t r = 0; r < replicas; ++r) {
+      in.active.push_back(std::uniform_int_distribution<std::int64_t>(1, in.base_tp)(rng));
+    }
+    in.global_batch = std::uniform_int_distribution<std::int64_t>(replicas * in.base_tp, 100)(rng);
+    EXPECT_EQ(batch_shares(BatchPolicy::kProportional, in),
+              power::shares_without_boost(static_cast<int>(in.base_tp), policy_active(in),
+                                          in.global_batch));
+  }
+}
+
+TEST(BatchShares, PlannedSharesKeepEveryTrainingReplicaInTheStep) {
+  BatchSplitInput in{.global_batch = 3, .base_tp = 4, .active = {1, 4, 4}, .min_tp = 1,
+                     .planned = {0, 2, 1}};
+  // A replica with no sample would leave its peers waiting in the gradient sync.
+  EXPECT_EQ(batch_shares(BatchPolicy::kProportional, in), (std::vector<std::int64_t>{1, 1, 1}));
+  in.planned = {1, 2};
+  EXPECT_THROW(batch_shares(BatchPolicy::kProportional, in), std::invalid_argument);
+}
+
+TEST(PolicyActive, DroppedReplicasSitOut) {
+  const BatchSplitInput in{.global_batch = 8, .base_tp = 4, .active = {3, 1, 4}, .min_tp = 2,
+                           .planned = {}};
+  EXPECT_EQ(policy_active(in), (std::vector<int>{3, 0, 4}));
 }
 
 TEST(SampleSchedule, SequentialIsLlmcOrder) {
