@@ -312,6 +312,50 @@ TEST_F(CliTest, SimulatedPowerBoostIsPlannedLoggedAndRestored) {
   }
 }
 
+// A peer dies mid-run: the boosted rank fails in its next collective, and the
+// exception path restores its GPU's limit before the process exits.
+TEST_F(CliTest, SimulatedPowerLimitIsRestoredAfterAnError) {
+  const std::string command = std::string(NTP_BINARY) + " train --run-dir " + dir_.string() +
+                              " --set parallel.dp=2 --set parallel.tp=2 --set parallel.failed={0=[1]}"
+                              " --set power.mode=simulated --set train.steps=100000"
+                              " --set model.layers=1 --set deadline.collective_s=3"
+                              " --set deadline.straggler_s=20 > " + dir_.string() + ".out 2>&1";
+  std::thread killer([&] {
+    // Rank 2 belongs to the healthy replica; kill it once training is under way.
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!fs::exists(dir_ / "metrics.jsonl")) continue;
+      for (const nlohmann::json& e : read_lines(dir_ / "events.jsonl")) {
+        if (e["event"] == "worker_started" && e["rank"] == 2) {
+          ::kill(e["pid"].get<int>(), SIGKILL);
+          return;
+        }
+      }
+    }
+  });
+  const int status = std::system(command.c_str());
+  killer.join();
+  std::ifstream out(dir_.string() + ".out");
+  const std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
+  EXPECT_NE(text.find("rank 2 (pid"), std::string::npos) << text;
+  bool boosted = false;
+  bool restored = false;
+  for (const nlohmann::json& e : read_lines(dir_ / "events.jsonl")) {
+    if (e["event"] == "power_applied" && e["rank"] == 0) {
+      boosted = e["device_limit_w"].get<double>() > 1000.0;
+    }
+    if (e["event"] == "power_restored" && e["rank"] == 0) {
+      EXPECT_EQ(e["cause"], "error") << e;
+      EXPECT_DOUBLE_EQ(e["device_limit_w"].get<double>(), 1000.0) << e;
+      restored = true;
+    }
+  }
+  EXPECT_TRUE(boosted) << "replica 0 runs at TP 1 of 2: its GPU is boosted";
+  EXPECT_TRUE(restored) << "rank 0 logged no power_restored event";
+  fs::remove(dir_.string() + ".out");
+}
+
 TEST_F(CliTest, PowerOffLogsNoPowerDecisions) {
   int code = -1;
   train_and_verify(dir_, "--set parallel.dp=2 --set parallel.tp=2 --set parallel.failed={0=[1]}",
