@@ -44,6 +44,11 @@ void print_summary(std::FILE* out, const nlohmann::json& s, const std::filesyste
   for (std::size_t r = 0; r < tp.size(); ++r) {
     replicas += fmt::format("{}replica {}: TP {}, {} sequences/step", r == 0 ? "" : "; ", r, tp[r],
                             samples[r]);
+    if (s.contains("final_power")) {
+      const nlohmann::json& p = s["final_power"][r];
+      replicas += fmt::format(" ({:.0f} W/GPU, modelled speed-up {:.3f})",
+                              p["limit_w"].get<double>(), p["speedup"].get<double>());
+    }
   }
   std::fprintf(out, "%s\n", replicas.c_str());
   const double allreduce = s["allreduce_bytes_per_step"].get<double>();

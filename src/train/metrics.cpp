@@ -102,6 +102,7 @@ nlohmann::json summarize(const std::vector<StepMetrics>& steps, double wall_s) {
   s["allreduce_bytes_per_step"] = allreduce / timed;
   s["final_tp"] = steps.back().tp;
   s["final_samples"] = steps.back().samples;
+  if (!steps.back().power.empty()) s["final_power"] = to_json(steps.back())["power"];
   return s;
 }
 

@@ -63,6 +63,20 @@ TEST(Metrics, JsonRoundTripAndMissingFieldNamed) {
   }
 }
 
+TEST(Metrics, PowerDecisionsRoundTripAndAreAbsentWhenPowerIsOff) {
+  StepMetrics m = sample_metrics(1);
+  EXPECT_FALSE(to_json(m).contains("power"));
+  EXPECT_FALSE(summarize({m}, 1.0).contains("final_power"));
+  m.power = {{1300.0, 1.1859}, {1000.0, 1.0}};
+  nlohmann::json j = to_json(m);
+  EXPECT_EQ(j["power"], nlohmann::json::parse(
+                            R"([{"limit_w": 1300.0, "speedup": 1.1859}, {"limit_w": 1000.0, "speedup": 1.0}])"));
+  EXPECT_EQ(step_metrics_from_json(j), m);
+  EXPECT_EQ(summarize({m}, 1.0)["final_power"], j["power"]);
+  j["power"][1].erase("speedup");
+  EXPECT_THROW(step_metrics_from_json(j), std::runtime_error);
+}
+
 TEST(Metrics, SummaryLeavesTheWarmUpStepOutOfRates) {
   const std::vector<StepMetrics> steps = {sample_metrics(0), sample_metrics(1), sample_metrics(2)};
   const nlohmann::json s = summarize(steps, 20.0);
