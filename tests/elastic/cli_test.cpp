@@ -54,6 +54,50 @@ class CliTest : public ::testing::Test {
   fs::path dir_;
 };
 
+std::vector<nlohmann::json> read_lines(const fs::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+struct KilledRun {
+  int code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+// Runs a long `ntp train` with `sets` and SIGKILLs worker `rank` once training
+// is under way (metrics.jsonl exists); returns how `ntp train` ended.
+KilledRun train_and_kill_rank(const fs::path& dir, const std::string& sets, int rank) {
+  const fs::path out_file = dir.string() + ".out";
+  const std::string command = std::string(NTP_BINARY) + " train --run-dir " + dir.string() +
+                              " --set train.steps=100000 --set model.layers=1 " + sets + " > " +
+                              out_file.string() + " 2>&1";
+  std::thread killer([&] {
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!fs::exists(dir / "metrics.jsonl")) continue;
+      for (const nlohmann::json& e : read_lines(dir / "events.jsonl")) {
+        if (e["event"] == "worker_started" && e["rank"] == rank) {
+          ::kill(e["pid"].get<int>(), SIGKILL);
+          return;
+        }
+      }
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system(command.c_str());
+  killer.join();
+  KilledRun run;
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream out(out_file);
+  run.output.assign(std::istreambuf_iterator<char>(out), std::istreambuf_iterator<char>());
+  fs::remove(out_file);
+  return run;
+}
+
 TEST_F(CliTest, LaunchReportsWhoDiedAndExitsNonZero) {
   const CommandResult run = ntp("launch --nproc 3 --straggler-timeout 0.2 --run-dir " + dir_.string() +
                       " -- sh -c 'if [ $RANK = 2 ]; then kill -SEGV $$; fi; sleep 20'");
@@ -187,38 +231,14 @@ TEST_F(CliTest, TrainMetricsDescribeADegradedJob) {
 // A worker killed mid-run: ntp train names it and its signal, stops the
 // others, and exits 1, well within the deadlines.
 TEST_F(CliTest, TrainReportsAKilledWorker) {
-  const std::string command = std::string(NTP_BINARY) + " train --run-dir " + dir_.string() +
-                              " --set parallel.dp=2 --set parallel.tp=2 --set train.steps=100000"
-                              " --set model.layers=1 --set deadline.collective_s=5"
-                              " --set deadline.straggler_s=1 > " + dir_.string() + ".out 2>&1";
-  std::thread killer([&] {
-    // Wait for rank 2's pid in events.jsonl, let it train a little, then kill it.
-    for (int i = 0; i < 600; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      std::ifstream events(dir_ / "events.jsonl");
-      std::string line;
-      bool training = fs::exists(dir_ / "metrics.jsonl");
-      while (training && std::getline(events, line)) {
-        const nlohmann::json e = nlohmann::json::parse(line);
-        if (e["event"] == "worker_started" && e["rank"] == 2) {
-          ::kill(e["pid"].get<int>(), SIGKILL);
-          return;
-        }
-      }
-    }
-  });
-  const auto start = std::chrono::steady_clock::now();
-  const int status = std::system(command.c_str());
-  killer.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::ifstream out(dir_.string() + ".out");
-  const std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
-  fs::remove(dir_.string() + ".out");
-  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
-  EXPECT_NE(text.find("rank 2 (pid"), std::string::npos) << text;
-  EXPECT_NE(text.find("killed by signal 9"), std::string::npos) << text;
-  EXPECT_NE(text.find("first failure: rank 2"), std::string::npos) << text;
-  EXPECT_LT(seconds, 30.0) << "the other workers must not hang";
+  const KilledRun run = train_and_kill_rank(
+      dir_, "--set parallel.dp=2 --set parallel.tp=2 --set deadline.collective_s=5"
+            " --set deadline.straggler_s=1", 2);
+  EXPECT_EQ(run.code, 1) << run.output;
+  EXPECT_NE(run.output.find("rank 2 (pid"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("killed by signal 9"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("first failure: rank 2"), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 30.0) << "the other workers must not hang";
 }
 
 }  // namespace
@@ -244,13 +264,6 @@ TEST_F(CliTest, TrainRejectsAJobItCannotLayOutBeforeStartingWorkers) {
 }  // namespace
 
 namespace {
-
-std::vector<nlohmann::json> read_lines(const fs::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 // power.mode = "simulated" end to end: every rank plans the same, the ranks of
 // the degraded replica set the boost limit and those of the healthy replica
@@ -315,30 +328,13 @@ TEST_F(CliTest, SimulatedPowerBoostIsPlannedLoggedAndRestored) {
 // A peer dies mid-run: the boosted rank fails in its next collective, and the
 // exception path restores its GPU's limit before the process exits.
 TEST_F(CliTest, SimulatedPowerLimitIsRestoredAfterAnError) {
-  const std::string command = std::string(NTP_BINARY) + " train --run-dir " + dir_.string() +
-                              " --set parallel.dp=2 --set parallel.tp=2 --set parallel.failed={0=[1]}"
-                              " --set power.mode=simulated --set train.steps=100000"
-                              " --set model.layers=1 --set deadline.collective_s=3"
-                              " --set deadline.straggler_s=20 > " + dir_.string() + ".out 2>&1";
-  std::thread killer([&] {
-    // Rank 2 belongs to the healthy replica; kill it once training is under way.
-    for (int i = 0; i < 600; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (!fs::exists(dir_ / "metrics.jsonl")) continue;
-      for (const nlohmann::json& e : read_lines(dir_ / "events.jsonl")) {
-        if (e["event"] == "worker_started" && e["rank"] == 2) {
-          ::kill(e["pid"].get<int>(), SIGKILL);
-          return;
-        }
-      }
-    }
-  });
-  const int status = std::system(command.c_str());
-  killer.join();
-  std::ifstream out(dir_.string() + ".out");
-  const std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
-  EXPECT_NE(text.find("rank 2 (pid"), std::string::npos) << text;
+  // Rank 0 is replica 0 at TP 1 of 2 (boosted); rank 2 belongs to the healthy replica.
+  const KilledRun run = train_and_kill_rank(
+      dir_, "--set parallel.dp=2 --set parallel.tp=2 --set parallel.failed={0=[1]}"
+            " --set power.mode=simulated --set deadline.collective_s=3 --set deadline.straggler_s=20",
+      2);
+  EXPECT_EQ(run.code, 1) << run.output;
+  EXPECT_NE(run.output.find("rank 2 (pid"), std::string::npos) << run.output;
   bool boosted = false;
   bool restored = false;
   for (const nlohmann::json& e : read_lines(dir_ / "events.jsonl")) {
@@ -353,7 +349,6 @@ TEST_F(CliTest, SimulatedPowerLimitIsRestoredAfterAnError) {
   }
   EXPECT_TRUE(boosted) << "replica 0 runs at TP 1 of 2: its GPU is boosted";
   EXPECT_TRUE(restored) << "rank 0 logged no power_restored event";
-  fs::remove(dir_.string() + ".out");
 }
 
 TEST_F(CliTest, PowerOffLogsNoPowerDecisions) {
