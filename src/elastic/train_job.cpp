@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <sstream>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -84,23 +82,6 @@ std::vector<train::StepMetrics> train_with_workers(
   return run.read_metrics();
 }
 
-// The GPU of a local rank as NVML names it: the local_rank-th entry of
-// CUDA_VISIBLE_DEVICES (an index or a UUID, both of which NVML accepts) when
-// it is set, else the local rank itself. NVML ignores CUDA_VISIBLE_DEVICES.
-std::string gpu_of(const Environment& env, int local_rank) {
-  const auto visible = env.find("CUDA_VISIBLE_DEVICES");
-  if (visible == env.end() || visible->second.empty()) return std::to_string(local_rank);
-  std::vector<std::string> entries;
-  std::stringstream list(visible->second);
-  for (std::string entry; std::getline(list, entry, ',');) entries.push_back(entry);
-  if (local_rank >= static_cast<int>(entries.size())) {
-    throw std::runtime_error(fmt::format("power.mode = \"nvml\": local rank {} has no GPU in "
-                                         "CUDA_VISIBLE_DEVICES = {}",
-                                         local_rank, visible->second));
-  }
-  return entries[static_cast<std::size_t>(local_rank)];
-}
-
 // With power.mode = "nvml", every local rank's GPU must be controllable and
 // match the configured device model before any worker starts: a host without
 // NVML is an error here, naming power.mode, not a worker crash later. Opening
@@ -109,11 +90,12 @@ void check_power(const train::Config& config, int local_ranks) {
   if (config.power.mode != power::PowerMode::nvml) return;
   const Environment env = current_environment();
   for (int local = 0; local < local_ranks; ++local) {
-    power::RankPowerOptions options = train::rank_power_options(config.power, gpu_of(env, local));
-    options.restore_on_signal = false;
     try {
+      power::RankPowerOptions options =
+          train::rank_power_options(config.power, gpu_of_local_rank(env, local));
+      options.restore_on_signal = false;
       const power::RankPower probe(options);
-    } catch (const power::PowerError& e) {
+    } catch (const std::exception& e) {  // PowerError, or too few CUDA_VISIBLE_DEVICES
       throw PowerUnavailable(fmt::format("power.mode = \"nvml\": {}", e.what()));
     }
   }
@@ -129,7 +111,7 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   options.rank = world.rank;
   options.world_size = world.world_size;
   options.store = world.store;
-  if (config.power.mode == power::PowerMode::nvml) options.gpu = gpu_of(env, world.local_rank);
+  if (config.power.mode == power::PowerMode::nvml) options.gpu = gpu_of_local_rank(env, world.local_rank);
   if (env.contains("NTP_TEST_MISPAIR_RANK")) options.mispair_rank = std::stoi(env.at("NTP_TEST_MISPAIR_RANK"));
   train::run_ntp_worker(config, run_dir, options);
   return 0;

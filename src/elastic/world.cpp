@@ -1,5 +1,6 @@
 #include "elastic/world.h"
 
+#include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -121,6 +122,19 @@ Environment current_environment() {
     if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
   }
   return env;
+}
+
+std::string gpu_of_local_rank(const Environment& env, int local_rank) {
+  const auto visible = env.find("CUDA_VISIBLE_DEVICES");
+  if (visible == env.end() || visible->second.empty()) return std::to_string(local_rank);
+  std::vector<std::string> entries;
+  std::stringstream list(visible->second);
+  for (std::string entry; std::getline(list, entry, ',');) entries.push_back(entry);
+  if (local_rank < 0 || local_rank >= static_cast<int>(entries.size())) {
+    throw std::invalid_argument(fmt::format("local rank {} has no GPU in CUDA_VISIBLE_DEVICES = {}",
+                                            local_rank, visible->second));
+  }
+  return entries[static_cast<std::size_t>(local_rank)];
 }
 
 }  // namespace ntp::elastic

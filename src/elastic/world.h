@@ -35,6 +35,13 @@ WorldInfo world_from_env(const Environment& env);
 // The current process environment as a map.
 Environment current_environment();
 
+// The GPU of a local rank as NVML names it: the local_rank-th entry of
+// CUDA_VISIBLE_DEVICES (an index or a UUID, both of which NVML accepts) when
+// it is set, else the local rank itself; NVML ignores CUDA_VISIBLE_DEVICES.
+// Throws std::invalid_argument naming CUDA_VISIBLE_DEVICES when it lists too
+// few GPUs.
+std::string gpu_of_local_rank(const Environment& env, int local_rank);
+
 // Expands Slurm's compressed task counts: "4(x2),3" -> {4, 4, 3}.
 std::vector<int> parse_slurm_tasks_per_node(const std::string& text);
 

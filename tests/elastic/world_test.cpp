@@ -87,6 +87,21 @@ TEST(World, BadVariablesAreNamed) {
             std::string::npos);
 }
 
+TEST(World, GpuOfALocalRankFollowsCudaVisibleDevices) {
+  EXPECT_EQ(gpu_of_local_rank({}, 3), "3");
+  EXPECT_EQ(gpu_of_local_rank({{"CUDA_VISIBLE_DEVICES", ""}}, 1), "1");
+  const Environment env = {{"CUDA_VISIBLE_DEVICES", "6,GPU-1f2e,2"}};
+  EXPECT_EQ(gpu_of_local_rank(env, 0), "6");
+  EXPECT_EQ(gpu_of_local_rank(env, 1), "GPU-1f2e");
+  EXPECT_EQ(gpu_of_local_rank(env, 2), "2");
+  try {
+    gpu_of_local_rank(env, 3);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA_VISIBLE_DEVICES"), std::string::npos) << e.what();
+  }
+}
+
 TEST(WorkerEnv, SetsThePlaceOfEachWorker) {
   LaunchOptions o;
   o.nproc = 4;
