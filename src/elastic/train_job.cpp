@@ -82,6 +82,13 @@ std::vector<train::StepMetrics> train_with_workers(
   return run.read_metrics();
 }
 
+// TP = DP = 1: the trainer runs in this process, on local rank 0's GPU.
+std::vector<train::StepMetrics> train_in_process(
+    const train::Config& config, const std::filesystem::path& run_dir,
+    const std::function<void(const train::StepMetrics&)>& on_step) {
+  return train::train_local(config, run_dir, on_step, gpu_of_local_rank(current_environment(), 0));
+}
+
 // With power.mode = "nvml", every local rank's GPU must be controllable and
 // match the configured device model before any worker starts: a host without
 // NVML is an error here, naming power.mode, not a worker crash later. Opening
@@ -150,7 +157,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
     progress.update(m, train::unix_time_s() - start);
   };
   const std::vector<train::StepMetrics> metrics =
-      train::job_places(config.parallel).size() == 1 ? train::train_local(config, run_dir, show)
+      train::job_places(config.parallel).size() == 1 ? train_in_process(config, run_dir, show)
                                                       : train_with_workers(config, run, show);
   progress.finish();
   TrainJobResult result{run_dir, train::summarize(metrics, train::unix_time_s() - start), {}};

@@ -7,6 +7,7 @@
 #include "model/llmc_checkpoint.h"
 #include "train/dataset.h"
 #include "train/lr_schedule.h"
+#include "train/power_setup.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
 
@@ -79,11 +80,14 @@ StepMetrics LocalTrainer::step(std::int64_t step,
   return m;
 }
 
-std::vector<StepMetrics> train_local(const Config& config, const std::filesystem::path& run_dir,
-                                     const std::function<void(const StepMetrics&)>& on_step) {
-  const RunDir run = RunDir::open(run_dir);
+namespace {
+
+// The run's steps, with the power plan of its one configuration in force.
+std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, RankPowerRun& power,
+                                   const std::function<void(const StepMetrics&)>& on_step) {
+  const std::vector<std::int64_t> shares = power.configure(config.parallel, config.train.global_batch);
   const double run_start = unix_time_s();
-  LocalTrainer trainer(config, run_dir);
+  LocalTrainer trainer(config, run.path());
   run.event("model_ready", {{"model", model::to_string(trainer.setup().gpt)},
                             {"parameters", model::parameter_count(trainer.setup().gpt)},
                             {"seq_len", trainer.setup().seq_len},
@@ -92,7 +96,6 @@ std::vector<StepMetrics> train_local(const Config& config, const std::filesystem
   const SampleSchedule schedule(samples_in(trainer.data().size(), trainer.setup().seq_len),
                                 config.train.global_batch, config.data.order, config.train.seed);
   const BatchSplitInput split = split_input(config.parallel, config.train.global_batch);
-  const std::vector<std::int64_t> shares = batch_shares(config.parallel.batch_policy, split);
   const std::int64_t first_traced = config.train.steps > 1 ? 1 : 0;
   TraceRecorder trace(0, "rank 0: replica 0 slot 0", run_start);
   std::vector<StepMetrics> metrics;
@@ -103,6 +106,7 @@ std::vector<StepMetrics> train_local(const Config& config, const std::filesystem
     StepMetrics m = trainer.step(s, samples, traced ? &trace : nullptr);
     m.epoch = schedule.epoch_of(s);
     m.tp = split.active;
+    m.power = power.metrics();
     run.append_metrics(m);
     metrics.push_back(m);
     if (on_step) on_step(m);
@@ -113,6 +117,23 @@ std::vector<StepMetrics> train_local(const Config& config, const std::filesystem
     merge_traces(run.path() / "trace", run.file("trace.json"));
   }
   return metrics;
+}
+
+}  // namespace
+
+std::vector<StepMetrics> train_local(const Config& config, const std::filesystem::path& run_dir,
+                                     const std::function<void(const StepMetrics&)>& on_step,
+                                     const std::string& gpu) {
+  const RunDir run = RunDir::open(run_dir);
+  RankPowerRun power(config, run, PowerRank{}, gpu);
+  try {
+    std::vector<StepMetrics> metrics = run_steps(config, run, power, on_step);
+    power.restore("exit");
+    return metrics;
+  } catch (...) {
+    power.restore("error");
+    throw;
+  }
 }
 
 }  // namespace ntp::train

@@ -60,8 +60,11 @@ class LocalTrainer {
 // Runs a single-process training (parallel.tp = parallel.dp = 1) in the run
 // directory: schedule.jsonl, metrics.jsonl, events, trace.json, model.bin
 // (llm.c checkpoint of the final parameters); calls on_step after each step.
-// Returns the per-step metrics.
+// With power.mode != off the process's GPU (`gpu`: NVML index or UUID, for
+// nvml) is planned and restored like a worker's (one healthy replica: its
+// default limit). Returns the per-step metrics.
 std::vector<StepMetrics> train_local(const Config& config, const std::filesystem::path& run_dir,
-                                     const std::function<void(const StepMetrics&)>& on_step);
+                                     const std::function<void(const StepMetrics&)>& on_step,
+                                     const std::string& gpu = "0");
 
 }  // namespace ntp::train

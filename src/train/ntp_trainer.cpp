@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <thread>
 
@@ -80,11 +79,10 @@ class Worker {
   Worker(const Config& config, const std::filesystem::path& run_dir, const WorkerOptions& options);
   void run();
   // Puts the GPU's original limit back and logs it; `cause`: "exit" or "error".
-  void restore_power(const char* cause);
+  void restore_power(const char* cause) noexcept { power_->restore(cause); }
 
  private:
   void connect();
-  std::vector<std::int64_t> configure_power();
   StepMetrics step(std::int64_t s, const SampleSchedule& schedule, TraceRecorder& compute,
                    TraceRecorder& comm, bool traced);
   void write_final_model();
@@ -97,8 +95,7 @@ class Worker {
   model::TokenData data_;
   ModelSetup setup_;
   RankLayout layout_;
-  std::unique_ptr<power::RankPower> power_;
-  power::BoostPlan boost_;  // the power plan of the configuration in force
+  std::unique_ptr<RankPowerRun> power_;
   std::shared_ptr<comm::Store> store_;
   std::unique_ptr<comm::Group> world_;
   std::unique_ptr<comm::Group> tp_;       // the model's TP collectives (compute thread)
@@ -128,8 +125,9 @@ Worker::Worker(const Config& config, const std::filesystem::path& run_dir,
   }
   me_ = places_.at(static_cast<std::size_t>(options.rank));
   layout_ = plan_rank(config.parallel, setup_.gpt, me_);
-  power_ = std::make_unique<power::RankPower>(rank_power_options(config.power, options.gpu));
-  shares_ = configure_power();
+  power_ = std::make_unique<RankPowerRun>(
+      config, run_, PowerRank{options.rank, me_.replica, me_.slot}, options.gpu);
+  shares_ = power_->configure(config.parallel, config.train.global_batch);
   connect();
   const int local = static_cast<int>(places_.size());
   ctx_ = std::make_unique<tensor::Context>(thread_setup(config.model, local));
@@ -152,41 +150,6 @@ Worker::Worker(const Config& config, const std::filesystem::path& run_dir,
                             {"neurons", layout_.shard.neurons.to_string()},
                             {"vocab", layout_.shard.vocab.to_string()},
                             {"sync_group", layout_.views.heads.sync_group}});
-}
-
-// At every configuration (today: the start): every rank computes the same
-// power plan, sets its GPU to its replica's limit (a healthy replica's GPUs
-// keep or get back their default) and takes its batch shares from the plan.
-std::vector<std::int64_t> Worker::configure_power() {
-  BatchSplitInput split = split_input(config_.parallel, config_.train.global_batch);
-  const int n = static_cast<int>(config_.parallel.tp);
-  boost_ = power_->plan(n, policy_active(split), config_.train.global_batch);
-  const power::PowerDecision decision = power_->apply(boost_, n, me_.replica);
-  for (const power::ReplicaBoost& replica : boost_.replicas) split.planned.push_back(replica.share);
-  if (power_->mode() != power::PowerMode::off) {
-    if (options_.rank == 0) {
-      run_.event("power_plan", {{"mode", power::to_string(power_->mode())},
-                                {"tp", n},
-                                {"replicas", plan_json(boost_, n)}});
-    }
-    nlohmann::json applied = decision_json(decision);
-    applied["rank"] = options_.rank;
-    applied["slot"] = me_.slot;
-    run_.event("power_applied", applied);
-  }
-  return batch_shares(config_.parallel.batch_policy, split);
-}
-
-void Worker::restore_power(const char* cause) {
-  if (power_->mode() == power::PowerMode::off) return;
-  power_->restore();
-  const power::PowerController& device = *power_->controller();
-  run_.event("power_restored", {{"rank", options_.rank},
-                                {"replica", me_.replica},
-                                {"slot", me_.slot},
-                                {"cause", cause},
-                                {"device_limit_w", device.get_limit_w(0)},
-                                {"default_limit_w", device.default_limit_w(0)}});
 }
 
 void Worker::connect() {
@@ -278,7 +241,7 @@ StepMetrics Worker::step(std::int64_t s, const SampleSchedule& schedule, TraceRe
   m.tp = split_input(config_.parallel, config_.train.global_batch).active;
   m.exposed_sync_s = maxima[0];
   m.step_time_s = maxima[1];
-  if (power_->mode() != power::PowerMode::off) m.power = replica_power(boost_);
+  m.power = power_->metrics();
   return m;
 }
 
@@ -373,13 +336,7 @@ void run_ntp_worker(const Config& config, const std::filesystem::path& run_dir,
   try {
     worker.run();
   } catch (...) {
-    // The limit is restored even if logging fails: RankPower's destructor
-    // runs during unwinding either way.
-    try {
-      worker.restore_power("error");
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "ntp train: restoring the power limit after an error: %s\n", e.what());
-    }
+    worker.restore_power("error");
     throw;
   }
 }

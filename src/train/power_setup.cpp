@@ -1,5 +1,9 @@
 #include "train/power_setup.h"
 
+#include <cstdio>
+
+#include "train/schedule.h"
+
 namespace ntp::train {
 namespace {
 
@@ -40,6 +44,53 @@ std::vector<ReplicaPower> replica_power(const power::BoostPlan& plan) {
   std::vector<ReplicaPower> out;
   for (const power::ReplicaBoost& b : plan.replicas) out.push_back({b.limit_w, b.speedup});
   return out;
+}
+
+RankPowerRun::RankPowerRun(const Config& config, const RunDir& run, PowerRank place,
+                           const std::string& gpu)
+    : run_(run), place_(place), power_(rank_power_options(config.power, gpu)) {}
+
+std::vector<std::int64_t> RankPowerRun::configure(const ParallelConfig& parallel,
+                                                  std::int64_t global_batch) {
+  BatchSplitInput split = split_input(parallel, global_batch);
+  const int n = static_cast<int>(parallel.tp);
+  plan_ = power_.plan(n, policy_active(split), global_batch);
+  const power::PowerDecision decision = power_.apply(plan_, n, place_.replica);
+  for (const power::ReplicaBoost& replica : plan_.replicas) split.planned.push_back(replica.share);
+  if (power_.mode() != power::PowerMode::off) {
+    if (place_.rank == 0) {
+      run_.event("power_plan", {{"mode", power::to_string(power_.mode())},
+                                {"tp", n},
+                                {"replicas", plan_json(plan_, n)}});
+    }
+    nlohmann::json applied = decision_json(decision);
+    applied["rank"] = place_.rank;
+    applied["slot"] = place_.slot;
+    run_.event("power_applied", applied);
+  }
+  return batch_shares(parallel.batch_policy, split);
+}
+
+std::vector<ReplicaPower> RankPowerRun::metrics() const {
+  if (power_.mode() == power::PowerMode::off) return {};
+  return replica_power(plan_);
+}
+
+void RankPowerRun::restore(const char* cause) noexcept {
+  if (power_.mode() == power::PowerMode::off) return;
+  try {
+    power_.restore();
+    const power::PowerController& device = *power_.controller();
+    run_.event("power_restored", {{"rank", place_.rank},
+                                  {"replica", place_.replica},
+                                  {"slot", place_.slot},
+                                  {"cause", cause},
+                                  {"device_limit_w", device.get_limit_w(0)},
+                                  {"default_limit_w", device.default_limit_w(0)}});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ntp train: rank %d: restoring the power limit (%s): %s\n", place_.rank,
+                 cause, e.what());
+  }
 }
 
 }  // namespace ntp::train

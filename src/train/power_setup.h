@@ -1,14 +1,18 @@
 #pragma once
 // power.mode in the trainer (docs/power.md, "How the trainer uses it"): the
-// options of each rank's power::RankPower and the JSON of its decisions for
-// events.jsonl and metrics.jsonl. Pure: no I/O.
+// options of each rank's power::RankPower, the JSON of its decisions, and
+// RankPowerRun, which drives the RankPower through a run and logs every
+// decision in events.jsonl.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "power/rank_power.h"
 #include "train/config.h"
 #include "train/metrics.h"
+#include "train/run_dir.h"
 
 namespace ntp::train {
 
@@ -26,5 +30,39 @@ nlohmann::json decision_json(const power::PowerDecision& decision);
 
 // Per replica {limit_w, speedup} for metrics.jsonl.
 std::vector<ReplicaPower> replica_power(const power::BoostPlan& plan);
+
+// Where a rank runs: its global rank, replica and slot.
+struct PowerRank {
+  int rank = 0;
+  int replica = 0;
+  int slot = 0;
+};
+
+// One rank's power control for a whole run. With power.mode = "off" it plans
+// k/n shares and logs nothing.
+class RankPowerRun {
+ public:
+  // Throws power::PowerError when the backend cannot start.
+  RankPowerRun(const Config& config, const RunDir& run, PowerRank place, const std::string& gpu);
+
+  // At every configuration (today: the start; a reconfiguration calls it
+  // again): the plan, the same on every rank; this rank's GPU set to its
+  // replica's limit (a healthy replica keeps or gets back the default); events
+  // power_plan (rank 0) and power_applied. Returns the batch shares of
+  // parallel.batch_policy, `proportional` taking the plan's.
+  std::vector<std::int64_t> configure(const ParallelConfig& parallel, std::int64_t global_batch);
+  // The plan in force for metrics.jsonl; empty with power off.
+  std::vector<ReplicaPower> metrics() const;
+  // Puts the GPU's original limit back and logs power_restored with the limit
+  // read back; `cause`: "exit" or "error". Never throws: an error goes to stderr
+  // (RankPower's destructor tries again).
+  void restore(const char* cause) noexcept;
+
+ private:
+  const RunDir& run_;
+  PowerRank place_;
+  power::RankPower power_;
+  power::BoostPlan plan_;
+};
 
 }  // namespace ntp::train

@@ -105,5 +105,38 @@ TEST(LocalTrainer, SequentialRunIsTheLlmcLoop) {
   fs::remove_all(dir);
 }
 
+// A single-process run has one healthy replica: with power simulated its
+// plan is the default limit and the whole batch, logged and restored like a
+// worker's.
+TEST(LocalTrainer, SimulatedPowerPlansTheOneHealthyReplica) {
+  const fs::path dir = fs::temp_directory_path() / ("ntp_local_power_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Config c;
+  c.model.layers = 1;
+  c.model.seq_len = 16;
+  c.model.threads = 1;
+  c.train.steps = 2;
+  c.train.global_batch = 2;
+  c.run.trace_steps = 0;
+  c.power.mode = power::PowerMode::simulated;
+  c.power.tdp_w = 500.0;
+  RunDir::create(dir);
+  const std::vector<StepMetrics> metrics = train_local(c, dir, nullptr);
+  ASSERT_EQ(metrics.size(), 2u);
+  EXPECT_EQ(metrics[1].power, (std::vector<ReplicaPower>{{500.0, 1.0}}));
+  std::vector<std::string> power_events;
+  for (const nlohmann::json& e : read_jsonl(dir / "events.jsonl")) {
+    const std::string name = e["event"];
+    if (name.rfind("power_", 0) != 0) continue;
+    power_events.push_back(name);
+    if (name == "power_restored") {
+      EXPECT_DOUBLE_EQ(e["device_limit_w"].get<double>(), 500.0);
+    }
+  }
+  EXPECT_EQ(power_events,
+            (std::vector<std::string>{"power_plan", "power_applied", "power_restored"}));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ntp::train
