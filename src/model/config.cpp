@@ -17,6 +17,7 @@ void GptConfig::validate() const {
   require(heads > 0, "heads", "must be > 0");
   require(d_model > 0 && d_model % heads == 0, "d_model", "must be a positive multiple of heads");
   require(max_seq > 0, "max_seq", "must be > 0");
+  parameter_count(*this);  // throws if the sizes overflow
 }
 
 GptConfig preset(std::string_view name) {
@@ -27,11 +28,23 @@ GptConfig preset(std::string_view name) {
                               "' (expected tiny, small or gpt2)");
 }
 
+namespace {
+// The count in any arithmetic type N: long double to bound it first, since
+// sizes from an untrusted file header can overflow the exact int64 count.
+template <typename N>
+N count_in(const GptConfig& c) {
+  const N C = static_cast<N>(c.d_model), F = 4 * C;
+  const N per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (F * C + C);
+  return static_cast<N>(c.padded_vocab) * C + static_cast<N>(c.max_seq) * C +
+         static_cast<N>(c.layers) * per_layer + 2 * C;
+}
+}  // namespace
+
 std::int64_t parameter_count(const GptConfig& c) {
-  const std::int64_t C = c.d_model;
-  const std::int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C +
-                                 (c.ffn() * C + c.ffn()) + (c.ffn() * C + C);
-  return c.padded_vocab * C + c.max_seq * C + c.layers * per_layer + 2 * C;
+  if (count_in<long double>(c) > static_cast<long double>(kMaxParameters))
+    throw std::invalid_argument("model config: parameter count of " + to_string(c) +
+                                " exceeds 2^60");
+  return count_in<std::int64_t>(c);
 }
 
 std::string to_string(const GptConfig& c) {

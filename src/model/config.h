@@ -25,7 +25,9 @@ struct GptConfig {
 // Throws std::invalid_argument for an unknown name.
 GptConfig preset(std::string_view name);
 
-// Parameters of the whole (unsharded) model, padding rows included.
+// Parameters of the whole (unsharded) model, padding rows included. Throws
+// std::invalid_argument above kMaxParameters (the sizes would overflow).
+constexpr std::int64_t kMaxParameters = std::int64_t{1} << 60;
 std::int64_t parameter_count(const GptConfig& config);
 
 std::string to_string(const GptConfig& config);

@@ -108,5 +108,24 @@ TEST_F(LlmcCheckpoint, RejectsMalformedFilesNamingFileAndField) {
   expect_rejected(path("missing.bin"), "file");
 }
 
+// Header fields are untrusted int32s: sizes whose exact parameter count
+// overflows 64 bits (here to 2^62 floats, whose byte count wraps to exactly
+// the header size) must be rejected naming the file, not allocated.
+TEST_F(LlmcCheckpoint, RejectsHeaderWhoseParameterCountOverflows) {
+  std::vector<std::int32_t> header(256, 0);
+  header[0] = kLlmcCheckpointMagic;
+  header[1] = kLlmcCheckpointVersion;
+  header[2] = (1 << 30) - 7 + (1 << 30) - 7;  // max_seq = 2^31 - 14
+  header[3] = 1;                              // vocab
+  header[4] = 1;                              // layers
+  header[5] = 1;                              // heads
+  header[6] = 1 << 30;                        // channels
+  header[7] = 0x7fffffff;                     // padded_vocab
+  std::vector<char> b(header.size() * 4);
+  std::memcpy(b.data(), header.data(), b.size());
+  write_bytes(path("huge.bin"), b);
+  expect_rejected(path("huge.bin"), "header");
+}
+
 }  // namespace
 }  // namespace ntp::model
