@@ -40,7 +40,7 @@ struct Model::Activations {
   Buffer logits;                    // [n, vocab rows]; after forward: dlogits
   Buffer losses;                    // [n]
   Buffer partial;                   // [n, C] row-parallel output before the all-reduce
-  Buffer ce_scratch;                // [3 n]
+  Buffer ce_scratch;                // [4 n]
   // backward scratch
   Buffer dres, dln;                 // [n, C]
   Buffer dqkv, datty, dgelu, dfch;
@@ -151,7 +151,7 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   a->logits = sz(n * d.vocab_rows);
   a->losses = sz(n);
   a->partial = sz(n * d.C);
-  a->ce_scratch = sz(3 * n);
+  a->ce_scratch = sz(4 * n);
   a->dres = sz(n * d.C);
   a->dln = sz(n * d.C);
   a->dqkv = sz(n * d.qkv);

@@ -54,17 +54,34 @@ void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t
   }
 }
 
+namespace {
+void check_target_holders(const float* holders, std::size_t rows) {
+  for (std::size_t i = 0; i < rows; ++i)
+    if (holders[i] != 1.0f)
+      throw std::runtime_error("vocab-parallel cross-entropy: targets[" + std::to_string(i) +
+                               "] is held by " + std::to_string(static_cast<int>(holders[i])) +
+                               " ranks of the TP group; the vocabulary shards must partition "
+                               "[0, padded_vocab)");
+}
+}  // namespace
+
 void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* logits,
                                   const std::vector<std::int64_t>& target_col,
                                   const tensor::LogitShape& shape, float dloss_scale,
                                   float* scratch, comm::Group* tp) {
   const auto rows = static_cast<std::size_t>(shape.rows);
   float* row_max = scratch;
-  float* sums = scratch + rows;  // [sum_exp | target_logit]
+  float* sums = scratch + rows;  // [sum_exp | target_logit | holders]
+  float* holders = sums + 2 * rows;
   tensor::crossentropy_local_max(ctx, row_max, logits, shape);
   if (tp != nullptr) tp->all_reduce(row_max, rows, comm::ReduceOp::kMax);
   tensor::crossentropy_local_sums(ctx, sums, logits, target_col.data(), row_max, shape);
-  if (tp != nullptr) tp->all_reduce(sums, 2 * rows, comm::ReduceOp::kSum);
+  // Counting the holders of each target in the same all-reduce costs `rows`
+  // floats and turns shards that miss (or repeat) a row from a silently wrong
+  // loss into the same error on every rank.
+  for (std::size_t i = 0; i < rows; ++i) holders[i] = target_col[i] >= 0 ? 1.0f : 0.0f;
+  if (tp != nullptr) tp->all_reduce(sums, 3 * rows, comm::ReduceOp::kSum);
+  check_target_holders(holders, rows);
   tensor::crossentropy_finish(ctx, losses, logits, target_col.data(), row_max, sums, dloss_scale,
                               shape);
 }

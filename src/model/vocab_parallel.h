@@ -27,7 +27,8 @@ void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t
                         const float* dout, std::int64_t seq, std::int64_t dim);
 
 // Per-token losses; logits are replaced by dloss_scale * d(loss)/d(logits).
-// `scratch` holds 3 * rows floats.
+// `scratch` holds 4 * rows floats. Throws std::runtime_error, on every rank of
+// the TP group alike, if a target's row is held by no rank or by several.
 void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* logits,
                                   const std::vector<std::int64_t>& target_col,
                                   const tensor::LogitShape& shape, float dloss_scale,

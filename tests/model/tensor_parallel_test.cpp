@@ -270,3 +270,38 @@ TEST(TensorParallelShards, SwappedUnitsOnOneRankAreDetected) {
 
 }  // namespace
 }  // namespace ntp::model
+
+namespace ntp::model {
+namespace {
+
+// Vocabulary shards that leave a row to no rank (or give it to two) would
+// make the loss silently wrong: the embedding row reads as zeros and the
+// target logit as 0. Every rank must raise the same error instead.
+TEST(TensorParallelShards, TargetRowHeldByNoRankIsAnError) {
+  openblas_set_num_threads(1);
+  const GptConfig c = testing::small_test_config();
+  testing::TokenBatch batch = testing::random_batch(c, 1, 4, 3);
+  batch.targets[2] = 30;  // no rank holds vocabulary row 30
+  const Shard full = Shard::full(c);
+  const Shard first{full.heads, full.neurons, layout::IntervalSet::range(0, 30)};
+  const Shard second{layout::IntervalSet{}, layout::IntervalSet{},
+                     layout::IntervalSet::range(31, c.padded_vocab)};
+  std::vector<std::string> errors(2);
+  comm::testing::run_group(2, "tp", [&](comm::Group& group) {
+    tensor::Context ctx({1, 1}, false);
+    Model m(c, group.rank() == 0 ? first : second, ctx, &group);
+    m.init(1);
+    try {
+      m.forward(batch.view());
+    } catch (const std::runtime_error& e) {
+      errors[static_cast<std::size_t>(group.rank())] = e.what();
+    }
+  });
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("targets[2]"), std::string::npos) << e;
+    EXPECT_NE(e.find("held by 0"), std::string::npos) << e;
+  }
+}
+
+}  // namespace
+}  // namespace ntp::model
