@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include <fcntl.h>
@@ -22,8 +23,17 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vect
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Inherited variables that `env` sets are left out: with a name twice in
+  // the environment, getenv() would return the inherited (first) value.
+  const auto overridden = [&](std::string_view entry) {
+    const std::string_view name = entry.substr(0, entry.find('='));
+    for (const auto& e : env)
+      if (std::string_view(e).substr(0, e.find('=')) == name) return true;
+    return false;
+  };
   std::vector<std::string> env_storage;
-  for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
+  for (char** e = environ; *e != nullptr; ++e)
+    if (!overridden(*e)) env_storage.emplace_back(*e);
   for (const auto& e : env) env_storage.push_back(e);
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());

@@ -64,6 +64,24 @@ TEST(ProcessFailures, KilledPeerRedisStore) {
   report_latencies(SIGKILL, 2000ms, failure_drill(redis.spec("drill"), SIGKILL, 2000ms));
 }
 
+// A launcher shell may already export RANK / WORLD_SIZE: the values a parent
+// passes must replace the inherited ones, not follow them (getenv returns the
+// first entry of a duplicated name, so appended overrides would be ignored).
+TEST(ChildProcessEnv, PassedVariablesOverrideInheritedOnes) {
+  testing::TempStoreDir dir;
+  const std::string log = dir.path() + "/printenv.log";
+  ::setenv("NTP_CHILD_ENV_TEST", "inherited", 1);
+  ChildProcess child({"/usr/bin/printenv", "NTP_CHILD_ENV_TEST"}, {"NTP_CHILD_ENV_TEST=passed"}, log);
+  ::unsetenv("NTP_CHILD_ENV_TEST");
+  const auto status = child.wait_for(10s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(describe_wait_status(*status), "exit 0");
+  std::ifstream in(log);
+  std::string value;
+  std::getline(in, value);
+  EXPECT_EQ(value, "passed");
+}
+
 TEST(RedisStore, RoundTripAndNamespaces) {
   if (!testing::RedisServer::available()) GTEST_SKIP() << "redis-server is not installed";
   testing::RedisServer redis;
