@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,12 +44,17 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vect
     log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) throw_bad_input("spawn", "cannot open log " + log_path + ": " + std::strerror(errno));
   }
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) {
     if (log_fd >= 0) ::close(log_fd);
     throw_bad_input("spawn", std::string("fork failed: ") + std::strerror(errno));
   }
   if (pid_ == 0) {
+    // Die with the parent, so a killed launcher leaves no orphaned ranks;
+    // the getppid() check closes the race with a parent already gone.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) _exit(127);
     if (log_fd >= 0) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);

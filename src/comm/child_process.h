@@ -15,7 +15,10 @@ namespace ntp::comm {
 class ChildProcess {
  public:
   // Starts argv[0] (a path) with argv and the current environment plus `env`
-  // ("KEY=VALUE"). stdout/stderr go to `log_path` if given.
+  // ("KEY=VALUE", replacing inherited variables of that name). stdout/stderr
+  // go to `log_path` if given. The child is killed (SIGKILL) when this process
+  // dies; Linux ties that to the starting thread, so start children from a
+  // thread that outlives them.
   ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
                const std::string& log_path = "");
   ~ChildProcess();

@@ -82,6 +82,42 @@ TEST(ChildProcessEnv, PassedVariablesOverrideInheritedOnes) {
   EXPECT_EQ(value, "passed");
 }
 
+// A child must not outlive its parent (ranks of `ntp bench comm --nproc`, or
+// a test's redis-server, after the parent was killed): a middle process
+// starts `sleep 30` through ChildProcess and is SIGKILLed; the sleep must die.
+bool process_gone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string pid_field, comm, state;
+  if (!(stat >> pid_field >> comm >> state)) return true;
+  return state == "Z" || state == "X";  // dead, maybe not yet reaped by init
+}
+
+TEST(ChildProcessLifetime, ChildDiesWithItsParent) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t middle = ::fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    ChildProcess sleeper({"/bin/sleep", "30"});
+    const pid_t pid = sleeper.pid();
+    if (::write(fds[1], &pid, sizeof pid) != sizeof pid) _exit(1);
+    ::pause();
+    _exit(0);
+  }
+  ::close(fds[1]);
+  pid_t sleeper = -1;
+  ASSERT_EQ(::read(fds[0], &sleeper, sizeof sleeper), static_cast<ssize_t>(sizeof sleeper));
+  ::close(fds[0]);
+  ::kill(middle, SIGKILL);
+  ::waitpid(middle, nullptr, 0);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!process_gone(sleeper) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  const bool gone = process_gone(sleeper);
+  if (!gone) ::kill(sleeper, SIGKILL);
+  EXPECT_TRUE(gone) << "the child outlived its killed parent";
+}
+
 TEST(RedisStore, RoundTripAndNamespaces) {
   if (!testing::RedisServer::available()) GTEST_SKIP() << "redis-server is not installed";
   testing::RedisServer redis;
