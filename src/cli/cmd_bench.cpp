@@ -78,6 +78,14 @@ cm::CommBenchOptions bench_options(const CommArgs& a) {
   return opts;
 }
 
+// An unwritable --json is bad input found before any rank runs, not after
+// the whole benchmark.
+void check_json_path(const std::string& path) {
+  if (path.empty()) return;
+  if (!std::ofstream(path))
+    throw cm::CommError({cm::CommErrorKind::kBadInput, "", 0, -1, -1, "--json", "cannot write " + path});
+}
+
 // One rank (started by --nproc below or by an external launcher).
 int run_rank(const CommArgs& a, int rank, int world) {
   if (a.store == "file") {
@@ -87,6 +95,7 @@ int run_rank(const CommArgs& a, int rank, int world) {
   const char* env_run_id = std::getenv("NTP_RUN_ID");
   const std::string run_id = !a.run_id.empty() ? a.run_id : (env_run_id != nullptr ? env_run_id : "bench");
   const cm::CommBenchOptions opts = bench_options(a);
+  if (rank == 0) check_json_path(a.json);
   cm::GroupOptions g;
   for (int r = 0; r < world; ++r) g.ranks.push_back(r);
   g.global_rank = rank;
@@ -114,6 +123,7 @@ int run_rank(const CommArgs& a, int rank, int world) {
 // --nproc N: this process starts N ranks of itself and waits for them.
 int run_local(const CommArgs& a) {
   bench_options(a);
+  check_json_path(a.json);
   std::string store = a.store;
   std::filesystem::path temp_dir;
   if (store == "file") {

@@ -125,15 +125,15 @@ CommBenchRow bench_one(Group& g, const std::string& op, std::size_t bytes, const
 }  // namespace
 
 void validate(const CommBenchOptions& opts) {
-  if (opts.ops.empty()) throw_bad_input("bench", "no operation given");
+  if (opts.ops.empty()) throw_bad_input("--op", "no operation given");
   for (const auto& op : opts.ops) {
     if (std::find(bench_ops().begin(), bench_ops().end(), op) == bench_ops().end()) {
-      throw_bad_input("bench", "unknown operation '" + op + "' (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast)");
+      throw_bad_input("--op", "unknown operation '" + op + "' (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast)");
     }
   }
   if (opts.min_bytes == 0 || opts.min_bytes > opts.max_bytes) {
-    throw_bad_input("bench", "size range " + std::to_string(opts.min_bytes) + ".." + std::to_string(opts.max_bytes) +
-                                 " bytes is empty");
+    throw_bad_input("--min-bytes/--max-bytes", "size range " + std::to_string(opts.min_bytes) + ".." +
+                                                   std::to_string(opts.max_bytes) + " bytes is empty");
   }
 }
 
