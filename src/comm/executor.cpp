@@ -47,6 +47,17 @@ void OrderedExecutor::run(const std::function<void()>& fn) {
 }
 
 std::shared_ptr<Work> OrderedExecutor::submit(std::function<void()> fn) {
+  // From inside a running task, queueing would make a wait() on the result
+  // wait for the task itself: run it at once, as run() does.
+  if (running_here == this) {
+    std::exception_ptr error;
+    try {
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    return Work::completed(error);
+  }
   auto work = std::make_shared<Work>();
   {
     std::lock_guard lock(mutex_);

@@ -26,7 +26,8 @@ class OrderedExecutor {
   // Runs `fn` after all earlier work; exceptions propagate to the caller.
   // Re-entrant: called from inside a running task, runs `fn` at once.
   void run(const std::function<void()>& fn);
-  // Queues `fn`; the returned Work completes when it ran.
+  // Queues `fn`; the returned Work completes when it ran. Re-entrant like
+  // run(): called from inside a running task, runs `fn` at once.
   std::shared_ptr<Work> submit(std::function<void()> fn);
   // Blocks until nothing is queued or running.
   void drain();

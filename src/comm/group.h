@@ -193,7 +193,9 @@ class Group {
   // issued before it; the caller continues at once (e.g. backward keeps
   // computing while gradient buckets are reduced). Inside `task`, call this
   // group's blocking methods. The buffers must stay valid until wait().
-  // A blocking call issued later waits for the queued tasks first.
+  // A blocking call issued later waits for the queued tasks first. An async
+  // call made inside `task` runs at once (its Work is already complete), so
+  // waiting on it there cannot deadlock.
   virtual std::shared_ptr<Work> run_async(std::function<void(Group&)> task);
   std::shared_ptr<Work> all_reduce_async(float* data, std::size_t count, ReduceOp op = ReduceOp::kSum);
   std::shared_ptr<Work> all_reduce_async(double* data, std::size_t count, ReduceOp op = ReduceOp::kSum);

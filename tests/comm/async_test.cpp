@@ -59,6 +59,29 @@ TEST(Async, TaskCanRunSeveralOperations) {
   });
 }
 
+// A task that issues an asynchronous operation of its own group and waits
+// for it (e.g. a gradient hook running inside run_async) must not wait for
+// itself: the nested operation runs at once, as nested blocking calls do.
+// On a deadlock the group is leaked so the test fails instead of hanging.
+TEST(Async, TaskWaitingOnItsOwnGroupsAsyncWorkDoesNotDeadlock) {
+  testing::TempStoreDir dir;
+  auto group = create_group(open_store(dir.spec()), group_options(1, 0, "nested"));
+  std::vector<float> x(100, 2.0f);
+  auto outer = group->run_async([&](Group& g) {
+    g.all_reduce_async(x.data(), x.size())->wait();
+    g.run_async([&](Group&) { x[0] = 7.0f; })->wait();
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!outer->done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  if (!outer->done()) {
+    static_cast<void>(group.release());  // its worker is stuck; don't join it
+    FAIL() << "a task waiting on work of its own group deadlocked";
+  }
+  outer->wait();
+  EXPECT_EQ(x[0], 7.0f);
+  EXPECT_EQ(x[1], 2.0f);
+}
+
 TEST(Async, TwoGroupsOfOneRankRunConcurrently) {
   testing::TempStoreDir dir;
   auto store = open_store(dir.spec());
