@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace ntp::tensor {
 
@@ -43,10 +44,20 @@ void ThreadPool::parallel_for(std::int64_t count, std::int64_t grain,
     ++generation_;
   }
   wake_.notify_all();
-  fn(0, chunk_begin(count, chunks, 1));
+  // The workers use `fn` until pending_ reaches 0: even when the caller's
+  // chunk throws, wait for them before leaving (and rethrowing).
+  std::exception_ptr own_error;
+  try {
+    fn(0, chunk_begin(count, chunks, 1));
+  } catch (...) {
+    own_error = std::current_exception();
+  }
   std::unique_lock lock(mutex_);
   done_.wait(lock, [this] { return pending_ == 0; });
   job_ = nullptr;
+  std::exception_ptr error = own_error ? own_error : std::exchange(error_, nullptr);
+  error_ = nullptr;
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::worker_loop(int index) {
@@ -61,8 +72,14 @@ void ThreadPool::worker_loop(int index) {
     const std::int64_t begin = chunk_begin(count_, chunks_, index);
     const std::int64_t end = chunk_begin(count_, chunks_, index + 1);
     lock.unlock();
-    (*job)(begin, end);
+    std::exception_ptr error;
+    try {
+      (*job)(begin, end);
+    } catch (...) {  // an exception leaving a worker thread would terminate
+      error = std::current_exception();
+    }
     lock.lock();
+    if (error && !error_) error_ = error;
     if (--pending_ == 0) done_.notify_one();
   }
 }

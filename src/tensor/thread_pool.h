@@ -5,6 +5,7 @@
 // fight OpenBLAS's own threads for the cores.
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -23,7 +24,8 @@ class ThreadPool {
 
   // Runs fn(begin, end) over [0, count) split into at most threads() contiguous
   // chunks; returns when every chunk is done. Chunks smaller than `grain` are
-  // not split further. Not reentrant.
+  // not split further. Not reentrant. If a chunk throws, the first exception
+  // is rethrown here once every chunk has finished; the pool stays usable.
   void parallel_for(std::int64_t count, std::int64_t grain,
                     const std::function<void(std::int64_t, std::int64_t)>& fn);
 
@@ -38,6 +40,7 @@ class ThreadPool {
   std::int64_t count_ = 0;
   int chunks_ = 0;
   int pending_ = 0;
+  std::exception_ptr error_;  // first exception of the current job's chunks
   std::uint64_t generation_ = 0;
   bool stop_ = false;
 };

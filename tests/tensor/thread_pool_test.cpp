@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace ntp::tensor {
@@ -28,6 +32,32 @@ TEST(ThreadPool, GrainLimitsTheSplit) {
   std::atomic<int> chunks{0};
   pool.parallel_for(100, 60, [&](std::int64_t, std::int64_t) { chunks++; });
   EXPECT_EQ(chunks.load(), 1);
+}
+
+// A throwing chunk (on a worker or on the caller) reaches the caller after
+// every chunk finished, instead of terminating the process or leaving workers
+// running a job whose function is gone; the pool is usable afterwards.
+TEST(ThreadPool, ExceptionOfAnyChunkReachesTheCaller) {
+  ThreadPool pool(3);
+  for (const std::int64_t throwing_begin : {std::int64_t{0}, std::int64_t{20}}) {
+    std::atomic<int> finished{0};
+    try {
+      pool.parallel_for(30, 1, [&](std::int64_t begin, std::int64_t) {
+        if (begin == throwing_begin) throw std::runtime_error("chunk " + std::to_string(begin));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ++finished;
+      });
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "chunk " + std::to_string(throwing_begin));
+    }
+    EXPECT_EQ(finished.load(), 2) << "returned before the other chunks finished";
+  }
+  std::vector<int> hits(30, 0);
+  pool.parallel_for(30, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) ++hits[static_cast<std::size_t>(i)];
+  });
+  for (int h : hits) EXPECT_EQ(h, 1);
 }
 
 TEST(ThreadPool, RejectsZeroThreads) { EXPECT_THROW(ThreadPool(0), std::invalid_argument); }
