@@ -156,6 +156,7 @@ TEST(Errors, HungPeerTimesOutAndBreaksTheGroup) {
       EXPECT_TRUE(g->broken());
       try {
         g->all_reduce(data.data(), data.size());
+        ADD_FAILURE() << "rank " << rank << ": a broken group ran another all_reduce";
       } catch (const CommError& again) {
         EXPECT_EQ(again.kind(), CommErrorKind::kBroken);
       }
