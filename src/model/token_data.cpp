@@ -66,7 +66,16 @@ std::int32_t TokenData::max_token() const {
   return tokens_.empty() ? -1 : *std::max_element(tokens_.begin(), tokens_.end());
 }
 
+namespace {
+void require_positive(const std::string& path, std::int64_t value, const char* what) {
+  if (value <= 0)
+    throw std::invalid_argument(path + ": " + what + " " + std::to_string(value) + " must be > 0");
+}
+}  // namespace
+
 std::int64_t TokenData::sequential_batches(std::int64_t batch, std::int64_t seq) const {
+  require_positive(path_, batch, "batch");
+  require_positive(path_, seq, "sequence length");
   return (size() - 1) / (batch * seq);
 }
 
@@ -79,7 +88,10 @@ void TokenData::sequential_batch(std::int64_t index, std::int64_t batch, std::in
   window(index * batch * seq, batch * seq, inputs, targets);
 }
 
-std::int64_t TokenData::samples(std::int64_t seq) const { return (size() - 1) / seq; }
+std::int64_t TokenData::samples(std::int64_t seq) const {
+  require_positive(path_, seq, "sequence length");
+  return (size() - 1) / seq;
+}
 
 void TokenData::sample(std::int64_t id, std::int64_t seq, std::int32_t* inputs,
                        std::int32_t* targets) const {

@@ -29,6 +29,7 @@ class TokenData {
   const std::string& path() const { return path_; }
   std::int32_t max_token() const;  // largest id, to check against the model's vocabulary
 
+  // Batch and sequence length must be > 0 (std::invalid_argument naming the file).
   std::int64_t sequential_batches(std::int64_t batch, std::int64_t seq) const;
   // Fills inputs/targets [batch * seq]; throws std::out_of_range past the last batch.
   void sequential_batch(std::int64_t index, std::int64_t batch, std::int64_t seq,

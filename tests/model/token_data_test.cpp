@@ -44,6 +44,12 @@ TEST_F(TokenFiles, RoundTripAndLlmcSequentialOrder) {
   EXPECT_EQ(in[0], 35 * 600);
   EXPECT_EQ(tg[4], 40 * 600);
   EXPECT_THROW(data.sample(20, 5, in.data(), tg.data()), std::out_of_range);
+  // A zero or negative shape is an error naming the file, not a division by zero.
+  EXPECT_THROW(data.sequential_batches(0, 5), std::invalid_argument);
+  EXPECT_THROW(data.sequential_batches(2, -1), std::invalid_argument);
+  EXPECT_THROW(data.sequential_batch(0, 2, 0, in.data(), tg.data()), std::invalid_argument);
+  EXPECT_THROW(data.samples(0), std::invalid_argument);
+  EXPECT_THROW(data.sample(0, 0, in.data(), tg.data()), std::invalid_argument);
 }
 
 TEST_F(TokenFiles, TextIsReadAsBytes) {
