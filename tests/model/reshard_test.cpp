@@ -11,18 +11,15 @@ namespace {
 // A rank moves from one random unit assignment to another (as after TP 4 -> 3);
 // units it keeps are copied locally, the others come from `fetch`, here served
 // from a full copy of the state. The result must equal a direct scatter.
-TEST(Reshard, MovesParametersAndMomentsToTheNewUnits) {
-  const GptConfig c = testing::small_test_config();
+void check_reshard(const GptConfig& c, const Shard& from, const Shard& to) {
   const ParameterLayout full(c, Shard::full(c));
   std::vector<float> values(static_cast<std::size_t>(full.size()));
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f;
-  const auto before = testing::random_shards(c, 4, 21);
-  const auto after = testing::random_shards(c, 3, 22);
   const auto offset_of = [](StateKind s) { return s == StateKind::kParams ? 0.0f : s == StateKind::kAdamM ? 1.0f : 2.0f; };
 
   comm::testing::run_group(1, "tp", [&](comm::Group& group) {
     tensor::Context ctx({1, 1}, false);
-    Model m(c, before[1], ctx, &group);
+    Model m(c, from, ctx, &group);
     AdamW opt({}, m.layout());
     scatter_from_full(full, values, m.layout(), m.params());
     for (std::size_t i = 0; i < opt.m().size(); ++i) {  // moments = params + 1 and + 2
@@ -30,15 +27,15 @@ TEST(Reshard, MovesParametersAndMomentsToTheNewUnits) {
       opt.v().data()[i] = m.params()[i] + 2.0f;
     }
     layout::IntervalSet fetched_heads;
-    reshard(m, &opt, after[1], [&](StateKind state, const TensorSpec& spec,
+    reshard(m, &opt, to, [&](StateKind state, const TensorSpec& spec,
                                    const layout::IntervalSet& units, float* dst) {
       const TensorSpec& f = full[spec.name];
       copy_units(f, values, units, dst);
       for (std::int64_t i = 0; i < units.size() * spec.unit_size; ++i) dst[i] += offset_of(state);
       if (spec.name == "h0.qkv_w" && state == StateKind::kParams) fetched_heads.add(units);
     });
-    EXPECT_EQ(m.layout().shard(), after[1]);
-    EXPECT_EQ(fetched_heads, after[1].heads.subtract(before[1].heads));  // only what is missing
+    EXPECT_EQ(m.layout().shard(), to);
+    EXPECT_EQ(fetched_heads, to.heads.subtract(from.heads));  // only what is missing
     std::vector<float> want(static_cast<std::size_t>(m.layout().size()));
     scatter_from_full(full, values, m.layout(), want);
     EXPECT_TRUE(std::equal(want.begin(), want.end(), m.params().begin()));
@@ -48,6 +45,21 @@ TEST(Reshard, MovesParametersAndMomentsToTheNewUnits) {
     }
     for (float g : m.grads()) ASSERT_EQ(g, 0.0f);
   });
+}
+
+TEST(Reshard, MovesParametersAndMomentsToTheNewUnits) {
+  const GptConfig c = testing::small_test_config();
+  check_reshard(c, testing::random_shards(c, 4, 21)[1], testing::random_shards(c, 3, 22)[1]);
+}
+
+// A rank may hold no head, neuron or vocabulary row at all (more TP slots
+// than units of a kind): resharding into and out of that state is exact too.
+TEST(Reshard, ToAndFromARankThatHoldsNoUnits) {
+  const GptConfig c = testing::small_test_config();
+  const Shard nothing{layout::IntervalSet{}, layout::IntervalSet{}, layout::IntervalSet{}};
+  const Shard some = testing::random_shards(c, 3, 23)[0];
+  check_reshard(c, some, nothing);
+  check_reshard(c, nothing, some);
 }
 
 TEST(Reshard, PartialShardWithoutGroupIsRejected) {
