@@ -187,7 +187,8 @@ class Supervisor {
         r.signal = WTERMSIG(status);
       }
       // The first failure the launcher did not cause starts the straggler clock.
-      if (!r.ok() && !r.stopped_by_launcher && !result_.first_failure) {
+      if (!r.ok() && !r.stopped_by_launcher && !result_.first_failure &&
+          !options_.tolerate_failures) {
         result_.first_failure = r.rank;
         term_at_ = Clock::now() + options_.straggler_timeout;
       }

@@ -5,10 +5,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
+#include "comm/store.h"
 #include "elastic/job.h"
 #include "elastic/world.h"
 #include "power/rank_power.h"
 #include "train/local_trainer.h"
+#include "train/membership.h"
 #include "train/ntp_trainer.h"
 #include "train/power_setup.h"
 #include "train/progress.h"
@@ -57,6 +61,16 @@ void print_summary(std::FILE* out, const nlohmann::json& s, const std::filesyste
   std::fprintf(out, "metrics, events, trace and summary in %s\n", run_dir.string().c_str());
 }
 
+// With elastic.recover: the job succeeded when every step was committed and
+// every worker that ended on its own exited 0 — the dead (killed by a
+// signal) are the failures the survivors recovered from.
+bool recovered(const LaunchResult& result, const train::RunDir& run, std::int64_t steps) {
+  if (static_cast<std::int64_t>(run.read_metrics().size()) != steps) return false;
+  return std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
+    return r.ok() || (!r.exited && !r.stopped_by_launcher);
+  });
+}
+
 // One process per active slot of every training replica, through the launcher;
 // the progress follows metrics.jsonl, which rank 0 appends to.
 std::vector<train::StepMetrics> train_with_workers(
@@ -74,7 +88,17 @@ std::vector<train::StepMetrics> train_with_workers(
   options.on_tick = [&] {
     for (const nlohmann::json& line : tail.read_new()) on_step(train::step_metrics_from_json(line));
   };
+  if (config.elastic.recover) {
+    // The launcher is the detector of dead workers: it marks them in the
+    // store, where the survivors' membership agreement looks (train/membership.h).
+    options.tolerate_failures = true;
+    const std::shared_ptr<comm::Store> store = comm::open_store(options.store);
+    options.on_event = [store](const std::string& event, const RankExit& r) {
+      if (event == "worker_exited" && !r.ok()) store->set(train::dead_key(r.rank), comm::to_bytes("1"));
+    };
+  }
   const LaunchResult result = run_job(options, {run.file("events.jsonl"), stderr, "ntp train"});
+  if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
   if (!result.ok()) {
     throw std::runtime_error(fmt::format("the workers failed (logs in {}):\n{}",
                                          run.log_dir().string(), result.report()));

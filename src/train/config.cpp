@@ -90,6 +90,11 @@ std::int64_t read_int(const toml::node& node, const Where& at) {
   return node.as_integer()->get();
 }
 
+bool read_bool(const toml::node& node, const Where& at) {
+  if (!node.is_boolean()) fail(at, "expected true or false, got " + type_name(node));
+  return node.as_boolean()->get();
+}
+
 double read_float(const toml::node& node, const Where& at) {
   if (node.is_integer()) return static_cast<double>(node.as_integer()->get());
   if (!node.is_floating_point()) fail(at, "expected a number, got " + type_name(node));
@@ -164,6 +169,12 @@ template <class Field>
 KeyDef int_key(std::string_view name, std::string_view meaning, Field field) {
   return typed_key(name, "integer", meaning, field, read_int,
                    [](std::int64_t v) { return std::to_string(v); });
+}
+
+template <class Field>
+KeyDef bool_key(std::string_view name, std::string_view meaning, Field field) {
+  return typed_key(name, "boolean", meaning, field, read_bool,
+                   [](bool v) { return std::string(v ? "true" : "false"); });
 }
 
 template <class Field>
@@ -259,6 +270,17 @@ const std::vector<KeyDef>& schema() {
                 NTP_FIELD(power.headroom_w)),
       float_key("power.alpha", "speed-vs-power exponent: speed = (limit / tdp)^alpha",
                 NTP_FIELD(power.alpha)),
+      bool_key("elastic.recover",
+               "survivors of a worker death agree on a new membership and go on training",
+               NTP_FIELD(elastic.recover)),
+      float_key("elastic.settle_s",
+                "after a death, the leader waits this long so that near-simultaneous deaths "
+                "make one reconfiguration",
+                NTP_FIELD(elastic.settle_s)),
+      int_key("test.kill_rank", "failure injection: this global rank kills itself; -1 = off",
+              NTP_FIELD(test.kill_rank)),
+      int_key("test.kill_at_step", "failure injection: at the start of this step",
+              NTP_FIELD(test.kill_at_step)),
       string_key("run.dir", "run directory; empty = runs/<UTC time>", NTP_FIELD(run.dir)),
       int_key("run.trace_steps", "steps recorded in trace.json", NTP_FIELD(run.trace_steps)),
   };
@@ -389,6 +411,10 @@ void validate_rest(const Config& c) {
   require(c.deadline.heartbeat_s > 0, "deadline.heartbeat_s", "must be > 0");
   require(c.deadline.straggler_s >= 0, "deadline.straggler_s", "must be >= 0");
   require(c.run.trace_steps >= 0, "run.trace_steps", "must be >= 0");
+  require(c.elastic.settle_s >= 0, "elastic.settle_s", "must be >= 0");
+  require(c.test.kill_rank >= -1, "test.kill_rank", "must be a global rank or -1");
+  require(c.test.kill_rank < 0 || (c.test.kill_at_step >= 0 && c.test.kill_at_step < c.train.steps),
+          "test.kill_at_step", "must be a step in [0, train.steps) when test.kill_rank is set");
   if (!c.data.path.empty()) {
     require(std::filesystem::is_regular_file(c.data.path), "data.path",
             fmt::format("'{}' is not a readable file", c.data.path));

@@ -100,6 +100,21 @@ struct PowerConfig {
   bool operator==(const PowerConfig&) const = default;
 };
 
+// In-job failure recovery (docs/train.md, "Failures and recovery").
+struct ElasticConfig {
+  bool recover = false;   // survivors of a worker death reconfigure and go on
+  double settle_s = 0.5;  // the leader waits this long for further deaths
+  bool operator==(const ElasticConfig&) const = default;
+};
+
+// Failure injection for tests and demos: global rank `kill_rank` kills itself
+// (SIGKILL) at the start of step `kill_at_step`. -1 = off.
+struct TestConfig {
+  std::int64_t kill_rank = -1;
+  std::int64_t kill_at_step = -1;
+  bool operator==(const TestConfig&) const = default;
+};
+
 struct RunConfig {
   std::string dir;  // empty = runs/<UTC time stamp>
   std::int64_t trace_steps = 3;  // steps recorded in trace.json
@@ -114,6 +129,8 @@ struct Config {
   SyncConfig sync;
   DeadlineConfig deadline;
   PowerConfig power;
+  ElasticConfig elastic;
+  TestConfig test;
   RunConfig run;
   bool operator==(const Config&) const = default;
 };

@@ -245,6 +245,75 @@ TEST_F(CliTest, TrainReportsAKilledWorker) {
 
 namespace {
 
+std::vector<nlohmann::json> events_named(const fs::path& dir, const std::string& name) {
+  std::vector<nlohmann::json> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string file = entry.path().filename().string();
+    if (!file.starts_with("events")) continue;
+    for (const nlohmann::json& e : read_lines(entry.path())) {
+      if (e["event"] == name) out.push_back(e);
+    }
+  }
+  return out;
+}
+
+// In-job recovery: rank 1 (replica 0, slot 1) kills itself at the start of
+// step 3 of 8. The survivors agree on epoch 1, replica 0 goes on at TP 1 with
+// slot 1's units pulled from replica 1, step 3 is redone, and the run still
+// matches the single-process replay of what schedule.jsonl says was trained.
+TEST_F(CliTest, TrainRecoversFromAKilledWorkerAndStillVerifies) {
+  const CommandResult run = ntp(
+      "train --run-dir " + dir_.string() +
+      " --set parallel.dp=2 --set parallel.tp=2 --set train.steps=8 --set model.layers=1"
+      " --set model.seq_len=32 --set train.micro_batch=2 --set deadline.collective_s=10"
+      " --set elastic.recover=true --set elastic.settle_s=0.2"
+      " --set test.kill_rank=1 --set test.kill_at_step=3 --verify");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("rank 1 (pid"), std::string::npos) << "the death is reported: " << run.output;
+
+  const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 8u);
+  for (const nlohmann::json& m : metrics) {
+    const bool before = m["step"].get<int>() < 3;
+    EXPECT_EQ(m["tp"], nlohmann::json::parse(before ? "[2, 2]" : "[1, 2]")) << m.dump();
+    // proportional: 8 sequences split 1:2 after the failure
+    EXPECT_EQ(m["samples"], nlohmann::json::parse(before ? "[4, 4]" : "[3, 5]")) << m.dump();
+  }
+  const std::vector<nlohmann::json> schedule = read_lines(dir_ / "schedule.jsonl");
+  ASSERT_EQ(schedule.size(), 8u);
+  EXPECT_EQ(schedule[3]["step"], 3);
+  EXPECT_EQ(schedule[3]["samples"][0].size(), 3u) << "the redone step logs the new split";
+
+  const fs::path events = dir_ / "events.jsonl";
+  ASSERT_TRUE(fs::exists(events));
+  EXPECT_EQ(events_named(dir_, "failure_injected").size(), 1u);
+  const auto detected = events_named(dir_, "failure_detected");
+  const auto agreed = events_named(dir_, "membership_agreed");
+  const auto moved = events_named(dir_, "state_moved");
+  const auto resumed = events_named(dir_, "step_resumed");
+  EXPECT_EQ(detected.size(), 3u) << "every survivor detects the failure";
+  ASSERT_EQ(agreed.size(), 3u);
+  for (const nlohmann::json& e : agreed) {
+    EXPECT_EQ(e["epoch"], 1);
+    EXPECT_EQ(e["survivors"], nlohmann::json::parse("[0, 2, 3]"));
+    EXPECT_EQ(e["lost"], nlohmann::json::parse("[1]"));
+  }
+  std::int64_t units_in = 0;
+  for (const nlohmann::json& e : moved) {
+    units_in += e["units_in"].get<std::int64_t>();
+    if (e["rank"] == 0) {
+      EXPECT_GT(e["bytes_in"].get<std::int64_t>(), 0) << e.dump();
+    }
+  }
+  EXPECT_GT(units_in, 0);
+  ASSERT_EQ(resumed.size(), 3u);
+  for (const nlohmann::json& e : resumed) {
+    EXPECT_EQ(e["step"], 3);
+    EXPECT_LT(e["recovery_s"].get<double>(), 20.0) << e.dump();
+  }
+}
+
 TEST_F(CliTest, TrainRejectsAJobItCannotLayOutBeforeStartingWorkers) {
   // The tiny preset has 4 heads: 8 slots per replica cannot each hold one.
   const CommandResult heads = ntp("train --run-dir " + dir_.string() +

@@ -109,6 +109,23 @@ TEST(Config, ResolvedTomlListsEveryKey) {
   }
 }
 
+TEST(Config, RecoveryAndFailureInjectionKeys) {
+  Config config = parsed("[elastic]\nrecover = true\nsettle_s = 0.25\n"
+                         "[test]\nkill_rank = 3\nkill_at_step = 2\n");
+  EXPECT_TRUE(config.elastic.recover);
+  EXPECT_DOUBLE_EQ(config.elastic.settle_s, 0.25);
+  EXPECT_EQ(config.test.kill_rank, 3);
+  EXPECT_EQ(config.test.kill_at_step, 2);
+  EXPECT_NO_THROW(validate(config));
+  EXPECT_EQ(parsed(to_toml(config)), config);
+  expect_error([] { parsed("[elastic]\nrecover = 1\n"); }, {"elastic.recover", "true or false"});
+  config.test.kill_at_step = config.train.steps;
+  expect_error([&] { validate(config); }, {"test.kill_at_step"});
+  config.test.kill_at_step = 0;
+  config.elastic.settle_s = -1;
+  expect_error([&] { validate(config); }, {"elastic.settle_s"});
+}
+
 TEST(Config, UnknownKeysAreNamed) {
   expect_error([] { parsed("[train]\nstepz = 3\n"); }, {"run.toml", "train.stepz", "unknown"});
   expect_error([] { parsed("[trian]\nsteps = 3\n"); }, {"run.toml", "trian"});

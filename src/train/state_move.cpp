@@ -1,0 +1,131 @@
+#include "train/state_move.h"
+
+#include <array>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "model/reshard.h"
+
+namespace ntp::train {
+namespace {
+
+constexpr std::array<model::UnitKind, 3> kKinds = {model::UnitKind::kHead, model::UnitKind::kNeuron,
+                                                   model::UnitKind::kVocab};
+constexpr std::array<model::StateKind, 3> kStates = {model::StateKind::kParams, model::StateKind::kAdamM,
+                                                     model::StateKind::kAdamV};
+constexpr std::uint32_t kTagsPerKind = 1u << 20;
+
+const layout::TransitionPlan& plan_of(const KindPlans& plans, std::size_t kind) {
+  return kind == 0 ? plans.heads : kind == 1 ? plans.neurons : plans.vocab;
+}
+
+// A move's message: for every tensor of its kind (layout order), for the
+// parameters and both moments, the values of the move's units, unit-major.
+// `base` gives each tensor's first element in the message.
+struct Message {
+  layout::IntervalSet units;
+  std::map<std::string, std::int64_t> base;
+  std::vector<float> values;
+};
+
+Message empty_message(const model::ParameterLayout& layout, model::UnitKind kind,
+                      const layout::IntervalSet& units) {
+  Message msg{units, {}, {}};
+  std::int64_t size = 0;
+  for (const model::TensorSpec& spec : layout.tensors()) {
+    if (spec.kind != kind) continue;
+    msg.base[spec.name] = size;
+    size += static_cast<std::int64_t>(kStates.size()) * units.size() * spec.unit_size;
+  }
+  msg.values.resize(static_cast<std::size_t>(size));
+  return msg;
+}
+
+void pack(Message& msg, const model::ParameterLayout& layout, model::UnitKind kind,
+          const std::array<std::span<const float>, 3>& state) {
+  for (const model::TensorSpec& spec : layout.tensors()) {
+    if (spec.kind != kind) continue;
+    float* dst = msg.values.data() + msg.base.at(spec.name);
+    for (const std::span<const float>& values : state) {
+      model::copy_units(spec, values, msg.units, dst);
+      dst += msg.units.size() * spec.unit_size;
+    }
+  }
+}
+
+// Serves reshard's requests from the received messages, unit by unit.
+void fetch_from(const std::vector<Message>& received, model::StateKind state,
+                const model::TensorSpec& spec, const layout::IntervalSet& units, float* dst) {
+  const std::size_t s = static_cast<std::size_t>(state);
+  for (const layout::Interval& iv : units.intervals()) {
+    for (layout::Unit u = iv.start; u < iv.end; ++u, dst += spec.unit_size) {
+      const Message* msg = nullptr;
+      for (const Message& m : received) {
+        if (m.base.contains(spec.name) && m.units.contains(u)) msg = &m;
+      }
+      if (msg == nullptr) {
+        throw std::logic_error(fmt::format("state move: unit {} of {} was neither kept nor received",
+                                           u, spec.name));
+      }
+      const std::int64_t n = msg->units.size() * spec.unit_size;
+      const float* src = msg->values.data() + msg->base.at(spec.name) +
+                         static_cast<std::int64_t>(s) * n + msg->units.offset_of(u) * spec.unit_size;
+      std::copy_n(src, spec.unit_size, dst);
+    }
+  }
+}
+
+}  // namespace
+
+StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const model::Shard& next,
+                          const KindPlans& plans, const StateMoveRank& rank, comm::Group& group) {
+  const model::ParameterLayout& layout = model.layout();
+  const std::array<std::span<const float>, 3> state = {model.params(), optimizer.m().span(),
+                                                       optimizer.v().span()};
+  std::vector<Message> sent;
+  std::vector<Message> received;
+  std::vector<comm::P2POp> ops;
+  StateMoveStats stats;
+  // Reserve first: P2POps point into the messages.
+  std::size_t n_sent = 0;
+  std::size_t n_received = 0;
+  for (std::size_t k = 0; k < kKinds.size(); ++k) {
+    for (const layout::Move& move : plan_of(plans, k).moves) {
+      n_sent += rank.from && move.from == *rank.from;
+      n_received += rank.to && move.to == *rank.to;
+    }
+  }
+  sent.reserve(n_sent);
+  received.reserve(n_received);
+  for (std::size_t k = 0; k < kKinds.size(); ++k) {
+    const std::vector<layout::Move>& moves = plan_of(plans, k).moves;
+    for (std::size_t i = 0; i < moves.size(); ++i) {
+      const layout::Move& move = moves[i];
+      const auto tag = static_cast<std::uint32_t>(k * kTagsPerKind + i);
+      if (rank.from && move.from == *rank.from) {
+        sent.push_back(empty_message(layout, kKinds[k], move.units));
+        pack(sent.back(), layout, kKinds[k], state);
+        ops.push_back(comm::P2POp::send(sent.back().values, rank.group_rank_of(move.to), tag));
+        stats.units_out += move.units.size();
+        stats.bytes_out += static_cast<std::int64_t>(sent.back().values.size() * sizeof(float));
+      }
+      if (rank.to && move.to == *rank.to) {
+        received.push_back(empty_message(layout, kKinds[k], move.units));
+        ops.push_back(comm::P2POp::recv(received.back().values, rank.group_rank_of(move.from), tag));
+        stats.units_in += move.units.size();
+        stats.bytes_in += static_cast<std::int64_t>(received.back().values.size() * sizeof(float));
+      }
+    }
+  }
+  group.exchange(ops);
+  if (!rank.to) return stats;
+  model::reshard(model, &optimizer, next, [&received](model::StateKind s, const model::TensorSpec& spec,
+                                                      const layout::IntervalSet& units, float* dst) {
+    fetch_from(received, s, spec, units, dst);
+  });
+  return stats;
+}
+
+}  // namespace ntp::train

@@ -1,0 +1,44 @@
+#pragma once
+// Executing a transition plan (layout/transition.h) on one rank: the units it
+// must send (from its slot of the old configuration) and receive (for its slot
+// of the new one), for the three unit kinds, parameters and both AdamW moments
+// together, in one batched exchange over a group of every surviving rank. Then
+// the model and optimizer adopt the new shard (model::reshard); units the rank
+// keeps never move.
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "comm/group.h"
+#include "layout/transition.h"
+#include "model/model.h"
+#include "model/optimizer.h"
+
+namespace ntp::train {
+
+struct KindPlans {
+  layout::TransitionPlan heads;
+  layout::TransitionPlan neurons;
+  layout::TransitionPlan vocab;
+};
+
+struct StateMoveStats {
+  std::int64_t units_in = 0;  // units received (all kinds)
+  std::int64_t bytes_in = 0;  // parameters + moments received
+  std::int64_t units_out = 0;
+  std::int64_t bytes_out = 0;
+};
+
+struct StateMoveRank {
+  std::optional<layout::SlotRef> from;  // this rank's slot in the old configuration
+  std::optional<layout::SlotRef> to;    // ... in the new one; none: the rank leaves
+  // Group rank (in the exchange group) of the process of an old or new slot.
+  std::function<int(layout::SlotRef)> group_rank_of;
+};
+
+// Every member of `group` calls it with the same plans. Without `rank.to`
+// the rank only serves its units and the model is left as it is.
+StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const model::Shard& next,
+                          const KindPlans& plans, const StateMoveRank& rank, comm::Group& group);
+
+}  // namespace ntp::train
