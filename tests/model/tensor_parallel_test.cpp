@@ -305,3 +305,38 @@ TEST(TensorParallelShards, TargetRowHeldByNoRankIsAnError) {
 
 }  // namespace
 }  // namespace ntp::model
+
+namespace ntp::model {
+namespace {
+
+// A TP rank may hold no unit of any kind (e.g. more slots than heads): its
+// partial sums are zeros, its vocabulary max is -inf, and the group still
+// computes the one-rank loss and gradients.
+TEST(TensorParallelShards, RankHoldingNoUnitsMatchesOneRank) {
+  openblas_set_num_threads(1);
+  const GptConfig c = testing::small_test_config();
+  const auto batch = testing::random_batch(c, 2, 8, 29);
+  const Reference ref = single_rank(c, batch, 0.0f);
+  const ParameterLayout full(c, Shard::full(c));
+  const Shard nothing{layout::IntervalSet{}, layout::IntervalSet{}, layout::IntervalSet{}};
+  std::vector<float> grads(ref.grads.size(), 0.0f);
+  std::vector<double> losses(2);
+  std::mutex mutex;
+  comm::testing::run_group(2, "tp", [&](comm::Group& group) {
+    tensor::Context ctx({1, 1}, false);
+    const int r = group.rank();
+    Model m(c, r == 0 ? Shard::full(c) : nothing, ctx, &group);
+    scatter_from_full(full, ref.params_before, m.layout(), m.params());
+    m.zero_grad();
+    losses[static_cast<std::size_t>(r)] = m.forward(batch.view()).mean();
+    m.backward();
+    std::lock_guard lock(mutex);
+    gather_into_full(m.layout(), m.grads(), full, grads, r == 0);
+  });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NEAR(losses[static_cast<std::size_t>(r)], ref.loss, 1e-5 * ref.loss) << "rank " << r;
+  expect_close(grads, ref.grads, "grads with an empty rank");
+}
+
+}  // namespace
+}  // namespace ntp::model
