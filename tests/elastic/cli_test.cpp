@@ -314,6 +314,67 @@ TEST_F(CliTest, TrainRecoversFromAKilledWorkerAndStillVerifies) {
   }
 }
 
+// More failures recovered in-job, each checked against the single-process replay.
+struct RecoveryCase {
+  const char* name;
+  std::string sets;
+  const char* survivors;  // published in epoch 1
+  const char* final_tp;   // metrics after the failure
+  const char* final_samples;
+};
+
+void PrintTo(const RecoveryCase& c, std::ostream* os) { *os << c.name; }
+
+class TrainRecoveryTest : public CliTest, public ::testing::WithParamInterface<RecoveryCase> {};
+
+TEST_P(TrainRecoveryTest, FinishesAndMatchesTheReplay) {
+  const RecoveryCase& c = GetParam();
+  const CommandResult run = ntp(
+      "train --run-dir " + dir_.string() +
+      " --set train.steps=6 --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2"
+      " --set deadline.collective_s=10 --set elastic.recover=true --set elastic.settle_s=0.2"
+      " --set test.kill_at_step=2 " + c.sets + " --verify");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+  const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 6u);
+  EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse(c.final_tp));
+  EXPECT_EQ(metrics.back()["samples"], nlohmann::json::parse(c.final_samples));
+  const auto agreed = events_named(dir_, "membership_agreed");
+  ASSERT_FALSE(agreed.empty());
+  for (const nlohmann::json& e : agreed) EXPECT_EQ(e["survivors"], nlohmann::json::parse(c.survivors));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Failures, TrainRecoveryTest,
+    ::testing::Values(
+        // Rank 0 (core slot 0 of replica 0, and the writer) dies: rank 1 takes over the files.
+        RecoveryCase{"core_slot0_and_writer", "--set parallel.dp=2 --set parallel.tp=2 --set test.kill_rank=0",
+                     "[1, 2, 3]", "[1, 2]", "[3, 5]"},
+        // TP 4: replica 0 goes on at TP 3; K = 3 reshapes replica 1's layout too.
+        RecoveryCase{"tp4_to_tp3", "--set parallel.dp=2 --set parallel.tp=4 --set test.kill_rank=2",
+                     "[0, 1, 3, 4, 5, 6, 7]", "[3, 4]", "[3, 5]"},
+        // parallel.min_tp = 2: replica 0 stops training, its survivor leaves with exit 0.
+        RecoveryCase{"replica_dropped_by_min_tp",
+                     "--set parallel.dp=2 --set parallel.tp=2 --set parallel.min_tp=2 --set test.kill_rank=1",
+                     "[0, 2, 3]", "[1, 2]", "[0, 8]"}),
+    [](const ::testing::TestParamInfo<RecoveryCase>& param_info) { return std::string(param_info.param.name); });
+
+// One replica: the dead slot's units exist nowhere else. The survivor says so
+// and the run fails (exit 1) instead of training on lost state.
+TEST_F(CliTest, RecoveryWithoutAPeerReplicaFailsNamingTheLostUnits) {
+  const CommandResult run = ntp(
+      "train --run-dir " + dir_.string() +
+      " --set parallel.dp=1 --set parallel.tp=2 --set train.steps=4 --set model.layers=1"
+      " --set model.seq_len=32 --set train.micro_batch=2 --set deadline.collective_s=10"
+      " --set elastic.recover=true --set elastic.settle_s=0.1 --set test.kill_rank=1"
+      " --set test.kill_at_step=1");
+  EXPECT_EQ(run.code, 1) << run.output;
+  std::ifstream log(dir_ / "logs" / "rank-0.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("replica 0 would lose"), std::string::npos) << text;
+}
+
 TEST_F(CliTest, TrainRejectsAJobItCannotLayOutBeforeStartingWorkers) {
   // The tiny preset has 4 heads: 8 slots per replica cannot each hold one.
   const CommandResult heads = ntp("train --run-dir " + dir_.string() +
