@@ -16,6 +16,8 @@ constexpr std::array<model::UnitKind, 3> kKinds = {model::UnitKind::kHead, model
 constexpr std::array<model::StateKind, 3> kStates = {model::StateKind::kParams, model::StateKind::kAdamM,
                                                      model::StateKind::kAdamV};
 constexpr std::uint32_t kTagsPerKind = 1u << 20;
+constexpr std::uint32_t kChecksumTag = 1u << 30;
+constexpr std::array<const char*, 3> kKindNames = {"heads", "FFN neurons", "vocabulary rows"};
 
 const layout::TransitionPlan& plan_of(const KindPlans& plans, std::size_t kind) {
   return kind == 0 ? plans.heads : kind == 1 ? plans.neurons : plans.vocab;
@@ -24,15 +26,29 @@ const layout::TransitionPlan& plan_of(const KindPlans& plans, std::size_t kind) 
 // A move's message: for every tensor of its kind (layout order), for the
 // parameters and both moments, the values of the move's units, unit-major.
 // `base` gives each tensor's first element in the message.
+// `checksum` travels with it and is checked on arrival.
 struct Message {
   layout::IntervalSet units;
   std::map<std::string, std::int64_t> base;
   std::vector<float> values;
+  std::int64_t checksum = 0;
+  std::string what;  // "heads [0,4) from replica 1 slot 0"
 };
+
+// FNV-1a over the bytes of the values.
+std::int64_t checksum_of(const std::vector<float>& values) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+  for (std::size_t i = 0; i < values.size() * sizeof(float); ++i) {
+    h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return static_cast<std::int64_t>(h);
+}
 
 Message empty_message(const model::ParameterLayout& layout, model::UnitKind kind,
                       const layout::IntervalSet& units) {
-  Message msg{units, {}, {}};
+  Message msg;
+  msg.units = units;
   std::int64_t size = 0;
   for (const model::TensorSpec& spec : layout.tensors()) {
     if (spec.kind != kind) continue;
@@ -106,20 +122,34 @@ StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const mo
       const auto tag = static_cast<std::uint32_t>(k * kTagsPerKind + i);
       if (rank.from && move.from == *rank.from) {
         sent.push_back(empty_message(layout, kKinds[k], move.units));
-        pack(sent.back(), layout, kKinds[k], state);
-        ops.push_back(comm::P2POp::send(sent.back().values, rank.group_rank_of(move.to), tag));
+        Message& msg = sent.back();
+        pack(msg, layout, kKinds[k], state);
+        msg.checksum = checksum_of(msg.values);
+        const int dst = rank.group_rank_of(move.to);
+        ops.push_back(comm::P2POp::send(msg.values, dst, tag));
+        ops.push_back(comm::P2POp::send(comm::ConstView(&msg.checksum, 1), dst, tag | kChecksumTag));
         stats.units_out += move.units.size();
         stats.bytes_out += static_cast<std::int64_t>(sent.back().values.size() * sizeof(float));
       }
       if (rank.to && move.to == *rank.to) {
         received.push_back(empty_message(layout, kKinds[k], move.units));
-        ops.push_back(comm::P2POp::recv(received.back().values, rank.group_rank_of(move.from), tag));
+        Message& msg = received.back();
+        msg.what = fmt::format("{} {} from replica {} slot {}", kKindNames[k], move.units.to_string(),
+                               move.from.replica, move.from.slot);
+        const int src = rank.group_rank_of(move.from);
+        ops.push_back(comm::P2POp::recv(msg.values, src, tag));
+        ops.push_back(comm::P2POp::recv(comm::View(&msg.checksum, 1), src, tag | kChecksumTag));
         stats.units_in += move.units.size();
         stats.bytes_in += static_cast<std::int64_t>(received.back().values.size() * sizeof(float));
       }
     }
   }
   group.exchange(ops);
+  for (const Message& msg : received) {
+    if (checksum_of(msg.values) != msg.checksum) {
+      throw std::runtime_error("state move: the state of " + msg.what + " arrived corrupted (checksum)");
+    }
+  }
   if (!rank.to) return stats;
   model::reshard(model, &optimizer, next, [&received](model::StateKind s, const model::TensorSpec& spec,
                                                       const layout::IntervalSet& units, float* dst) {

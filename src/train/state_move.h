@@ -2,9 +2,10 @@
 // Executing a transition plan (layout/transition.h) on one rank: the units it
 // must send (from its slot of the old configuration) and receive (for its slot
 // of the new one), for the three unit kinds, parameters and both AdamW moments
-// together, in one batched exchange over a group of every surviving rank. Then
-// the model and optimizer adopt the new shard (model::reshard); units the rank
-// keeps never move.
+// together, in one batched exchange over a group of every surviving rank. Every
+// message carries a checksum of its values, checked on arrival. Then the model
+// and optimizer adopt the new shard (model::reshard); units the rank keeps
+// never move.
 #include <cstdint>
 #include <functional>
 #include <optional>

@@ -257,17 +257,23 @@ std::vector<nlohmann::json> events_named(const fs::path& dir, const std::string&
   return out;
 }
 
+// `ntp train` of a small job with elastic.recover on; `sets` adds the job,
+// the failure to inject and flags.
+CommandResult train_recovering(const fs::path& dir, const std::string& sets) {
+  return ntp("train --run-dir " + dir.string() +
+             " --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2"
+             " --set deadline.collective_s=10 --set elastic.recover=true --set elastic.settle_s=0.2 " +
+             sets);
+}
+
 // In-job recovery: rank 1 (replica 0, slot 1) kills itself at the start of
 // step 3 of 8. The survivors agree on epoch 1, replica 0 goes on at TP 1 with
 // slot 1's units pulled from replica 1, step 3 is redone, and the run still
 // matches the single-process replay of what schedule.jsonl says was trained.
 TEST_F(CliTest, TrainRecoversFromAKilledWorkerAndStillVerifies) {
-  const CommandResult run = ntp(
-      "train --run-dir " + dir_.string() +
-      " --set parallel.dp=2 --set parallel.tp=2 --set train.steps=8 --set model.layers=1"
-      " --set model.seq_len=32 --set train.micro_batch=2 --set deadline.collective_s=10"
-      " --set elastic.recover=true --set elastic.settle_s=0.2"
-      " --set test.kill_rank=1 --set test.kill_at_step=3 --verify");
+  const CommandResult run = train_recovering(
+      dir_, "--set parallel.dp=2 --set parallel.tp=2 --set train.steps=8"
+            " --set test.kill_rank=1 --set test.kill_at_step=3 --verify");
   ASSERT_EQ(run.code, 0) << run.output;
   EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("rank 1 (pid"), std::string::npos) << "the death is reported: " << run.output;
@@ -329,11 +335,8 @@ class TrainRecoveryTest : public CliTest, public ::testing::WithParamInterface<R
 
 TEST_P(TrainRecoveryTest, FinishesAndMatchesTheReplay) {
   const RecoveryCase& c = GetParam();
-  const CommandResult run = ntp(
-      "train --run-dir " + dir_.string() +
-      " --set train.steps=6 --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2"
-      " --set deadline.collective_s=10 --set elastic.recover=true --set elastic.settle_s=0.2"
-      " --set test.kill_at_step=2 " + c.sets + " --verify");
+  const CommandResult run =
+      train_recovering(dir_, "--set train.steps=6 --set test.kill_at_step=2 " + c.sets + " --verify");
   ASSERT_EQ(run.code, 0) << run.output;
   EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
   const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
@@ -363,12 +366,9 @@ INSTANTIATE_TEST_SUITE_P(
 // One replica: the dead slot's units exist nowhere else. The survivor says so
 // and the run fails (exit 1) instead of training on lost state.
 TEST_F(CliTest, RecoveryWithoutAPeerReplicaFailsNamingTheLostUnits) {
-  const CommandResult run = ntp(
-      "train --run-dir " + dir_.string() +
-      " --set parallel.dp=1 --set parallel.tp=2 --set train.steps=4 --set model.layers=1"
-      " --set model.seq_len=32 --set train.micro_batch=2 --set deadline.collective_s=10"
-      " --set elastic.recover=true --set elastic.settle_s=0.1 --set test.kill_rank=1"
-      " --set test.kill_at_step=1");
+  const CommandResult run = train_recovering(
+      dir_, "--set parallel.dp=1 --set parallel.tp=2 --set train.steps=4 --set test.kill_rank=1"
+            " --set test.kill_at_step=1");
   EXPECT_EQ(run.code, 1) << run.output;
   std::ifstream log(dir_ / "logs" / "rank-0.log");
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

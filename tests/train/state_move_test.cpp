@@ -1,0 +1,84 @@
+// Executing a transition plan over real Gloo groups (one thread per surviving
+// rank): after the move, every rank holds exactly the parameters and AdamW
+// moments of its new shard, as a direct scatter of the full state would give.
+#include "train/state_move.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/comm/thread_ranks.h"
+#include "tests/model/model_test_util.h"
+#include "train/ntp_trainer.h"
+
+namespace ntp::train {
+namespace {
+
+model::Shard shard_of(const ParallelConfig& p, const model::GptConfig& c, layout::SlotRef slot) {
+  const auto units = [&](std::int64_t n) {
+    return layout::plan_job(job_config(p, n)).slot_view(slot.replica, slot.slot).units;
+  };
+  return {units(c.heads), units(c.ffn()), units(c.padded_vocab)};
+}
+
+// dp 2 x tp `tp`; global rank `dead` dies. Survivors run the move.
+void check_move(std::int64_t tp, int dead) {
+  const model::GptConfig c = model::testing::small_test_config();
+  ParallelConfig before;
+  before.dp = 2;
+  before.tp = tp;
+  const std::vector<RankPlace> places = job_places(before);
+  ParallelConfig after = before;
+  after.failed[places[static_cast<std::size_t>(dead)].replica].push_back(places[static_cast<std::size_t>(dead)].slot);
+  KindPlans plans;
+  const auto plan = [&](std::int64_t n) {
+    return layout::plan_transition(layout::plan_job(job_config(before, n)), layout::plan_job(job_config(after, n)));
+  };
+  plans = {plan(c.heads), plan(c.ffn()), plan(c.padded_vocab)};
+  std::vector<int> survivors;
+  for (int r = 0; r < static_cast<int>(places.size()); ++r) {
+    if (r != dead) survivors.push_back(r);
+  }
+  const model::ParameterLayout full(c, model::Shard::full(c));
+  std::vector<float> values(static_cast<std::size_t>(full.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.25f;
+
+  comm::testing::run_group(static_cast<int>(survivors.size()), "recover", [&](comm::Group& group) {
+    const RankPlace me = places[static_cast<std::size_t>(survivors[static_cast<std::size_t>(group.rank())])];
+    const layout::SlotRef slot{me.replica, me.slot};
+    tensor::Context ctx({1, 1}, false);
+    model::Model m(c, shard_of(before, c, slot), ctx, &group);
+    model::AdamW opt({}, m.layout());
+    model::scatter_from_full(full, values, m.layout(), m.params());
+    for (std::size_t i = 0; i < opt.m().size(); ++i) {
+      opt.m().data()[i] = m.params()[i] + 1.0f;
+      opt.v().data()[i] = m.params()[i] + 2.0f;
+    }
+    StateMoveRank rank{slot, slot, [&](layout::SlotRef s) {
+                         int global = 0;
+                         while (!(places[static_cast<std::size_t>(global)] == RankPlace{s.replica, s.slot})) ++global;
+                         return static_cast<int>(std::find(survivors.begin(), survivors.end(), global) -
+                                                 survivors.begin());
+                       }};
+    const model::Shard next = shard_of(after, c, slot);
+    const StateMoveStats stats = move_state(m, opt, next, plans, rank, group);
+    EXPECT_EQ(m.layout().shard(), next);
+    std::vector<float> want(static_cast<std::size_t>(m.layout().size()));
+    model::scatter_from_full(full, values, m.layout(), want);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(m.params()[i], want[i]) << "replica " << me.replica << " slot " << me.slot << " element " << i;
+      ASSERT_EQ(opt.m().data()[i], want[i] + 1.0f) << i;
+      ASSERT_EQ(opt.v().data()[i], want[i] + 2.0f) << i;
+    }
+    // Only units new to the slot arrive; a rank of the degraded replica receives.
+    const model::Shard old = shard_of(before, c, slot);
+    const std::int64_t fresh = next.heads.subtract(old.heads).size() +
+                               next.neurons.subtract(old.neurons).size() +
+                               next.vocab.subtract(old.vocab).size();
+    EXPECT_EQ(stats.units_in, fresh);
+  });
+}
+
+TEST(StateMove, Tp2ReplicaLosesSlot1) { check_move(2, 1); }
+TEST(StateMove, Tp4ReplicaLosesSlot0AndKShrinksEverywhere) { check_move(4, 0); }
+
+}  // namespace
+}  // namespace ntp::train
