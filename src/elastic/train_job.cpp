@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 
 #include "comm/store.h"
 #include "elastic/job.h"
@@ -69,6 +70,33 @@ bool recovered(const LaunchResult& result, const train::RunDir& run, std::int64_
   return std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
     return r.ok() || (!r.exited && !r.stopped_by_launcher);
   });
+}
+
+// Each in-job recovery as the survivors logged it: the step redone, the new
+// epoch, the ranks lost, and the time from the first failure_detected to the
+// last step_resumed of that epoch (the slowest survivor).
+nlohmann::json recoveries(const train::RunDir& run) {
+  std::map<std::int64_t, nlohmann::json> by_epoch;
+  std::map<std::int64_t, double> detected;  // new epoch -> first detection
+  for (const nlohmann::json& e : train::read_jsonl(run.file("events.jsonl"))) {
+    const std::string name = e.value("event", "");
+    const double t = e.value("time", 0.0);
+    if (name == "failure_detected") {
+      const std::int64_t next = e["epoch"].get<std::int64_t>() + 1;
+      detected[next] = detected.contains(next) ? std::min(detected[next], t) : t;
+    }
+    if (name == "membership_agreed") by_epoch[e["epoch"]]["lost"] = e["lost"];
+    if (name != "step_resumed") continue;
+    const std::int64_t epoch = e["epoch"].get<std::int64_t>();
+    nlohmann::json& r = by_epoch[epoch];
+    r["epoch"] = epoch;
+    r["step"] = e["step"];
+    r["tp"] = e["tp"];
+    r["recovery_s"] = std::max(r.value("recovery_s", 0.0), t - detected[epoch]);
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (auto& [epoch, r] : by_epoch) out.push_back(r);
+  return out;
 }
 
 // One process per active slot of every training replica, through the launcher;
@@ -186,6 +214,15 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   progress.finish();
   TrainJobResult result{run_dir, train::summarize(metrics, train::unix_time_s() - start), {}};
   result.summary["job"] = describe_job(config);
+  if (config.elastic.recover) {
+    result.summary["recoveries"] = recoveries(run);
+    for (const nlohmann::json& r : result.summary["recoveries"]) {
+      std::fprintf(out, "recovered: lost ranks %s, step %lld redone at tp %s, %.3f s\n",
+                   r.value("lost", nlohmann::json::array()).dump().c_str(),
+                   static_cast<long long>(r["step"].get<std::int64_t>()), r["tp"].dump().c_str(),
+                   r["recovery_s"].get<double>());
+    }
+  }
   run.event("run_finished", {{"steps", metrics.size()}});
   run.write_summary(result.summary);
   print_summary(out, result.summary, run_dir);

@@ -318,6 +318,14 @@ TEST_F(CliTest, TrainRecoversFromAKilledWorkerAndStillVerifies) {
     EXPECT_EQ(e["step"], 3);
     EXPECT_LT(e["recovery_s"].get<double>(), 20.0) << e.dump();
   }
+  std::ifstream summary_file(dir_ / "summary.json");
+  const nlohmann::json summary = nlohmann::json::parse(summary_file);
+  ASSERT_EQ(summary["recoveries"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["recoveries"][0]["lost"], nlohmann::json::parse("[1]"));
+  EXPECT_EQ(summary["recoveries"][0]["step"], 3);
+  EXPECT_GT(summary["recoveries"][0]["recovery_s"].get<double>(), 0.0);
+  EXPECT_NE(run.output.find("recovered: lost ranks [1], step 3 redone at tp [1,2]"), std::string::npos)
+      << run.output;
 }
 
 // More failures recovered in-job, each checked against the single-process replay.
