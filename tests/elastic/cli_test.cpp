@@ -371,6 +371,38 @@ INSTANTIATE_TEST_SUITE_P(
                      "[0, 2, 3]", "[1, 2]", "[0, 8]"}),
     [](const ::testing::TestParamInfo<RecoveryCase>& param_info) { return std::string(param_info.param.name); });
 
+// Two failures in sequence: rank 2 kills itself at step 3 (epoch 1), then,
+// once training has resumed, rank 5 is SIGKILLed from outside wherever it is
+// in its step, after step 4 committed (epoch 2). Both replicas end at TP 3
+// and the run still verifies.
+TEST_F(CliTest, TrainRecoversFromTwoFailuresInSequence) {
+  std::thread killer([&] {
+    for (int i = 0; i < 1200; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      // Every survivor resumed and step 4 committed: the first recovery is over
+      // (a death during a recovery is not handled yet).
+      if (!fs::exists(dir_ / "metrics.jsonl") || read_lines(dir_ / "metrics.jsonl").size() < 5) continue;
+      for (const nlohmann::json& e : events_named(dir_, "worker_started")) {
+        if (e["rank"] == 5) ::kill(e["pid"].get<int>(), SIGKILL);
+      }
+      return;
+    }
+  });
+  const CommandResult run = train_recovering(
+      dir_, "--set parallel.dp=2 --set parallel.tp=4 --set train.steps=40 --set run.trace_steps=0"
+            " --set test.kill_rank=2 --set test.kill_at_step=3 --verify");
+  killer.join();
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+  std::ifstream summary_file(dir_ / "summary.json");
+  const nlohmann::json recoveries = nlohmann::json::parse(summary_file)["recoveries"];
+  ASSERT_EQ(recoveries.size(), 2u) << recoveries.dump() << "\n" << run.output;
+  EXPECT_EQ(recoveries[0]["lost"], nlohmann::json::parse("[2]"));
+  EXPECT_EQ(recoveries[1]["lost"], nlohmann::json::parse("[5]"));
+  EXPECT_EQ(recoveries[1]["epoch"], 2);
+  EXPECT_EQ(read_lines(dir_ / "metrics.jsonl").back()["tp"], nlohmann::json::parse("[3, 3]"));
+}
+
 // One replica: the dead slot's units exist nowhere else. The survivor says so
 // and the run fails (exit 1) instead of training on lost state.
 TEST_F(CliTest, RecoveryWithoutAPeerReplicaFailsNamingTheLostUnits) {
