@@ -1,16 +1,12 @@
 // `ntp plan` end to end: the JSON it prints, its tables, and its exit codes
 // (2 bad input, 3 impossible) with nothing on stdout when it fails.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "cli_run.h"
 
 namespace {
 
@@ -22,26 +18,12 @@ struct Result {
   std::string err;
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Runs `ntp plan` with `args` (each passed as one shell word).
 Result plan(const std::vector<std::string>& args) {
-  // CTest runs tests in parallel processes: the file names carry the pid.
-  const std::string dir = ::testing::TempDir() + "ntp_plan_" + std::to_string(getpid()) + "_";
-  std::string command = std::string(NTP_BINARY) + " plan";
-  for (const std::string& a : args) command += " '" + a + "'";
-  command += " >" + dir + "plan.out 2>" + dir + "plan.err";
-  const int status = std::system(command.c_str());
-  Result result{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir + "plan.out"),
-                slurp(dir + "plan.err")};
-  std::remove((dir + "plan.out").c_str());
-  std::remove((dir + "plan.err").c_str());
-  return result;
+  std::string words = "plan";
+  for (const std::string& a : args) words += " '" + a + "'";
+  const ntp::testing::CliRun run = ntp::testing::run_cli(NTP_BINARY, words);
+  return Result{run.exit_code, run.out, run.err};
 }
 
 json plan_json(const std::vector<std::string>& args) {

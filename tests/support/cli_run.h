@@ -1,6 +1,6 @@
 #pragma once
-// Runs the built `ntp` binary for the command-line tests (power_cli_tests,
-// sim_cli_tests): exit code, stdout and stderr of one invocation.
+// Runs the built `ntp` binary for the command-line tests of every layer:
+// exit code, stdout and stderr of one invocation.
 #include <string>
 
 namespace ntp::testing {
