@@ -30,39 +30,47 @@ Pieces pieces_of(const ReplicaLayout& layout) {
   return pieces;
 }
 
-// A replica as a cross-domain source: its old layout, which of its slots are
-// alive in the new configuration, and how much it has sent so far. Its pieces
-// are listed on first use: most replicas are never asked.
+// A replica as a source: its old layout, which of its slots serve (alive in
+// the new configuration and not stale), and how much it has sent cross-domain
+// so far. Its pieces are listed on first use: most replicas are never asked.
 class Source {
  public:
   Source(const ReplicaLayout& old, const ReplicaLayout& next)
-      : old_(old.dropped ? nullptr : &old), alive_(alive_mask(next)) {
+      : old_(old.dropped ? nullptr : &old), serves_(alive_mask(next)) {
     whole_ = old_ && std::all_of(old.active.begin(), old.active.end(),
-                                 [&](int slot) { return alive_[static_cast<size_t>(slot)] != 0; });
+                                 [&](int slot) { return serves(slot); });
+  }
+
+  // A stale slot missed the last update: its copy may serve nobody, itself
+  // included. When it held units, the replica no longer holds every unit.
+  void mark_stale(int slot) {
+    serves_[static_cast<size_t>(slot)] = 0;
+    if (old_ && !old_->slots[static_cast<size_t>(slot)].empty()) whole_ = false;
   }
 
   bool held_anything() const { return old_ != nullptr; }  // it trained before
-  bool alive(int slot) const { return alive_[static_cast<size_t>(slot)] != 0; }
+  bool serves(int slot) const { return serves_[static_cast<size_t>(slot)] != 0; }
+  bool whole() const { return whole_; }
   Unit load() const { return load_; }
   const Pieces& pieces() {
     if (!pieces_) pieces_ = old_ ? pieces_of(*old_) : Pieces{};
     return *pieces_;
   }
 
-  // Calls fn(part, slot) for each part of `want` held by a surviving slot.
+  // Calls fn(part, slot) for each part of `want` held by a serving slot.
   template <typename Fn>
   void for_each_held(Interval want, Fn&& fn) {
     const Pieces& all = pieces();
     auto it = std::upper_bound(all.begin(), all.end(), want.start,
                                [](Unit u, const Piece& p) { return u < p.units.end; });
     for (; it != all.end() && it->units.start < want.end; ++it) {
-      if (!alive(it->slot)) continue;
+      if (!serves(it->slot)) continue;
       fn(Interval{std::max(want.start, it->units.start), std::min(want.end, it->units.end)},
          it->slot);
     }
   }
   Unit held_size(Interval want) {
-    if (whole_) return want.size();  // every old holder survives
+    if (whole_) return want.size();  // every old holder serves
     Unit held = 0;
     for_each_held(want, [&](Interval part, int) { held += part.size(); });
     return held;
@@ -77,8 +85,8 @@ class Source {
   }
 
   const ReplicaLayout* old_;  // null when it sat out: holds nothing
-  std::vector<char> alive_;   // per slot, in the new configuration
-  bool whole_ = false;        // every old holder survives: it can serve any unit
+  std::vector<char> serves_;  // per slot: alive in the new configuration, not stale
+  bool whole_ = false;        // every old holder serves: it can serve any unit
   Unit load_ = 0;             // units sent cross-domain so far
   std::optional<Pieces> pieces_;
 };
@@ -116,8 +124,18 @@ struct Need {
   Interval units;
 };
 
-// Sweeps the old and new pieces of replica r together: units that change slot
-// move inside the replica when their old holder survives, else become needs.
+// Extends the last need when `units` continue it, so a slot whose old holders
+// are all gone or stale asks its peers for one piece, not one per old holder.
+void add_need(std::vector<Need>& needs, SlotRef to, Interval units) {
+  if (!needs.empty() && needs.back().to == to && needs.back().units.end == units.start)
+    needs.back().units.end = units.end;
+  else
+    needs.push_back({to, units});
+}
+
+// Sweeps the old and new pieces of replica r together: a unit stays when its
+// old holder is its new holder and serves, moves inside the replica when its
+// old holder is another serving slot, else (holder gone or stale) becomes a need.
 void plan_inside_replica(int replica, Source& own, const Pieces& new_pieces, MoveBook& book,
                          std::vector<Need>& needs) {
   const Pieces& old_pieces = own.pieces();
@@ -127,20 +145,16 @@ void plan_inside_replica(int replica, Source& own, const Pieces& new_pieces, Mov
     for (Unit lo = np.units.start; lo < np.units.end;) {
       while (i < old_pieces.size() && old_pieces[i].units.end <= lo) ++i;
       if (i == old_pieces.size()) {  // the replica held nothing (it sat out)
-        needs.push_back({to, {lo, np.units.end}});
+        add_need(needs, to, {lo, np.units.end});
         break;
       }
       const Piece& op = old_pieces[i];
       const Unit hi = std::min(np.units.end, op.units.end);
-      if (op.slot == np.slot) {
-        // stays on the same slot: nothing moves
-      } else if (own.alive(op.slot)) {
+      if (!own.serves(op.slot)) {
+        add_need(needs, to, {lo, hi});
+      } else if (op.slot != np.slot) {
         book.add({replica, op.slot}, to, {lo, hi});
-      } else if (!needs.empty() && needs.back().to == to && needs.back().units.end == lo) {
-        needs.back().units.end = hi;
-      } else {
-        needs.push_back({to, {lo, hi}});
-      }
+      }  // else it stays on a slot that serves: nothing moves
       lo = hi;
     }
   }
@@ -196,22 +210,43 @@ void check_same_job(const JobLayout& from, const JobLayout& to) {
                                 std::to_string(to.num_replicas()));
 }
 
-}  // namespace
-
-TransitionPlan plan_transition(const JobLayout& from, const JobLayout& to) {
-  check_same_job(from, to);
+// Every replica as a source, with its stale slots marked.
+std::vector<Source> sources_of(const JobLayout& from, const JobLayout& to,
+                               const std::vector<SlotRef>& stale) {
   std::vector<Source> sources;
   sources.reserve(static_cast<size_t>(from.num_replicas()));
   for (int r = 0; r < from.num_replicas(); ++r)
     sources.emplace_back(from.replica(r), to.replica(r));
+  for (const SlotRef& s : stale) {
+    if (s.replica < 0 || s.replica >= to.num_replicas() || s.slot < 0 || s.slot >= to.tp)
+      throw std::invalid_argument("stale slot (replica " + std::to_string(s.replica) + ", slot " +
+                                  std::to_string(s.slot) +
+                                  ") outside the job: " + std::to_string(to.num_replicas()) +
+                                  " replicas of tp " + std::to_string(to.tp));
+    sources[static_cast<size_t>(s.replica)].mark_stale(s.slot);
+  }
+  return sources;
+}
+
+}  // namespace
+
+TransitionPlan plan_transition(const JobLayout& from, const JobLayout& to) {
+  return plan_transition(from, to, {});
+}
+
+TransitionPlan plan_transition(const JobLayout& from, const JobLayout& to,
+                               const std::vector<SlotRef>& stale) {
+  check_same_job(from, to);
+  std::vector<Source> sources = sources_of(from, to, stale);
   MoveBook book;
   std::vector<Need> needs;
   for (int r = 0; r < to.num_replicas(); ++r) {
     const ReplicaLayout& next = to.replica(r);
     if (next.dropped) continue;  // sits out: needs nothing
-    // Same layout: every holder is alive in the new configuration, all stays.
-    if (next.slots == from.replica(r).slots) continue;
-    plan_inside_replica(r, sources[static_cast<size_t>(r)], pieces_of(next), book, needs);
+    Source& own = sources[static_cast<size_t>(r)];
+    // Same layout and every holder serves (none is stale): all stays.
+    if (own.whole() && next.slots == from.replica(r).slots) continue;
+    plan_inside_replica(r, own, pieces_of(next), book, needs);
   }
   std::map<int, IntervalSet> lost;
   for (const Need& need : needs) serve_from_peers(need, sources, book, lost);

@@ -1,7 +1,13 @@
 // Property tests of transition plans between random pairs of configurations
 // of the same job: new failures, repairs, both at once, K down or up, replicas
-// dropping out and coming back, and failures that lose units outright.
+// dropping out and coming back, failures that lose units outright, and stale
+// slots (survivors one step behind) that must be rolled forward.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
 
 #include "layout/errors.h"
 #include "layout/transition.h"
@@ -29,26 +35,47 @@ JobConfig random_next(std::mt19937_64& rng, const JobConfig& from) {
   return to;
 }
 
-// Units of replica r's old layout whose holder is alive in the new one.
-IntervalSet surviving(const JobLayout& from, const JobLayout& to, int r) {
+using Stale = std::set<SlotRef>;
+
+// Some slots one step behind: now and then a whole replica, else a few slots
+// of a few replicas. Any slot may be picked, also one that is dead or sits out
+// in `to` (it then needs nothing).
+Stale random_stale(std::mt19937_64& rng, const JobConfig& config) {
+  Stale stale;
+  std::bernoulli_distribution hit(0.3), whole(0.15);
+  for (int r = 0; r < config.replicas; ++r) {
+    if (!hit(rng)) continue;
+    const int count = whole(rng) ? config.tp : pick(rng, 1, std::min(config.tp, 3));
+    for (int slot : testing::random_slots(rng, config.tp, count)) stale.insert({r, slot});
+  }
+  return stale;
+}
+
+// Units of replica r's old layout whose holder serves: alive in the new
+// configuration and not stale.
+IntervalSet serving(const JobLayout& from, const JobLayout& to, const Stale& stale, int r) {
   IntervalSet units;
-  for (int slot : to.replica(r).active) units.add(from.units_of(r, slot));
+  for (int slot : to.replica(r).active)
+    if (!stale.count({r, slot})) units.add(from.units_of(r, slot));
   return units;
 }
 
-void check_moves_are_sound(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
+void check_moves_are_sound(const JobLayout& from, const JobLayout& to, const Stale& stale,
+                           const TransitionPlan& plan) {
   Unit intra = 0, cross = 0;
   for (const Move& m : plan.moves) {
     ASSERT_FALSE(m.units.empty());
     ASSERT_EQ(m.cross_domain, m.from.replica != m.to.replica);
     ASSERT_TRUE(to.replica(m.from.replica).is_active(m.from.slot)) << "source slot failed";
+    ASSERT_FALSE(stale.count(m.from)) << "a stale slot serves";
     const IntervalSet& held = from.units_of(m.from.replica, m.from.slot);
     ASSERT_EQ(m.units.intersect(held), m.units) << "source never held them";
     ASSERT_EQ(m.units.intersect(to.units_of(m.to.replica, m.to.slot)), m.units)
         << "destination does not need them";
     if (m.cross_domain) {
-      // Cross-domain only for units whose holder in the receiving replica is gone.
-      ASSERT_TRUE(m.units.intersect(surviving(from, to, m.to.replica)).empty());
+      // Cross-domain only for units whose holder in the receiving replica is
+      // gone or stale.
+      ASSERT_TRUE(m.units.intersect(serving(from, to, stale, m.to.replica)).empty());
       cross += m.units.size();
     } else {
       intra += m.units.size();
@@ -58,7 +85,8 @@ void check_moves_are_sound(const JobLayout& from, const JobLayout& to, const Tra
   ASSERT_EQ(plan.cross_units, cross);
 }
 
-void check_delivery(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
+void check_delivery(const JobLayout& from, const JobLayout& to, const Stale& stale,
+                    const TransitionPlan& plan) {
   std::map<SlotRef, std::pair<IntervalSet, Unit>> in;  // received, count with repeats
   for (const Move& m : plan.moves) {
     auto& [units, count] = in[m.to];
@@ -76,33 +104,44 @@ void check_delivery(const JobLayout& from, const JobLayout& to, const Transition
         ASSERT_TRUE(got.empty()) << "a slot that holds nothing receives units";
         continue;
       }
-      const IntervalSet stays = need.intersect(from.units_of(r, slot));
+      const IntervalSet lost_here = need.intersect(lost[r]);
       ASSERT_EQ(count, got.size()) << "a unit delivered twice";
+      ASSERT_TRUE(got.intersect(lost_here).empty()) << "a unit delivered and reported lost";
+      if (stale.count(ref)) {
+        ASSERT_EQ(got.unite(lost_here), need)
+            << "a stale slot kept an outdated unit: slot " << r << ":" << slot << " needs "
+            << need.to_string() << ", receives " << got.to_string();
+        continue;
+      }
+      const IntervalSet stays = need.intersect(from.units_of(r, slot));
       ASSERT_TRUE(got.intersect(stays).empty()) << "moved a unit that stays";
-      ASSERT_EQ(stays.unite(got).unite(need.intersect(lost[r])), need);
+      ASSERT_EQ(stays.unite(got).unite(lost_here), need);
     }
   }
 }
 
-void check_losses(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
+void check_losses(const JobLayout& from, const JobLayout& to, const Stale& stale,
+                  const TransitionPlan& plan) {
   for (const LostUnits& l : plan.lost) {
     ASSERT_FALSE(l.units.empty());
     ASSERT_FALSE(to.replica(l.replica).dropped);
     for (int p = 0; p < from.num_replicas(); ++p)
-      ASSERT_TRUE(l.units.intersect(surviving(from, to, p)).empty())
-          << "replica " << p << " still holds lost units";
+      ASSERT_TRUE(l.units.intersect(serving(from, to, stale, p)).empty())
+          << "replica " << p << " still serves lost units";
   }
   if (!plan.recoverable()) {
     EXPECT_THROW(plan.require_recoverable(), UnitsLostError);
   }
 }
 
-// Replicas that lost none of their old holders serve cross-domain refills in
-// turn: their loads differ by at most one slot's share.
-void check_spread(const JobLayout& from, const JobLayout& to, const TransitionPlan& plan) {
+// Replicas all of whose old holders serve take cross-domain refills in turn:
+// their loads differ by at most one slot's share.
+void check_spread(const JobLayout& from, const JobLayout& to, const Stale& stale,
+                  const TransitionPlan& plan) {
   std::map<int, Unit> load;
   for (int p = 0; p < from.num_replicas(); ++p)
-    if (!from.replica(p).dropped && surviving(from, to, p) == IntervalSet::range(0, from.units))
+    if (!from.replica(p).dropped &&
+        serving(from, to, stale, p) == IntervalSet::range(0, from.units))
       load[p] = 0;
   if (load.size() < 2) return;
   for (const Move& m : plan.moves)
@@ -113,6 +152,27 @@ void check_spread(const JobLayout& from, const JobLayout& to, const TransitionPl
   ASSERT_LE(hi - lo, slot_share);
 }
 
+void check_plan(const JobLayout& from, const JobLayout& to, const Stale& stale,
+                const TransitionPlan& plan) {
+  check_moves_are_sound(from, to, stale, plan);
+  check_delivery(from, to, stale, plan);
+  check_losses(from, to, stale, plan);
+  check_spread(from, to, stale, plan);
+}
+
+std::string describe(const JobConfig& a, const JobConfig& b) {
+  return "U=" + std::to_string(a.units) + " n=" + std::to_string(a.tp) +
+         " R=" + std::to_string(a.replicas) + " failed " + format_failed_slots(a.failed) + " -> " +
+         format_failed_slots(b.failed) + " min_tp=" + std::to_string(a.min_tp);
+}
+
+std::string describe(const Stale& stale) {
+  std::string out = "stale";
+  for (const SlotRef& s : stale)
+    out += " " + std::to_string(s.replica) + ":" + std::to_string(s.slot);
+  return out;
+}
+
 TEST(TransitionProperty, RandomTransitionsDeliverExactlyWhatIsNeeded) {
   std::mt19937_64 rng(99);
   int checked = 0, lossy = 0, cross = 0, k_up = 0, k_down = 0, rejoined = 0;
@@ -120,16 +180,10 @@ TEST(TransitionProperty, RandomTransitionsDeliverExactlyWhatIsNeeded) {
     const JobConfig a = testing::random_config(rng);
     const JobConfig b = random_next(rng, a);
     if (!testing::some_replica_trains(a) || !testing::some_replica_trains(b)) continue;
-    SCOPED_TRACE("trial " + std::to_string(trial) + ": U=" + std::to_string(a.units) +
-                 " n=" + std::to_string(a.tp) + " R=" + std::to_string(a.replicas) + " failed " +
-                 format_failed_slots(a.failed) + " -> " + format_failed_slots(b.failed) +
-                 " min_tp=" + std::to_string(a.min_tp));
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + describe(a, b));
     const JobLayout from = plan_job(a), to = plan_job(b);
     const TransitionPlan plan = plan_transition(from, to);
-    check_moves_are_sound(from, to, plan);
-    check_delivery(from, to, plan);
-    check_losses(from, to, plan);
-    check_spread(from, to, plan);
+    check_plan(from, to, {}, plan);
     if (HasFatalFailure()) return;
     ++checked;
     lossy += !plan.recoverable();
@@ -147,6 +201,44 @@ TEST(TransitionProperty, RandomTransitionsDeliverExactlyWhatIsNeeded) {
   EXPECT_GT(rejoined, 50);
 }
 
+// Stale slots on top of random transitions. Besides the checks above (no stale
+// source, a stale slot receives all it holds, losses only where no serving
+// slot holds the units), the counters make sure the cases that matter occur.
+TEST(TransitionProperty, StaleSlotsAreRolledForwardFromServingHolders) {
+  std::mt19937_64 rng(2024);
+  int checked = 0, kept_refilled = 0, fed_inside = 0, whole_stale = 0, lost_to_stale = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const JobConfig a = testing::random_config(rng);
+    const JobConfig b = random_next(rng, a);
+    if (!testing::some_replica_trains(a) || !testing::some_replica_trains(b)) continue;
+    const Stale stale = random_stale(rng, b);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + describe(a, b) + " " + describe(stale));
+    const JobLayout from = plan_job(a), to = plan_job(b);
+    const TransitionPlan plan = plan_transition(from, to, {stale.begin(), stale.end()});
+    check_plan(from, to, stale, plan);
+    if (HasFatalFailure()) return;
+    ++checked;
+    for (const Move& m : plan.moves) {
+      if (!stale.count(m.to)) continue;
+      kept_refilled += !m.units.intersect(from.units_of(m.to.replica, m.to.slot)).empty();
+      fed_inside += !m.cross_domain;
+    }
+    for (int r = 0; r < b.replicas; ++r) {
+      const ReplicaLayout& next = to.replica(r);
+      whole_stale +=
+          !next.dropped && std::all_of(next.active.begin(), next.active.end(), [&](int s) {
+            return stale.count({r, s}) > 0;
+          });
+    }
+    lost_to_stale += !plan.recoverable() && plan_transition(from, to).recoverable();
+  }
+  EXPECT_GT(checked, 2000);
+  EXPECT_GT(kept_refilled, 1000);
+  EXPECT_GT(fed_inside, 500);
+  EXPECT_GT(whole_stale, 200);
+  EXPECT_GT(lost_to_stale, 40);
+}
+
 TEST(TransitionProperty, UnchangedConfigurationMovesNothing) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 500; ++trial) {
@@ -156,6 +248,27 @@ TEST(TransitionProperty, UnchangedConfigurationMovesNothing) {
     const TransitionPlan plan = plan_transition(job, job);
     ASSERT_TRUE(plan.moves.empty());
     ASSERT_TRUE(plan.recoverable());
+  }
+}
+
+// With the layout unchanged, only stale slots receive, and only from peers:
+// inside its replica nobody else holds what a stale slot holds.
+TEST(TransitionProperty, UnchangedConfigurationRefillsOnlyStaleSlots) {
+  std::mt19937_64 rng(6);
+  for (int trial = 0; trial < 500; ++trial) {
+    const JobConfig config = testing::random_config(rng);
+    if (!testing::some_replica_trains(config)) continue;
+    const Stale stale = random_stale(rng, config);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + describe(config, config) + " " +
+                 describe(stale));
+    const JobLayout job = plan_job(config);
+    const TransitionPlan plan = plan_transition(job, job, {stale.begin(), stale.end()});
+    check_plan(job, job, stale, plan);
+    for (const Move& m : plan.moves) {
+      ASSERT_TRUE(stale.count(m.to)) << "a slot that is up to date receives";
+      ASSERT_TRUE(m.cross_domain);
+    }
+    if (HasFatalFailure()) return;
   }
 }
 
