@@ -44,11 +44,11 @@ StepStats AdamW::step(Model& model, float lr, const SumAllReduce& sum) {
   if (m_.size() != static_cast<std::size_t>(layout.size()))
     throw std::logic_error("adamw: moments do not match the model's layout (reshard both)");
   StepStats stats;
-  if (config_.grad_clip > 0.0f) {
-    stats.grad_norm = grad_norm(model, sum);
-    if (stats.grad_norm > config_.grad_clip)
-      stats.grad_scale = static_cast<float>(config_.grad_clip / stats.grad_norm);
-  }
+  // Always measured (metrics.jsonl reports it and --verify compares it), so
+  // every rank of the group takes part in `sum` on every step.
+  stats.grad_norm = grad_norm(model, sum);
+  if (config_.grad_clip > 0.0f && stats.grad_norm > config_.grad_clip)
+    stats.grad_scale = static_cast<float>(config_.grad_clip / stats.grad_norm);
   ++steps_;
   tensor::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, 0.0f, stats.grad_scale,
                       steps_};

@@ -26,7 +26,7 @@ struct AdamWConfig {
 using SumAllReduce = std::function<double(double)>;
 
 struct StepStats {
-  double grad_norm = 0.0;   // global norm before clipping
+  double grad_norm = 0.0;   // global norm before clipping (computed on every step)
   float grad_scale = 1.0f;  // factor applied to the gradients (clipping)
 };
 

@@ -40,7 +40,7 @@ LocalTrainer::~LocalTrainer() = default;
 
 StepMetrics LocalTrainer::step(std::int64_t step,
                                const std::vector<std::vector<std::int64_t>>& samples,
-                               TraceRecorder* trace) {
+                               TraceRecorder* trace, StepUpdate update) {
   const double start = unix_time_s();
   const std::int64_t T = setup_.seq_len;
   std::vector<std::int64_t> all;
@@ -72,10 +72,13 @@ StepMetrics LocalTrainer::step(std::int64_t step,
   }
   const double t0 = unix_time_s();
   m.lr = learning_rate(config_.train, step);
-  const model::StepStats stats = optimizer_->step(*model_, static_cast<float>(m.lr));
+  if (update == StepUpdate::kApply) {
+    m.grad_norm = optimizer_->step(*model_, static_cast<float>(m.lr)).grad_norm;
+  } else {
+    m.grad_norm = model::AdamW::grad_norm(*model_);
+  }
   span(trace, "optimizer", t0, step);
   m.loss = loss_sum / static_cast<double>(m.tokens);
-  m.grad_norm = stats.grad_norm;
   m.step_time_s = unix_time_s() - start;
   return m;
 }

@@ -29,6 +29,10 @@
 
 namespace ntp::train {
 
+// What a step does with its gradients: apply them, or drop them (the run
+// skipped the step's update, e.g. on a non-finite loss; --verify replays that).
+enum class StepUpdate { kApply, kSkip };
+
 class LocalTrainer {
  public:
   // Reads the data and builds the model (from model.init_from or random init).
@@ -43,8 +47,10 @@ class LocalTrainer {
 
   // One optimizer step on `samples` (one list per replica). Fills loss, lr,
   // grad_norm, tokens, samples and step_time_s; spans go to `trace` if given.
+  // With StepUpdate::kSkip the gradients are measured but not applied (the
+  // parameters, the moments and AdamW's step count stay as they were).
   StepMetrics step(std::int64_t step, const std::vector<std::vector<std::int64_t>>& samples,
-                   TraceRecorder* trace = nullptr);
+                   TraceRecorder* trace = nullptr, StepUpdate update = StepUpdate::kApply);
 
  private:
   Config config_;

@@ -1,34 +1,161 @@
 #pragma once
-// `ntp train --verify`: replay a finished run's logged sample schedule
-// (schedule.jsonl) in one process at TP = 1, DP = 1 and compare the loss of
-// every step (metrics.jsonl) and the final parameters (model.bin) with the
-// run's. Differences may only come from float reassociation (a different
-// micro-batch split, TP partial sums, the order of the DP all-reduce); the
-// tolerances below bound that and are documented in docs/train.md.
+// `ntp verify RUN_DIR` and `ntp train --verify`: check a finished run against a
+// replay of its logged schedule in one process (TP = 1, DP = 1, LocalTrainer).
+// Four checks, each able to fail (docs/train.md, "What --verify proves"):
+//
+//   updates   every element of model.bin: what training changed (final −
+//             initial) against what the replay changed, within a bound derived
+//             from float reassociation noise (compare_updates below);
+//   scalars   loss and grad_norm of every step of metrics.jsonl against the
+//             replay's, matched by step number; a `"skipped": true` step is
+//             replayed without its update;
+//   samples   schedule.jsonl and metrics.jsonl have one row per step 0..N-1 in
+//             order, and each step trained exactly the samples the config's
+//             SampleSchedule gives it, each once;
+//   holders   hashes/rank-<r>.json (written by multi-process runs): every
+//             holder of a unit, in every replica, holds bit-identical state
+//             (parameters and AdamW moments), and every rank the same
+//             replicated tensors. Skipped, and said so, without hashes/.
+//
+// model.bin holds one replica in full; the holder check covers the others.
 #include <cstdint>
 #include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "model/parameters.h"
+
 namespace ntp::train {
 
-struct VerifyTolerance {
-  // max over tensors of ||a - b|| / ||b|| (L2). Not tighter because of the
-  // key biases (see verify.cpp): the other tensors agree to about 1e-6.
-  double param_rel = 1e-3;
-  double loss_abs = 1e-4;   // max over steps of |loss_run - loss_replay|
+// A run directory that cannot be checked: missing or malformed files (named).
+class VerifyInputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
-struct VerifyResult {
-  bool pass = false;
-  double max_param_rel_diff = 0;
-  double max_loss_abs_diff = 0;
-  std::int64_t steps = 0;
-  // {"verify": "pass"|"fail", "max_param_rel_diff": x, "max_loss_abs_diff": y, "steps": n}
+struct VerifyTolerance {
+  // Per element: |Δrun − Δref| ≤ update_rtol·|Δref| + update_atol_rms·rms(Δref
+  // of the tensor). Reassociation noise is ~1e-6 of an update; a 1 % error is
+  // 1e-2 (derivation in docs/train.md).
+  double update_rtol = 1e-3;
+  double update_atol_rms = 1e-3;
+  // Reassociation noise is heavy-tailed: an element whose gradient nearly
+  // cancels in some step (m̂ ≈ 0) amplifies it; measured up to ~3x the bound
+  // above for ~1 element in 10^4. A tensor may have that many elements over
+  // the bound (floor(count x fraction): none in tensors under 1000 elements),
+  // none over update_outlier_ratio x the bound. A 1 % error in a tensor's
+  // update puts most of its elements over the bound.
+  double update_outlier_fraction = 1e-3;
+  double update_outlier_ratio = 10;
+  double loss_rel = 1e-5;       // per step: |loss_run − loss_ref| ≤ loss_rel·|loss_ref|
+  double grad_norm_rel = 1e-4;  // per step, likewise for grad_norm
+};
+
+// One element of one tensor: what the run and the replay changed it by.
+struct ElementDiff {
+  std::string tensor;
+  std::int64_t index = -1;  // element within the tensor (the full unit-major layout)
+  double run_delta = 0;     // final_run − initial
+  double ref_delta = 0;     // final_replay − initial
+  double bound = 0;         // allowed |run_delta − ref_delta|
+  bool zero_grad = false;   // a key-bias element: exact gradient 0, noise-bounded
+  std::int64_t over_bound = 0;  // in UpdateCheck::tensors: elements of the tensor over their bound
+  double ratio() const;     // |run_delta − ref_delta| / bound (> 1: fails)
   nlohmann::json to_json() const;
 };
 
-// Throws std::runtime_error naming the run file that is missing or malformed.
+struct UpdateCheck {
+  std::vector<ElementDiff> tensors;  // the worst element of every tensor, layout order
+  ElementDiff worst;                 // the worst element overall
+  std::vector<std::string> failures;
+  bool pass() const { return failures.empty(); }
+};
+
+// The largest |Δ| AdamW's rounding noise can give an element whose exact
+// gradient is 0, after updates with learning rates `lrs` (one per applied
+// step): Σ_t lr_t·ρ_t, ρ_t = the bound on |m̂_t| / √v̂_t for any gradients
+// (Cauchy–Schwarz over the moment sums; ρ_1 = 1, ≈ 1 for small t).
+double zero_gradient_update_bound(std::span<const double> lrs, double beta1, double beta2);
+
+// Whether element `index` of `spec` has an exact gradient of 0: the key part
+// of qkv_b (a bias added to every key of a head shifts all of a query's
+// scores equally, which softmax ignores).
+bool zero_gradient_element(const model::TensorSpec& spec, std::int64_t index,
+                           const model::GptConfig& config);
+
+// The element check on three buffers of the full layout. Zero-gradient
+// elements are allowed |Δrun − Δref| ≤ 2·zero_grad_bound (each is within
+// ±zero_grad_bound); every other element the rtol/atol bound above, with the
+// outlier allowance of VerifyTolerance.
+UpdateCheck compare_updates(const model::ParameterLayout& full, std::span<const float> initial,
+                            std::span<const float> run, std::span<const float> ref,
+                            const VerifyTolerance& tolerance, double zero_grad_bound);
+
+// A per-step scalar (loss, grad_norm) of the run against the replay.
+struct ScalarDiff {
+  std::int64_t step = -1;
+  double run = 0;
+  double replay = 0;
+  double rel_diff() const;  // |run − replay| / |replay|
+};
+
+struct ScalarCheck {
+  std::vector<ScalarDiff> steps;  // every compared step
+  ScalarDiff worst;               // largest rel_diff
+  double max_abs_diff = 0;
+  nlohmann::json to_json(bool per_step) const;
+};
+
+// One check that fails with messages, or was not run (with the reason).
+struct CheckResult {
+  bool checked = true;
+  std::string note;  // why not checked / what was incomplete
+  std::vector<std::string> failures;
+  nlohmann::json details = nlohmann::json::object();
+  bool pass() const { return failures.empty(); }
+  nlohmann::json to_json() const;
+};
+
+// Rows of schedule.jsonl and metrics.jsonl against the steps and samples the
+// configuration gives (`expected[s]` = the samples of step s).
+CheckResult check_samples(const std::vector<std::vector<std::int64_t>>& expected,
+                          const std::vector<std::int64_t>& expected_epochs,
+                          const std::vector<nlohmann::json>& schedule,
+                          const std::vector<nlohmann::json>& metrics);
+
+// hashes/rank-<r>.json of `run_dir` (state_hash.h): same step (= steps − 1)
+// everywhere, every unit's holders identical across replicas, one replicated
+// hash, every unit held exactly once per replica. Not checked without hashes/.
+CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t steps,
+                          const model::GptConfig& config);
+
+struct VerifyResult {
+  bool pass = false;
+  std::int64_t steps = 0;
+  std::vector<std::int64_t> skipped_steps;  // replayed without their update
+  UpdateCheck updates;
+  ScalarCheck loss;
+  ScalarCheck grad_norm;
+  CheckResult samples;
+  CheckResult holders;
+  std::vector<std::string> failures;  // every check's, in the order above
+
+  // The line of `ntp train --verify` and the `verify` event: "verify",
+  // "steps", "max_loss_abs_diff", "max_loss_rel_diff", "max_grad_norm_rel_diff",
+  // "worst_update" (tensor, index, both deltas, bound, ratio), "samples",
+  // "holders" ("pass" / "fail" / "not checked: why") and "failures" (the
+  // first ten). `detail` adds the worst element of every tensor ("tensors"),
+  // the per-step scalars and the checks' details.
+  nlohmann::json to_json(bool detail = false) const;
+  // A few lines for people: PASS/FAIL, each check, the failures.
+  std::string summary() const;
+};
+
+// Throws VerifyInputError naming the run file that is missing or malformed.
 VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolerance& tolerance = {});
 
 }  // namespace ntp::train

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <fstream>
@@ -131,7 +132,13 @@ std::string train_and_verify(const fs::path& dir, const std::string& sets, int* 
                " --set train.steps=3 --set model.layers=1 --set model.seq_len=32"
                " --set train.micro_batch=2 --set deadline.collective_s=20 " + sets + " --verify");
   *code = run.code;
-  const std::size_t at = run.output.find("{\"max_loss_abs_diff\"");
+  // The verify object is the last line that starts with '{' and has "verify".
+  std::size_t at = std::string::npos;
+  for (std::size_t start = 0; start < run.output.size();) {
+    const std::size_t end = std::min(run.output.find('\n', start), run.output.size());
+    if (run.output[start] == '{' && run.output.find("\"verify\":", start) < end) at = start;
+    start = end + 1;
+  }
   return at == std::string::npos ? run.output : run.output.substr(at);
 }
 

@@ -1,0 +1,46 @@
+// `ntp verify RUN_DIR [--json]`: check a finished run directory against a
+// single-process replay of its schedule (docs/train.md, "What --verify proves").
+// Exit 0 pass, 1 fail, 2 bad input (a missing or malformed run file, named).
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/command.h"
+#include "train/config.h"
+#include "train/verify.h"
+
+namespace {
+
+int run_verify(int argc, char** argv) {
+  CLI::App app{"Check a finished run: replay its schedule at TP = 1, DP = 1 and compare every update, "
+               "loss, grad norm, sample and unit holder.",
+               "ntp verify"};
+  std::string run_dir;
+  bool json = false;
+  app.add_option("run_dir", run_dir, "the run directory")->required();
+  app.add_flag("--json", json, "print one JSON object (every tensor's worst element, per-step scalars)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? ntp::cli::kExitOk : ntp::cli::kExitBadInput;
+  }
+  try {
+    const ntp::train::VerifyResult result = ntp::train::verify_run(run_dir);
+    if (json) {
+      std::printf("%s\n", result.to_json(true).dump().c_str());
+    } else {
+      std::fputs(result.summary().c_str(), stdout);
+    }
+    return result.pass ? ntp::cli::kExitOk : ntp::cli::kExitFailure;
+  } catch (const ntp::train::VerifyInputError& e) {
+    std::fprintf(stderr, "ntp verify: %s\n", e.what());
+    return ntp::cli::kExitBadInput;
+  } catch (const ntp::train::ConfigError& e) {
+    std::fprintf(stderr, "ntp verify: %s/config.toml: %s\n", run_dir.c_str(), e.what());
+    return ntp::cli::kExitBadInput;
+  }
+}
+
+}  // namespace
+
+NTP_REGISTER_COMMAND("verify", "check a finished run against a single-process replay", run_verify);
