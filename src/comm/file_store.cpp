@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm/error.h"
@@ -46,19 +47,58 @@ std::string FileStore::path_of(const std::string& key) const {
   return dir_ + "/" + name;
 }
 
-void FileStore::set(const std::string& key, const std::vector<char>& value) {
+namespace {
+
+// Temporary names must differ between hosts sharing the directory, not only
+// between processes and threads of one host: create() relies on each caller
+// linking its own file.
+const std::string& host_name() {
+  static const std::string name = [] {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof(buf) - 1) != 0) return std::string("host");
+    return std::string(buf);
+  }();
+  return name;
+}
+
+}  // namespace
+
+std::string FileStore::write_temp(const std::string& final_path, const std::vector<char>& value,
+                                  const char* op) const {
   static std::atomic<unsigned> counter{0};
-  const std::string final_path = path_of(key);
   std::ostringstream tmp;
-  tmp << final_path << ".tmp." << ::getpid() << "." << std::this_thread::get_id() << "." << counter++;
-  {
-    std::ofstream out(tmp.str(), std::ios::binary | std::ios::trunc);
-    out.write(value.data(), static_cast<std::streamsize>(value.size()));
-    if (!out) throw_bad_input("store.set", "cannot write " + tmp.str() + ": " + std::strerror(errno));
-  }
+  tmp << final_path << ".tmp." << host_name() << "." << ::getpid() << "." << std::this_thread::get_id() << "."
+      << counter++;
+  std::ofstream out(tmp.str(), std::ios::binary | std::ios::trunc);
+  out.write(value.data(), static_cast<std::streamsize>(value.size()));
+  out.close();
+  if (!out) throw_bad_input(op, "cannot write " + tmp.str() + ": " + std::strerror(errno));
+  return tmp.str();
+}
+
+void FileStore::set(const std::string& key, const std::vector<char>& value) {
+  const std::string final_path = path_of(key);
+  const std::string tmp = write_temp(final_path, value, "store.set");
   std::error_code ec;
-  fs::rename(tmp.str(), final_path, ec);
+  fs::rename(tmp, final_path, ec);
   if (ec) throw_bad_input("store.set", "cannot rename into " + final_path + ": " + ec.message());
+}
+
+// link() never replaces an existing name, so of racing callers exactly one
+// succeeds. Over NFS a retransmitted link() can report an error although the
+// first attempt succeeded; the temporary file's link count (2) tells.
+bool FileStore::create(const std::string& key, const std::vector<char>& value) {
+  const std::string final_path = path_of(key);
+  const std::string tmp = write_temp(final_path, value, "store.create");
+  const int rc = ::link(tmp.c_str(), final_path.c_str());
+  const int link_errno = errno;
+  struct stat st {};
+  const bool linked = rc == 0 || (::stat(tmp.c_str(), &st) == 0 && st.st_nlink == 2);
+  ::unlink(tmp.c_str());
+  if (linked) return true;
+  if (link_errno == EEXIST) return false;
+  throw_bad_input("store.create", "cannot create key " + key + " (link " + tmp + " to " + final_path +
+                                      "): " + std::strerror(link_errno));
 }
 
 std::optional<std::vector<char>> FileStore::try_get(const std::string& key) {

@@ -1,7 +1,9 @@
 #pragma once
 // FileStore: one file per key in a directory (local disk or a shared file
 // system). Writes go to a temporary file and are renamed into place, so a
-// reader sees either no key or the whole value.
+// reader sees either no key or the whole value; create() links the temporary
+// file to the key's name instead, which fails with EEXIST atomically (also on
+// NFS) when the key exists.
 #include "comm/store.h"
 
 namespace ntp::comm {
@@ -12,12 +14,15 @@ class FileStore : public Store {
   explicit FileStore(std::string dir);
 
   void set(const std::string& key, const std::vector<char>& value) override;
+  bool create(const std::string& key, const std::vector<char>& value) override;
   std::optional<std::vector<char>> try_get(const std::string& key) override;
   void erase(const std::string& key) override;
   std::string describe() const override { return "file:" + dir_; }
 
  private:
   std::string path_of(const std::string& key) const;
+  // Writes `value` to a fresh temporary file next to `final_path`; returns its path.
+  std::string write_temp(const std::string& final_path, const std::vector<char>& value, const char* op) const;
   std::string dir_;
 };
 

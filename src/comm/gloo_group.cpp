@@ -9,6 +9,7 @@
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "comm/gloo_mesh.h"
 #include "comm/gloo_store.h"
 #include "comm/rendezvous.h"
 
@@ -119,26 +120,38 @@ CommError GlooGroup::translate(const char* op, const std::exception& e) const {
 // Closing our connections turns a peer's wait on us into an immediate
 // "connection closed", so one failure reaches every member well within the
 // deadline instead of each timing out on its own.
-void GlooGroup::break_group(const CommError& error) {
-  if (!mark_broken(error.what())) return;
+bool GlooGroup::break_group(const CommError& error) {
+  if (!mark_broken(error.what())) return false;
   try {
     if (context_) context_->closeConnections();
   } catch (const std::exception&) {
     // Already closed by the transport.
   }
+  return true;
 }
 
+// Marking the group broken first makes the failure that wakes a call in
+// flight report kBroken with this reason, not as a transport error. A group
+// broken earlier has closed its connections and has no call in flight.
+void GlooGroup::abort(const std::string& reason) {
+  if (!mark_broken("aborted: " + reason)) return;
+  if (context_) fail_connections(*context_);
+}
+
+// A call that fails because abort() broke the group meanwhile reports kBroken
+// with the abort's reason rather than the transport error it woke up with.
 void GlooGroup::guarded(const char* op, const std::function<void()>& body) {
   executor_.run([&] {
     throw_if_broken(op);
     try {
       body();
     } catch (const CommError& e) {
-      if (e.kind() != CommErrorKind::kBadInput) break_group(e);
+      if (e.kind() == CommErrorKind::kBadInput) throw;
+      if (!break_group(e)) throw_if_broken(op);
       throw;
     } catch (const std::exception& e) {
       CommError error = translate(op, e);
-      break_group(error);
+      if (!break_group(error)) throw_if_broken(op);
       throw error;
     }
   });

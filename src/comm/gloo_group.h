@@ -34,6 +34,8 @@ class GlooGroup : public GroupBase {
   void recv(View data, int src, std::uint32_t tag) override;
   void exchange(const std::vector<P2POp>& ops) override;
   void barrier() override;
+  // Also fails the connections at once (see Group::abort).
+  void abort(const std::string& reason) override;
 
  protected:
   void do_all_reduce(View data, ReduceOp op) override;
@@ -45,7 +47,9 @@ class GlooGroup : public GroupBase {
   void check_call(const CallDescriptor& call, const std::string& local_problem);
   [[noreturn]] void fail(CommErrorKind kind, const char* op, const std::string& detail, int peer_group_rank = -1);
   CommError translate(const char* op, const std::exception& e) const;
-  void break_group(const CommError& error);
+  // Records the failure and closes the connections; false if the group was
+  // already broken (an earlier error, or abort() from another thread).
+  bool break_group(const CommError& error);
   void map_peer_addresses();
   std::uint32_t next_tag() { return static_cast<std::uint32_t>(seq_++); }
   std::chrono::milliseconds deadline() const { return timeout(); }

@@ -159,7 +159,11 @@ class Group {
   // For a watchdog (e.g. the heartbeat says a member is gone): breaks the
   // group from any thread; later calls fail at once with kBroken. NCCL: a
   // call in flight aborts the communicator within ~1 ms and raises kBroken.
-  // Gloo cannot be interrupted: a call in flight ends by its deadline.
+  // Gloo: abort also closes the group's connections at once, so a call in
+  // flight on another thread fails within milliseconds with kBroken naming
+  // `reason`, and peers blocked on this rank see their sockets close and fail
+  // fast too (kConnectionClosed) instead of waiting for their deadlines. The
+  // group may be destroyed afterwards as usual.
   virtual void abort(const std::string& reason) { (void)reason; }
 
   // In-place all-reduce of any numeric type (non-virtual so that a class

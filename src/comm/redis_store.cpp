@@ -99,6 +99,17 @@ void RedisStore::set(const std::string& key, const std::vector<char>& value) {
   run("store.set", {"SET", full_key(key), std::string_view(value.data(), value.size())});
 }
 
+// SET NX is atomic in the server: it answers OK to the one caller that set
+// the key and nil to everyone else.
+bool RedisStore::create(const std::string& key, const std::vector<char>& value) {
+  Reply reply = run("store.create", {"SET", full_key(key), std::string_view(value.data(), value.size()), "NX"});
+  if (reply->type == REDIS_REPLY_NIL) return false;
+  if (reply->type != REDIS_REPLY_STATUS) {
+    throw_store_error("store.create", describe(), "unexpected reply type for key " + key);
+  }
+  return true;
+}
+
 std::optional<std::vector<char>> RedisStore::try_get(const std::string& key) {
   Reply reply = run("store.get", {"GET", full_key(key)});
   if (reply->type == REDIS_REPLY_NIL) return std::nullopt;

@@ -25,6 +25,7 @@ class RedisStore : public Store {
   RedisStore& operator=(const RedisStore&) = delete;
 
   void set(const std::string& key, const std::vector<char>& value) override;
+  bool create(const std::string& key, const std::vector<char>& value) override;
   std::optional<std::vector<char>> try_get(const std::string& key) override;
   void erase(const std::string& key) override;
   std::string describe() const override;

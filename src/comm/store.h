@@ -26,6 +26,11 @@ class Store {
 
   // Sets (or overwrites) a key.
   virtual void set(const std::string& key, const std::vector<char>& value) = 0;
+  // Compare-and-set: sets the key only if it does not exist, atomically across
+  // threads, processes and hosts. Returns true if this call created it, false
+  // if the key already existed (its value is then left unchanged), so of many
+  // racing callers exactly one wins and the others can read the winner's value.
+  virtual bool create(const std::string& key, const std::vector<char>& value) = 0;
   // Returns the value, or nothing if the key does not exist. Never waits.
   virtual std::optional<std::vector<char>> try_get(const std::string& key) = 0;
   // Removes a key (no error if absent).

@@ -1,9 +1,12 @@
 // comm_peer: one rank of a multi-process comm test.
 //
-//   comm_peer --mode collectives|loop --store SPEC --rank R --world N
+//   comm_peer --mode collectives|loop|create --store SPEC --rank R --world N
 //             [--timeout-ms T] [--name NAME]
 //
 // collectives: builds a group of N and runs every collective check.
+// create: sets "test/ready/<rank>", waits for "test/go" (a wall-clock start
+//   time in ms), races Store::create on the keys of tests/comm/create_race.h
+//   from several threads and writes its outcome to "test/create/<rank>".
 // loop: beats a heartbeat and all-reduces until a peer fails (the test kills
 //   or stops one); then lists the stale ranks, builds epoch 2 of the
 //   survivors and all-reduces once. Results go to store keys "test/...".
@@ -20,6 +23,7 @@
 #include "comm/group.h"
 #include "comm/heartbeat.h"
 #include "tests/comm/collective_checks.h"
+#include "tests/comm/create_race.h"
 
 namespace {
 
@@ -101,6 +105,18 @@ bool loop_until_failure(Group& g, Store& store, const Args& a) {
   std::exit(3);
 }
 
+int run_create(const std::shared_ptr<Store>& store, const Args& a) {
+  namespace t = ntp::comm::testing;
+  store->set("test/ready/" + std::to_string(a.rank), to_bytes("1"));
+  // "test/go" holds the wall-clock ms at which every racer starts.
+  const auto start = std::chrono::system_clock::time_point(
+      std::chrono::milliseconds(std::stoll(to_text(store->get("test/go", 30s)))));
+  const auto outcome =
+      t::race_create(*store, "p" + std::to_string(a.rank), t::kRaceThreads, t::kRaceKeys, start);
+  store->set("test/create/" + std::to_string(a.rank), to_bytes(t::encode(outcome)));
+  return 0;
+}
+
 int run_loop(const std::shared_ptr<Store>& store, const Args& a) {
   Heartbeat heartbeat(store, a.rank, 100ms);
   std::vector<int> all;
@@ -137,6 +153,7 @@ int main(int argc, char** argv) {
     auto store = open_store(a.store);
     if (a.mode == "collectives") return run_collectives(store, a);
     if (a.mode == "loop") return run_loop(store, a);
+    if (a.mode == "create") return run_create(store, a);
     std::fprintf(stderr, "comm_peer: unknown --mode '%s'\n", a.mode.c_str());
     return 2;
   } catch (const std::exception& e) {
