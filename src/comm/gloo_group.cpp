@@ -5,12 +5,11 @@
 
 #include <gloo/allgather.h>
 #include <gloo/common/error.h>
-#include <gloo/rendezvous/context.h>
+#include <gloo/context.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
 #include "comm/gloo_mesh.h"
-#include "comm/gloo_store.h"
 #include "comm/rendezvous.h"
 
 // GlooGroup's life cycle and error policy; the operations are in
@@ -55,11 +54,7 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, GroupOptions opts)
   ignore_sigpipe();
   try {
     join_group(*store_, prefix_, opts_, connect_timeout());
-    auto device = make_device(opts_);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size());
-    context->setTimeout(connect_timeout());
-    GlooStoreAdapter adapter(*store_, prefix_ + "mesh/", connect_timeout());
-    context->connectFullMesh(adapter, device);
+    auto context = connect_mesh(*store_, prefix_, opts_, rank_, make_device(opts_), connect_timeout());
     context->setTimeout(opts_.timeout);
     context_ = std::move(context);
     map_peer_addresses();
@@ -80,12 +75,8 @@ void GlooGroup::map_peer_addresses() {
     if (i == rank_) continue;
     auto all = store_->try_get(prefix_ + "mesh/" + std::to_string(i));
     if (!all || all->empty()) continue;
-    const std::size_t width = all->size() / static_cast<std::size_t>(n - 1);
-    const std::size_t index = static_cast<std::size_t>(rank_ < i ? rank_ : rank_ - 1);
-    std::vector<char> bytes(all->begin() + static_cast<std::ptrdiff_t>(index * width),
-                            all->begin() + static_cast<std::ptrdiff_t>((index + 1) * width));
     try {
-      std::string text = gloo::transport::tcp::Address(bytes).str();
+      std::string text = gloo::transport::tcp::Address(mesh_address(*all, rank_, i, n)).str();
       // Drop a trailing sequence number ("$3"): messages may print it or not.
       if (auto dollar = text.find('$'); dollar != std::string::npos) text.resize(dollar);
       peer_by_address_[text] = i;

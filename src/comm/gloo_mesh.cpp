@@ -5,18 +5,86 @@
 #include <exception>
 
 #include <gloo/context.h>
+#include <gloo/transport/context.h>
+#include <gloo/transport/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
+
+#include "comm/rendezvous.h"
 
 namespace ntp::comm {
 
 namespace {
 
+// gloo::Context keeps its device and transport context protected; gloo's own
+// connectFullMesh fills them from a derived class, and so do we.
+class MeshContext : public gloo::Context {
+ public:
+  using gloo::Context::Context;
+  void adopt(std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<gloo::transport::Context> transport) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
+  }
+};
+
 // Slot of the abort probe; Gloo's collectives use prefixes 0x01..0x08 and our
 // point-to-point messages 0xA0 and 0xA1 (gloo_p2p.cpp).
 constexpr std::uint8_t kAbortProbeSlotPrefix = 0xAF;
 
+std::string mesh_key(const std::string& prefix, int rank) { return prefix + "mesh/" + std::to_string(rank); }
+
 }  // namespace
+
+std::vector<char> mesh_address(const std::vector<char>& record, int rank, int peer, int size) {
+  // A record holds one address per other rank, in rank order, skipping its owner.
+  const std::size_t width = record.size() / static_cast<std::size_t>(size - 1);
+  const std::size_t index = static_cast<std::size_t>(rank < peer ? rank : rank - 1);
+  const auto begin = record.begin() + static_cast<std::ptrdiff_t>(index * width);
+  return {begin, begin + static_cast<std::ptrdiff_t>(width)};
+}
+
+std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& prefix, const GroupOptions& opts,
+                                            int rank, std::shared_ptr<gloo::transport::Device> device,
+                                            std::chrono::milliseconds timeout) {
+  const int size = static_cast<int>(opts.ranks.size());
+  auto transport = device->createContext(rank, size);
+  transport->setTimeout(timeout);
+  std::vector<char> record;
+  for (int i = 0; i < size; ++i) {
+    if (i == rank) continue;
+    const auto address = transport->createPair(i)->address().bytes();
+    record.insert(record.end(), address.begin(), address.end());
+  }
+  store.set(mesh_key(prefix, rank), record);
+
+  // Every pair exists now, so the watch may close them from its thread: a
+  // connect waiting for its peer then returns (closed counts as settled) or
+  // throws, and the loop below reports the dead rank.
+  DeathWatch watch(opts, "connecting", [&](const CommError&) {
+    for (int i = 0; i < size; ++i) {
+      if (i != rank) transport->getPair(i)->close();
+    }
+  });
+  for (int i = 0; i < size; ++i) {
+    if (i == rank) continue;
+    const std::string key = mesh_key(prefix, i);
+    store.wait({key}, timeout, watch.check());
+    const auto peer_record = store.get(key, timeout);
+    try {
+      transport->getPair(i)->connect(mesh_address(peer_record, rank, i, size));
+    } catch (const std::exception&) {
+      watch.throw_if_fired();  // the watch broke this connect: name the dead rank
+      throw;
+    }
+  }
+  watch.stop();
+  watch.throw_if_fired();  // fired after the last connect: the pairs are failed
+
+  auto context = std::make_shared<MeshContext>(rank, size);
+  context->setTimeout(timeout);
+  context->adopt(std::move(device), std::move(transport));
+  return context;
+}
 
 // Gloo has no public call that fails a pair, but when a wait on a buffer
 // times out it fails every pair of the context (tcp Context::signalException:

@@ -132,6 +132,13 @@ struct GroupOptions {
   std::string interface;
   // NCCL: CUDA device of this rank (-1: global_rank % device count).
   int device = -1;
+  // Optional liveness oracle (e.g. the heartbeat): true when the member of
+  // that global rank is known dead. create_group asks it about every other
+  // member every ~25 ms while it waits for their join records and (Gloo)
+  // while it connects, and fails at once with kPeerError naming the first
+  // dead one instead of waiting out the deadline. Called from a helper
+  // thread, so it must be thread-safe. Empty: wait for the deadline.
+  std::function<bool(int global_rank)> is_dead;
 };
 
 class Group {

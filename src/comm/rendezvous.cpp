@@ -43,7 +43,8 @@ void join_group(Store& store, const std::string& prefix, const GroupOptions& opt
   std::vector<std::string> keys;
   for (int r : opts.ranks) keys.push_back(join_key(prefix, r));
   try {
-    store.wait(keys, timeout);
+    DeathWatch watch(opts, "joining");
+    store.wait(keys, timeout, watch.check());
   } catch (const CommError& e) {
     if (e.kind() != CommErrorKind::kTimeout) throw;
     std::vector<int> absent;
@@ -63,6 +64,59 @@ void join_group(Store& store, const std::string& prefix, const GroupOptions& opt
                             std::to_string(opts.global_rank) + " has {" + mine + "}",
                         r);
     }
+  }
+}
+
+DeathWatch::DeathWatch(const GroupOptions& opts, std::string phase, std::function<void(const CommError&)> on_death)
+    : opts_(opts), phase_(std::move(phase)), on_death_(std::move(on_death)) {
+  if (opts_.is_dead) thread_ = std::thread([this] { run(); });
+}
+
+DeathWatch::~DeathWatch() { stop(); }
+
+void DeathWatch::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DeathWatch::throw_if_fired() const {
+  std::lock_guard lock(mutex_);
+  if (fired_) throw *fired_;
+}
+
+std::optional<int> DeathWatch::first_dead_member() const {
+  for (int r : opts_.ranks) {
+    if (r != opts_.global_rank && opts_.is_dead(r)) return r;
+  }
+  return std::nullopt;
+}
+
+void DeathWatch::run() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    lock.unlock();
+    std::optional<int> dead;
+    try {
+      dead = first_dead_member();
+    } catch (const std::exception&) {
+      // A failing oracle knows nothing: keep waiting for the deadline.
+    }
+    lock.lock();
+    if (dead) {
+      fired_ = group_error(opts_, CommErrorKind::kPeerError, "create_group",
+                           "rank " + std::to_string(*dead) + " is dead (GroupOptions::is_dead) while " + phase_ +
+                               "; giving up before the deadline",
+                           *dead);
+      const CommError error = *fired_;
+      lock.unlock();
+      if (on_death_) on_death_(error);
+      return;
+    }
+    stop_cv_.wait_for(lock, kPollInterval, [this] { return stopping_; });
   }
 }
 

@@ -3,8 +3,13 @@
 // join step that every member passes before any connection is made, and the
 // group-level error helper.
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/group.h"
@@ -20,8 +25,47 @@ std::string group_prefix(std::uint64_t epoch, const std::string& name);
 
 // Publishes this rank's join record (its view of the membership) and waits
 // for every member's. Throws CommError: kTimeout naming the ranks that did not
-// join, kBadInput naming a rank whose membership list differs.
+// join, kBadInput naming a rank whose membership list differs, kPeerError
+// naming a member that opts.is_dead reports dead while waiting.
 void join_group(Store& store, const std::string& prefix, const GroupOptions& opts,
                 std::chrono::milliseconds timeout);
+
+// Watches opts.is_dead during one phase of group creation ("joining",
+// "connecting"): a helper thread asks it about every other member every
+// kPollInterval; on the first dead one it records a kPeerError naming that
+// rank and runs `on_death` once (on the helper thread), e.g. to fail connects
+// that are blocked in the transport. Without is_dead it starts no thread and
+// never fires.
+class DeathWatch {
+ public:
+  static constexpr std::chrono::milliseconds kPollInterval{25};
+
+  DeathWatch(const GroupOptions& opts, std::string phase, std::function<void(const CommError&)> on_death = {});
+  ~DeathWatch();
+  DeathWatch(const DeathWatch&) = delete;
+  DeathWatch& operator=(const DeathWatch&) = delete;
+
+  // Stops the helper thread: on_death does not run after this returns.
+  void stop();
+  // Throws the recorded error once a member was reported dead.
+  void throw_if_fired() const;
+  // For Store::wait's check.
+  std::function<void()> check() const {
+    return [this] { throw_if_fired(); };
+  }
+
+ private:
+  void run();
+  std::optional<int> first_dead_member() const;
+
+  const GroupOptions& opts_;
+  std::string phase_;
+  std::function<void(const CommError&)> on_death_;
+  mutable std::mutex mutex_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::optional<CommError> fired_;
+  std::thread thread_;
+};
 
 }  // namespace ntp::comm

@@ -17,7 +17,8 @@ std::vector<std::string> Store::missing(const std::vector<std::string>& keys) {
   return absent;
 }
 
-void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                 const std::function<void()>& check) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + timeout;
   // Short first polls keep rendezvous fast; the backoff keeps an idle wait cheap.
@@ -27,6 +28,7 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
     pending = missing(pending);
     if (pending.empty()) return;
     if (clock::now() >= deadline) break;
+    if (check) check();
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(20000));
   }

@@ -13,6 +13,7 @@
 // still missing, kBadInput for an unreachable or unusable store).
 // A Store may be shared by several threads.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,8 +40,11 @@ class Store {
   virtual std::string describe() const = 0;
 
   // Waits until every key exists; on deadline throws CommError(kTimeout)
-  // listing the missing keys. Polls try_get with a short backoff.
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // listing the missing keys. Polls try_get with a short backoff. `check`, if
+  // set, runs between polls (at least every 20 ms) and may throw to give up
+  // early, e.g. once a rank being waited for is known to be dead.
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+            const std::function<void()>& check = {});
   // wait() for one key, then its value.
   std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout);
   // Returns the keys of `keys` that do not exist now.

@@ -1,13 +1,23 @@
 // Giving up early, with ranks as threads over loopback Gloo and deadlines of
 // 10 s: abort() from another thread frees a call blocked in Gloo within a
 // second (not at the deadline), the aborting rank's peer fails as fast, and
-// the group is destroyed at once afterwards.
+// the group is destroyed at once afterwards; create_group gives up within a
+// second once GroupOptions::is_dead reports a member — in the join wait, in
+// the wait for its address, and in a connect blocked on it (which Gloo alone
+// bounds by 5x the deadline, shown by a control test).
 #include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <future>
 #include <iostream>
+#include <optional>
 #include <thread>
 
+#include <gloo/transport/tcp/address.h>
+
+#include "comm/rendezvous.h"
 #include "tests/comm/thread_ranks.h"
 
 namespace ntp::comm {
@@ -139,6 +149,114 @@ TEST(Abort, FreesAnAsyncCallAndTheGroupIsDestroyed) {
   report("abort -> async all_reduce fails", seconds_between(aborted_at, failed_at));
   EXPECT_LT(seconds_between(aborted_at, failed_at), 1.0);
   EXPECT_LT(seconds_between(aborted_at, destroyed_at), 1.0);
+}
+
+// ---- creation ----
+
+// Ranks 0 and 1 of a group of three; rank 2 never runs.
+struct CreationOutcome {
+  std::vector<std::exception_ptr> errors;
+  double seconds = 0;  // from the start (or from the moment rank 2 is reported dead) to the last failure
+};
+
+CreationOutcome create_without_rank_2(const std::shared_ptr<Store>& store, const std::string& name,
+                                      std::chrono::milliseconds connect_timeout,
+                                      std::optional<std::chrono::milliseconds> dead_after) {
+  const auto start = clock_type::now();
+  const auto dead_at = start + dead_after.value_or(0ms);
+  std::vector<clock_type::time_point> failed(2, start);
+  CreationOutcome outcome;
+  outcome.errors = run_threads(2, [&](int rank) {
+    auto opts = group_options(3, rank, name, 1, 10s);
+    opts.connect_timeout = connect_timeout;
+    if (dead_after) opts.is_dead = [dead_at](int r) { return r == 2 && clock_type::now() >= dead_at; };
+    try {
+      create_group(store, opts);
+    } catch (...) {
+      failed[static_cast<std::size_t>(rank)] = clock_type::now();
+      throw;
+    }
+  });
+  outcome.seconds = seconds_between(dead_at, std::max(failed[0], failed[1]));
+  return outcome;
+}
+
+void expect_rank_2_named_dead(const CreationOutcome& outcome, const std::string& phase) {
+  for (const auto& e : outcome.errors) {
+    ASSERT_NE(e, nullptr) << "create_group succeeded without rank 2";
+    try {
+      std::rethrow_exception(e);
+    } catch (const CommError& error) {
+      EXPECT_EQ(error.kind(), CommErrorKind::kPeerError) << error.what();
+      EXPECT_EQ(error.peer(), 2) << error.what();
+      EXPECT_NE(std::string(error.what()).find("rank 2 is dead"), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find(phase), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_LT(outcome.seconds, 1.0);
+}
+
+// Rank 2 never joins; is_dead says so from the start.
+TEST(CreationGivesUp, WhenIsDeadReportsAMemberThatHasNotJoined) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  const auto outcome = create_without_rank_2(store, "dead-join", 10s, 0ms);
+  report("is_dead -> create_group fails (join wait)", outcome.seconds);
+  expect_rank_2_named_dead(outcome, "while joining");
+}
+
+// Rank 2's join record exists (it joined, then died before publishing its
+// address); is_dead reports it 300 ms later, when ranks 0 and 1 wait for the
+// address.
+TEST(CreationGivesUp, WhenIsDeadReportsAMemberWhoseAddressNeverCame) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  store->set(group_prefix(1, "dead-mesh") + "join/2", to_bytes("0,1,2"));
+  const auto outcome = create_without_rank_2(store, "dead-mesh", 10s, 300ms);
+  report("is_dead -> create_group fails (address wait)", outcome.seconds);
+  expect_rank_2_named_dead(outcome, "while connecting");
+}
+
+// An address no member has: 127.0.0.2 sorts after the members' 127.0.0.1, so
+// each of them takes the listening side of its pair with rank 2 and waits for
+// rank 2 to connect, which it never does.
+std::vector<char> unreachable_mesh_record(int peers) {
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(9);
+  ::inet_pton(AF_INET, "127.0.0.2", &sin.sin_addr);
+  const auto address = gloo::transport::tcp::Address(reinterpret_cast<const sockaddr*>(&sin), sizeof(sin)).bytes();
+  std::vector<char> record;
+  for (int i = 0; i < peers; ++i) record.insert(record.end(), address.begin(), address.end());
+  return record;
+}
+
+// Rank 2 joined and published an address, then died before connecting.
+void publish_rank_2_that_never_connects(Store& store, const std::string& name) {
+  const std::string prefix = group_prefix(1, name);
+  store.set(prefix + "join/2", to_bytes("0,1,2"));
+  store.set(prefix + "mesh/2", unreachable_mesh_record(2));
+}
+
+TEST(CreationGivesUp, WhenIsDeadReportsAMemberThatNeverConnects) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  publish_rank_2_that_never_connects(*store, "dead-connect");
+  const auto outcome = create_without_rank_2(store, "dead-connect", 10s, 300ms);
+  report("is_dead -> create_group fails (blocked connect)", outcome.seconds);
+  expect_rank_2_named_dead(outcome, "while connecting");
+}
+
+// Control: without is_dead the same creation waits in Gloo's connect for 5x
+// the connect deadline (300 ms here), so the test above did block there.
+TEST(CreationGivesUp, ControlWithoutIsDeadABlockedConnectWaitsFiveDeadlines) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  publish_rank_2_that_never_connects(*store, "slow-connect");
+  const auto outcome = create_without_rank_2(store, "slow-connect", 300ms, std::nullopt);
+  report("no is_dead -> create_group fails (blocked connect, 300 ms deadline)", outcome.seconds);
+  for (const auto& e : outcome.errors) EXPECT_NE(e, nullptr) << "create_group succeeded without rank 2";
+  EXPECT_GT(outcome.seconds, 1.2);
 }
 
 }  // namespace
