@@ -187,8 +187,11 @@ class Supervisor {
         r.signal = WTERMSIG(status);
       }
       // The first failure the launcher did not cause starts the straggler clock.
-      if (!r.ok() && !r.stopped_by_launcher && !result_.first_failure &&
-          !options_.tolerate_failures) {
+      // Tolerating failures (in-job recovery), a death by a signal is left to
+      // the survivors, but a worker that exits with an error ends the job: the
+      // others get straggler_timeout to finish the same way.
+      const bool tolerated = options_.tolerate_failures && !r.exited;
+      if (!r.ok() && !r.stopped_by_launcher && !result_.first_failure && !tolerated) {
         result_.first_failure = r.rank;
         term_at_ = Clock::now() + options_.straggler_timeout;
       }

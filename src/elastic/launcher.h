@@ -38,8 +38,9 @@ struct LaunchOptions {
   std::filesystem::path log_dir;
   std::chrono::milliseconds straggler_timeout{10000};
   std::chrono::milliseconds term_grace{5000};
-  // In-job recovery: a worker's death does not stop the others (no straggler
-  // clock); the survivors reconfigure and go on. Signals are still forwarded.
+  // In-job recovery: a worker killed by a signal does not stop the others (no
+  // straggler clock); the survivors reconfigure and go on. A worker that exits
+  // with an error code still starts the clock. Signals are still forwarded.
   bool tolerate_failures = false;
   Environment extra_env;  // added to every worker's environment
   // Called about every poll interval while workers run (progress display).

@@ -1,5 +1,6 @@
 #include "elastic/train_job.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -7,13 +8,17 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+
+#include "comm/heartbeat.h"
 
 #include "comm/store.h"
 #include "elastic/job.h"
 #include "elastic/world.h"
 #include "power/rank_power.h"
 #include "train/local_trainer.h"
-#include "train/membership.h"
+#include "elastic/membership.h"
+#include "elastic/worker.h"
 #include "train/ntp_trainer.h"
 #include "train/power_setup.h"
 #include "train/progress.h"
@@ -66,38 +71,174 @@ void print_summary(std::FILE* out, const nlohmann::json& s, const std::filesyste
 // every worker that ended on its own exited 0 — the dead (killed by a
 // signal) are the failures the survivors recovered from.
 bool recovered(const LaunchResult& result, const train::RunDir& run, std::int64_t steps) {
-  if (static_cast<std::int64_t>(run.read_metrics().size()) != steps) return false;
+  if (!std::filesystem::exists(run.file("metrics.jsonl"))) return false;
+  const std::vector<train::StepMetrics> metrics = run.read_metrics();
+  if (static_cast<std::int64_t>(metrics.size()) != steps) return false;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    if (metrics[static_cast<std::size_t>(s)].step != s) return false;  // one row per step, in order
+  }
+  if (!std::filesystem::exists(run.file("model.bin"))) return false;
   return std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
     return r.ok() || (!r.exited && !r.stopped_by_launcher);
   });
+}
+
+// Why the workers stopped, from the first run_stopped event; empty if none.
+std::string last_stop_reason(const train::RunDir& run) {
+  try {
+    for (const nlohmann::json& e : run.read_events()) {
+      if (e.value("event", "") == "run_stopped") return e.value("reason", "");
+    }
+  } catch (const std::exception&) {
+  }
+  return "";
 }
 
 // Each in-job recovery as the survivors logged it: the step redone, the new
 // epoch, the ranks lost, and the time from the first failure_detected to the
 // last step_resumed of that epoch (the slowest survivor).
 nlohmann::json recoveries(const train::RunDir& run) {
-  std::map<std::int64_t, nlohmann::json> by_epoch;
-  std::map<std::int64_t, double> detected;  // new epoch -> first detection
+  // Per epoch, what every survivor logged; an epoch whose recovery broke off
+  // (a death during it) folds into the next one that completed.
+  struct Epoch {
+    double detected = 0;  // first failure_detected
+    double agreed = 0;    // last membership_agreed
+    double transfer_s = 0;
+    double resumed = 0;   // last step_resumed
+    nlohmann::json lost = nlohmann::json::array();
+    nlohmann::json resumed_event;
+  };
+  std::map<std::int64_t, Epoch> epochs;
+  std::vector<double> failures;  // when a worker was killed, stopped for good or fenced
   for (const nlohmann::json& e : train::read_jsonl(run.file("events.jsonl"))) {
     const std::string name = e.value("event", "");
     const double t = e.value("time", 0.0);
-    if (name == "failure_detected") {
-      const std::int64_t next = e["epoch"].get<std::int64_t>() + 1;
-      detected[next] = detected.contains(next) ? std::min(detected[next], t) : t;
+    if (name == "failure_injected" || name == "rank_fenced" ||
+        (name == "worker_exited" && e.contains("signal") && e["signal"].is_number())) {
+      failures.push_back(t);
     }
-    if (name == "membership_agreed") by_epoch[e["epoch"]]["lost"] = e["lost"];
-    if (name != "step_resumed") continue;
-    const std::int64_t epoch = e["epoch"].get<std::int64_t>();
-    nlohmann::json& r = by_epoch[epoch];
-    r["epoch"] = epoch;
-    r["step"] = e["step"];
-    r["tp"] = e["tp"];
-    r["recovery_s"] = std::max(r.value("recovery_s", 0.0), t - detected[epoch]);
+    if (name == "failure_detected") {
+      Epoch& x = epochs[e["epoch"].get<std::int64_t>() + 1];
+      x.detected = x.detected == 0 ? t : std::min(x.detected, t);
+    }
+    if (!e.contains("epoch") || !e["epoch"].is_number()) continue;
+    Epoch& x = epochs[e["epoch"].get<std::int64_t>()];
+    if (name == "membership_agreed") {
+      x.lost = e["lost"];
+      x.agreed = std::max(x.agreed, t);
+    }
+    if (name == "state_transferred") x.transfer_s = std::max(x.transfer_s, e.value("seconds", 0.0));
+    if (name == "step_resumed") {
+      x.resumed = std::max(x.resumed, t);
+      x.resumed_event = e;
+    }
   }
+  const std::vector<train::StepMetrics> metrics =
+      std::filesystem::exists(run.file("metrics.jsonl")) ? run.read_metrics() : std::vector<train::StepMetrics>{};
   nlohmann::json out = nlohmann::json::array();
-  for (auto& [epoch, r] : by_epoch) out.push_back(r);
+  nlohmann::json lost = nlohmann::json::array();
+  double first_detected = 0;
+  double previous_end = 0;
+  for (const auto& [epoch, x] : epochs) {
+    if (x.detected == 0 && x.resumed == 0) continue;
+    for (const nlohmann::json& r : x.lost) lost.push_back(r);
+    if (first_detected == 0) first_detected = x.detected;
+    if (x.resumed == 0) continue;  // broke off: the next epoch finishes it
+    nlohmann::json r;
+    r["epoch"] = epoch;
+    r["lost"] = lost;
+    r["step"] = x.resumed_event["step"];
+    r["tp"] = x.resumed_event["tp"];
+    r["recovery_s"] = x.resumed - first_detected;
+    // The phases: the failure to its first detection, detection to the last
+    // survivor's agreement, the slowest state transfer, and the redone step.
+    double failed_at = first_detected;  // the first failure since the last recovery ended
+    for (double t : failures) {
+      if (t > previous_end && t <= first_detected) failed_at = std::min(failed_at, t);
+    }
+    r["detection_s"] = first_detected - failed_at;
+    r["agreement_s"] = x.agreed - first_detected;
+    r["transfer_s"] = x.transfer_s;
+    const std::int64_t step = r["step"].get<std::int64_t>();
+    r["redo_s"] = step < static_cast<std::int64_t>(metrics.size())
+                      ? metrics[static_cast<std::size_t>(step)].step_time_s
+                      : 0.0;
+    out.push_back(r);
+    lost = nlohmann::json::array();
+    first_detected = 0;
+    previous_end = x.resumed;
+  }
   return out;
 }
+
+// The launcher's side of failure detection (DESIGN §5): it marks every worker
+// that died in the store (dead_key), where the survivors' agreement looks;
+// and it fences — SIGKILLs, by pid — a worker whose heartbeat is older than
+// deadline.heartbeat_s (stopped, or wedged with its whole process), or that
+// the survivors declared lost (fence_key), so that a process declared lost
+// can never come back with stale state.
+class Fencer {
+ public:
+  Fencer(const train::Config& config, const train::RunDir& run, std::shared_ptr<comm::Store> store)
+      : run_(run), store_(std::move(store)),
+        max_age_ms_(static_cast<std::int64_t>(config.deadline.heartbeat_s * 1000)),
+        first_beat_ms_(static_cast<std::int64_t>(config.deadline.rendezvous_s * 1000)) {}
+
+  void on_event(const std::string& event, const RankExit& r) {
+    if (event == "worker_started") {
+      pids_[r.rank] = r.pid;
+      started_ms_[r.rank] = now_ms();
+    }
+    if (event == "worker_exited") {
+      pids_.erase(r.rank);
+      if (!r.ok()) store_->set(dead_key(r.rank), comm::to_bytes("exited"));
+    }
+  }
+
+  void tick() {
+    std::vector<int> ranks;
+    for (const auto& [rank, pid] : pids_) ranks.push_back(rank);
+    if (ranks.empty()) return;
+    const std::vector<std::int64_t> ages = comm::heartbeat_ages_ms(*store_, ranks);
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const int rank = ranks[i];
+      if (store_->try_get(fence_key(rank))) {
+        fence(rank, "declared lost by the survivors (silent in the agreement)", ages[i]);
+      } else if (ages[i] > max_age_ms_) {
+        fence(rank, "heartbeat older than deadline.heartbeat_s", ages[i]);
+      } else if (ages[i] < 0 && now_ms() - started_ms_[rank] > first_beat_ms_) {
+        fence(rank, "no heartbeat within deadline.rendezvous_s of its start", ages[i]);
+      }
+    }
+  }
+
+ private:
+  static std::int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  void fence(int rank, const std::string& reason, std::int64_t age_ms) {
+    const auto it = pids_.find(rank);
+    if (it == pids_.end() || fenced_.contains(rank)) return;
+    fenced_.insert(rank);
+    // The dead mark goes first: survivors must not wait for this rank again.
+    store_->set(dead_key(rank), comm::to_bytes("fenced"));
+    ::kill(-it->second, SIGKILL);
+    ::kill(it->second, SIGKILL);
+    run_.event("rank_fenced", {{"rank", rank}, {"pid", it->second}, {"reason", reason},
+                               {"heartbeat_age_ms", age_ms}});
+  }
+
+  const train::RunDir& run_;
+  std::shared_ptr<comm::Store> store_;
+  std::int64_t max_age_ms_;
+  std::int64_t first_beat_ms_;
+  std::map<int, int> pids_;
+  std::map<int, std::int64_t> started_ms_;
+  std::set<int> fenced_;
+};
 
 // One process per active slot of every training replica, through the launcher;
 // the progress follows metrics.jsonl, which rank 0 appends to.
@@ -116,20 +257,28 @@ std::vector<train::StepMetrics> train_with_workers(
   options.on_tick = [&] {
     for (const nlohmann::json& line : tail.read_new()) on_step(train::step_metrics_from_json(line));
   };
+  std::unique_ptr<Fencer> fencer;
   if (config.elastic.recover) {
-    // The launcher is the detector of dead workers: it marks them in the
-    // store, where the survivors' membership agreement looks (train/membership.h).
     options.tolerate_failures = true;
-    const std::shared_ptr<comm::Store> store = comm::open_store(options.store);
-    options.on_event = [store](const std::string& event, const RankExit& r) {
-      if (event == "worker_exited" && !r.ok()) store->set(train::dead_key(r.rank), comm::to_bytes("1"));
+    fencer = std::make_unique<Fencer>(config, run, comm::open_store(options.store));
+    options.on_event = [&fencer](const std::string& event, const RankExit& r) { fencer->on_event(event, r); };
+    options.on_tick = [&] {
+      for (const nlohmann::json& line : tail.read_new()) on_step(train::step_metrics_from_json(line));
+      fencer->tick();
     };
   }
   const LaunchResult result = run_job(options, {run.file("events.jsonl"), stderr, "ntp train"});
   if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
-  if (!result.ok()) {
-    throw std::runtime_error(fmt::format("the workers failed (logs in {}):\n{}",
-                                         run.log_dir().string(), result.report()));
+  for (const RankExit& r : result.ranks) {
+    if (r.exited && r.code == kExitUnitsLost) {
+      throw UnsupportedRequest(fmt::format("in-job recovery is impossible: {} (logs in {})",
+                                           last_stop_reason(run), run.log_dir().string()));
+    }
+  }
+  if (!result.ok() || config.elastic.recover) {
+    const std::string reason = last_stop_reason(run);
+    throw std::runtime_error(fmt::format("the workers failed{}{} (logs in {}):\n{}", reason.empty() ? "" : ": ",
+                                         reason, run.log_dir().string(), result.report()));
   }
   return run.read_metrics();
 }
@@ -172,8 +321,11 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   options.store = world.store;
   if (config.power.mode == power::PowerMode::nvml) options.gpu = gpu_of_local_rank(env, world.local_rank);
   if (env.contains("NTP_TEST_MISPAIR_RANK")) options.mispair_rank = std::stoi(env.at("NTP_TEST_MISPAIR_RANK"));
-  train::run_ntp_worker(config, run_dir, options);
-  return 0;
+  if (config.elastic.recover) {
+    const std::shared_ptr<comm::Store> store = comm::open_store(options.store);
+    options.is_dead = [store](int rank) { return store->try_get(dead_key(rank)).has_value(); };
+  }
+  return run_worker(config, run_dir, options);
 }
 
 std::vector<std::string> demo_overrides() {
@@ -208,19 +360,37 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   const auto show = [&](const train::StepMetrics& m) {
     progress.update(m, train::unix_time_s() - start);
   };
-  const std::vector<train::StepMetrics> metrics =
-      train::job_places(config.parallel).size() == 1 ? train_in_process(config, run_dir, show)
-                                                      : train_with_workers(config, run, show);
+  std::vector<train::StepMetrics> metrics;
+  try {
+    metrics = train::job_places(config.parallel).size() == 1 ? train_in_process(config, run_dir, show)
+                                                            : train_with_workers(config, run, show);
+  } catch (const std::exception& e) {
+    // A failed run still says why, in events.jsonl and summary.json.
+    progress.finish();
+    run.event("run_failed", {{"reason", e.what()}});
+    nlohmann::json summary = {{"status", "failed"}, {"reason", e.what()}, {"job", describe_job(config)}};
+    try {
+      summary["steps_logged"] = run.read_metrics().size();
+    } catch (const std::exception&) {
+      summary["steps_logged"] = 0;
+    }
+    run.write_summary(summary);
+    throw;
+  }
   progress.finish();
   TrainJobResult result{run_dir, train::summarize(metrics, train::unix_time_s() - start), {}};
   result.summary["job"] = describe_job(config);
+  result.summary["status"] = "finished";
   if (config.elastic.recover) {
     result.summary["recoveries"] = recoveries(run);
     for (const nlohmann::json& r : result.summary["recoveries"]) {
-      std::fprintf(out, "recovered: lost ranks %s, step %lld redone at tp %s, %.3f s\n",
+      std::fprintf(out,
+                   "recovered: lost ranks %s, step %lld redone at tp %s, %.3f s (detection %.3f, "
+                   "agreement %.3f, transfer %.3f, redo %.3f)\n",
                    r.value("lost", nlohmann::json::array()).dump().c_str(),
                    static_cast<long long>(r["step"].get<std::int64_t>()), r["tp"].dump().c_str(),
-                   r["recovery_s"].get<double>());
+                   r["recovery_s"].get<double>(), r["detection_s"].get<double>(),
+                   r["agreement_s"].get<double>(), r["transfer_s"].get<double>(), r["redo_s"].get<double>());
     }
   }
   run.event("run_finished", {{"steps", metrics.size()}});

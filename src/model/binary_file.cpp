@@ -1,5 +1,10 @@
 #include "model/binary_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
@@ -39,19 +44,42 @@ void BinaryReader::expect_end(const char* what) {
               std::to_string(size_ - pos_) + " unexpected trailing bytes after the payload");
 }
 
-BinaryWriter::BinaryWriter(std::string path) : path_(std::move(path)) {
-  out_.open(path_, std::ios::binary | std::ios::trunc);
-  if (!out_) fail_file(path_, "file", "cannot open for writing");
+BinaryWriter::BinaryWriter(std::string path)
+    : path_(std::move(path)), temp_(path_ + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail_file(path_, "file", std::string("cannot open for writing: ") + std::strerror(errno));
+}
+
+BinaryWriter::~BinaryWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(temp_.c_str());
 }
 
 void BinaryWriter::write(const void* data, std::uint64_t bytes) {
-  out_.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  if (!out_) fail_file(path_, "file", "write error");
+  const char* at = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, at, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail_file(path_, "file", std::string("write error: ") + std::strerror(errno));
+    at += n;
+    bytes -= static_cast<std::uint64_t>(n);
+  }
 }
 
 void BinaryWriter::close() {
-  out_.close();
-  if (!out_) fail_file(path_, "file", "error while closing");
+  if (::fsync(fd_) != 0) fail_file(path_, "file", std::string("fsync: ") + std::strerror(errno));
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    ::unlink(temp_.c_str());
+    fail_file(path_, "file", std::string("error while closing: ") + std::strerror(errno));
+  }
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(temp_.c_str());
+    fail_file(path_, "file", "cannot rename the finished file into place: " + why);
+  }
 }
 
 }  // namespace ntp::model

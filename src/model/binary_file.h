@@ -36,15 +36,23 @@ void BinaryReader::read(T* out, std::size_t count, const std::string& field) {
   read_bytes(out, count * sizeof(T), field);
 }
 
+// Writes a file atomically: the bytes go to "<path>.tmp.<pid>", close()
+// fsyncs it and renames it over `path`, so a reader (or a run killed while
+// writing, or a full disk) never sees a truncated file under the final name.
+// A writer destroyed without close() removes its temporary file.
 class BinaryWriter {
  public:
   explicit BinaryWriter(std::string path);
+  ~BinaryWriter();
+  BinaryWriter(const BinaryWriter&) = delete;
+  BinaryWriter& operator=(const BinaryWriter&) = delete;
   void write(const void* data, std::uint64_t bytes);
-  void close();  // flushes; throws naming the file on an I/O error
+  void close();  // fsync + rename; throws naming the file and the reason on an I/O error
 
  private:
   std::string path_;
-  std::ofstream out_;
+  std::string temp_;
+  int fd_ = -1;
 };
 
 // "<path>: <field>: <why>"

@@ -40,15 +40,18 @@ double AdamW::grad_norm(Model& model, const SumAllReduce& sum) {
 }
 
 StepStats AdamW::step(Model& model, float lr, const SumAllReduce& sum) {
+  // The norm is reported every step (metrics, --verify), clipping or not.
+  return step_with_norm(model, lr, grad_norm(model, sum));
+}
+
+StepStats AdamW::step_with_norm(Model& model, float lr, double grad_norm) {
   const ParameterLayout& layout = model.layout();
   if (m_.size() != static_cast<std::size_t>(layout.size()))
     throw std::logic_error("adamw: moments do not match the model's layout (reshard both)");
   StepStats stats;
-  // Always measured (metrics.jsonl reports it and --verify compares it), so
-  // every rank of the group takes part in `sum` on every step.
-  stats.grad_norm = grad_norm(model, sum);
-  if (config_.grad_clip > 0.0f && stats.grad_norm > config_.grad_clip)
-    stats.grad_scale = static_cast<float>(config_.grad_clip / stats.grad_norm);
+  stats.grad_norm = grad_norm;
+  if (config_.grad_clip > 0.0f && grad_norm > config_.grad_clip)
+    stats.grad_scale = static_cast<float>(config_.grad_clip / grad_norm);
   ++steps_;
   tensor::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, 0.0f, stats.grad_scale,
                       steps_};

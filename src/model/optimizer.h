@@ -46,6 +46,9 @@ class AdamW {
   static double grad_norm(Model& model, const SumAllReduce& sum = nullptr);
   // One update with learning rate `lr` (the schedule lives in the trainer).
   StepStats step(Model& model, float lr, const SumAllReduce& sum = nullptr);
+  // The same with the global gradient norm already known (the distributed
+  // trainer agrees on it before the step commits); clipping uses it.
+  StepStats step_with_norm(Model& model, float lr, double grad_norm);
 
  private:
   AdamWConfig config_;

@@ -22,14 +22,16 @@ namespace {
 
 tensor::Buffer reshard_state(StateKind state, const ParameterLayout& from,
                              std::span<const float> old_values, const ParameterLayout& to,
-                             const UnitFetch& fetch) {
+                             const UnitFetch& fetch, bool keep_local) {
   tensor::Buffer out(static_cast<std::size_t>(to.size()));
   for (std::size_t i = 0; i < to.tensors().size(); ++i) {
     const TensorSpec& old_spec = from.tensors()[i];
     const TensorSpec& new_spec = to.tensors()[i];
     float* dst = out.data() + new_spec.offset;
     // Walk the new units in storage order, run by run of "kept" or "fetched".
-    const layout::IntervalSet kept = new_spec.units.intersect(old_spec.units);
+    const layout::IntervalSet kept = keep_local || new_spec.kind == UnitKind::kReplicated
+                                         ? new_spec.units.intersect(old_spec.units)
+                                         : layout::IntervalSet{};
     for (const layout::Interval& iv : new_spec.units.intervals()) {
       const layout::IntervalSet run = layout::IntervalSet::range(iv.start, iv.end);
       const layout::IntervalSet local = run.intersect(kept);
@@ -53,17 +55,18 @@ tensor::Buffer reshard_state(StateKind state, const ParameterLayout& from,
 
 }  // namespace
 
-void reshard(Model& model, AdamW* optimizer, const Shard& next, const UnitFetch& fetch) {
+void reshard(Model& model, AdamW* optimizer, const Shard& next, const UnitFetch& fetch,
+             bool keep_local) {
   const ParameterLayout from = model.layout();
   const ParameterLayout to(from.config(), next);
   if (model.tp_group() == nullptr && !(next == Shard::full(from.config())))
     throw std::invalid_argument("reshard: a partial shard needs a TP group");
   if (optimizer != nullptr) {
-    tensor::Buffer m = reshard_state(StateKind::kAdamM, from, optimizer->m().span(), to, fetch);
-    tensor::Buffer v = reshard_state(StateKind::kAdamV, from, optimizer->v().span(), to, fetch);
+    tensor::Buffer m = reshard_state(StateKind::kAdamM, from, optimizer->m().span(), to, fetch, keep_local);
+    tensor::Buffer v = reshard_state(StateKind::kAdamV, from, optimizer->v().span(), to, fetch, keep_local);
     optimizer->adopt(std::move(m), std::move(v));
   }
-  model.adopt(next, reshard_state(StateKind::kParams, from, model.params(), to, fetch));
+  model.adopt(next, reshard_state(StateKind::kParams, from, model.params(), to, fetch, keep_local));
 }
 
 }  // namespace ntp::model

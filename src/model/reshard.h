@@ -19,7 +19,10 @@ using UnitFetch = std::function<void(StateKind state, const TensorSpec& spec,
                                      const layout::IntervalSet& units, float* dst)>;
 
 // Reshards the parameters and, when `optimizer` is given, its moments.
-void reshard(Model& model, AdamW* optimizer, const Shard& next, const UnitFetch& fetch);
+// Without `keep_local`, every unit of `next` is fetched, even one the model
+// holds (its own copy is outdated: a rank rolled forward after recovery).
+void reshard(Model& model, AdamW* optimizer, const Shard& next, const UnitFetch& fetch,
+             bool keep_local = true);
 
 // Copies the values of `units` (a subset of spec.units) out of a buffer laid
 // out by `layout`: the building block of a UnitFetch served from local memory.

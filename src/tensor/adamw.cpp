@@ -50,6 +50,8 @@ void adamw_update(Context& ctx, float* param, const float* grad, float* m, float
   });
 }
 
+double sum_squares_serial(const float* x, std::int64_t count) { return sum_squares_range(x, count); }
+
 double sum_squares(Context& ctx, const float* x, std::int64_t count) {
   // Partial sums keyed by chunk start and added in order: the result does not
   // depend on which thread finishes first.

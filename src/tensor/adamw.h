@@ -22,5 +22,8 @@ void adamw_update(Context& ctx, float* param, const float* grad, float* m, float
 
 // sum of squares in double (the global gradient norm is accumulated across tensors and ranks)
 double sum_squares(Context& ctx, const float* x, std::int64_t count);
+// The same sum on the calling thread, in a fixed order: the same values give
+// the same bits on any rank (the exact gradient norm relies on it).
+double sum_squares_serial(const float* x, std::int64_t count);
 
 }  // namespace ntp::tensor

@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include "train/faults.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -26,6 +28,7 @@ const Choices<DataOrder> kOrders = {{"shuffled", DataOrder::kShuffled},
                                     {"sequential", DataOrder::kSequential}};
 const Choices<LrSchedule> kSchedules = {{"cosine", LrSchedule::kCosine},
                                         {"constant", LrSchedule::kConstant}};
+const Choices<NanPolicy> kNanPolicies = {{"stop", NanPolicy::kStop}, {"skip", NanPolicy::kSkip}};
 const Choices<BatchPolicy> kPolicies = {{"proportional", BatchPolicy::kProportional},
                                         {"fixed", BatchPolicy::kFixed},
                                         {"constant-global", BatchPolicy::kConstantGlobal}};
@@ -242,6 +245,10 @@ const std::vector<KeyDef>& schema() {
       float_key("train.beta1", "AdamW beta1", NTP_FIELD(train.beta1)),
       float_key("train.beta2", "AdamW beta2", NTP_FIELD(train.beta2)),
       float_key("train.eps", "AdamW epsilon", NTP_FIELD(train.eps)),
+      choice_key("train.on_nan",
+                 "a non-finite loss or gradient norm: stop (the run ends naming the step) | skip "
+                 "(that step's update is dropped on every rank)",
+                 kNanPolicies, NTP_FIELD(train.on_nan)),
       float_key("train.grad_clip", "global gradient-norm clip; 0 = off",
                 NTP_FIELD(train.grad_clip)),
       int_key("train.seed", "seed of init and of the shuffled order", NTP_FIELD(train.seed)),
@@ -277,6 +284,16 @@ const std::vector<KeyDef>& schema() {
                 "after a death, the leader waits this long so that near-simultaneous deaths "
                 "make one reconfiguration",
                 NTP_FIELD(elastic.settle_s)),
+      int_key("elastic.max_recoveries",
+              "in-job recoveries allowed in one run; then the job stops with a clear message",
+              NTP_FIELD(elastic.max_recoveries)),
+      string_key("test.failures",
+                 "failure injection: 'RANK@STEP:PHASE[:KILL|STOP]; ...' (phases: start, forward, "
+                 "backward, sync, commit, optimizer, recovery)",
+                 NTP_FIELD(test.failures)),
+      int_key("test.chaos", "failure injection: this many random failures (test.chaos_seed)",
+              NTP_FIELD(test.chaos)),
+      int_key("test.chaos_seed", "seed of test.chaos", NTP_FIELD(test.chaos_seed)),
       int_key("test.kill_rank", "failure injection: this global rank kills itself; -1 = off",
               NTP_FIELD(test.kill_rank)),
       int_key("test.kill_at_step", "failure injection: at the start of this step",
@@ -404,6 +421,16 @@ void validate_power(const PowerConfig& p) {
   require(finite(p.alpha) && p.alpha > 0, "power.alpha", "must be a finite number > 0");
 }
 
+// The worker processes of the job: the active slots of the training replicas.
+std::int64_t job_rank_count(const ParallelConfig& p) {
+  std::int64_t n = 0;
+  for (std::int64_t r = 0; r < p.dp; ++r) {
+    const auto active = static_cast<std::int64_t>(p.active_slots(r).size());
+    if (active >= p.min_tp) n += active;
+  }
+  return n;
+}
+
 void validate_rest(const Config& c) {
   require(c.sync.bucket_mb > 0, "sync.bucket_mb", "must be > 0");
   require(c.deadline.collective_s > 0, "deadline.collective_s", "must be > 0");
@@ -412,6 +439,31 @@ void validate_rest(const Config& c) {
   require(c.deadline.straggler_s >= 0, "deadline.straggler_s", "must be >= 0");
   require(c.run.trace_steps >= 0, "run.trace_steps", "must be >= 0");
   require(c.elastic.settle_s >= 0, "elastic.settle_s", "must be >= 0");
+  require(c.elastic.max_recoveries >= 0, "elastic.max_recoveries", "must be >= 0");
+  // The agreement after a failure must outlast a member still blocked in a
+  // collective (up to collective_s) and the settle window; the launcher's
+  // hang detection must not fire on a rank that only waits for its peers.
+  require(c.deadline.rendezvous_s >= c.deadline.collective_s + 2 * c.elastic.settle_s,
+          "deadline.rendezvous_s",
+          fmt::format("must be >= deadline.collective_s + 2 x elastic.settle_s ({} s): survivors must be "
+                      "able to wait out a member still blocked in a collective",
+                      c.deadline.collective_s + 2 * c.elastic.settle_s));
+  require(c.test.chaos >= 0, "test.chaos", "must be >= 0");
+  std::vector<FaultSpec> faults;
+  try {
+    faults = parse_faults(c.test.failures);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(fmt::format("test.failures: {}", e.what()));
+  }
+  const std::int64_t ranks = job_rank_count(c.parallel);
+  for (const FaultSpec& f : faults) {
+    require(f.rank < ranks, "test.failures",
+            fmt::format("'{}': no such rank (the job has {} ranks)", to_string(f), ranks));
+    require(f.step < c.train.steps, "test.failures",
+            fmt::format("'{}': no such step (train.steps = {})", to_string(f), c.train.steps));
+  }
+  require(c.test.kill_rank < ranks, "test.kill_rank",
+          fmt::format("no such rank (the job has {} ranks)", ranks));
   require(c.test.kill_rank >= -1, "test.kill_rank", "must be a global rank or -1");
   require(c.test.kill_rank < 0 || (c.test.kill_at_step >= 0 && c.test.kill_at_step < c.train.steps),
           "test.kill_at_step", "must be a step in [0, train.steps) when test.kill_rank is set");
@@ -426,6 +478,7 @@ void validate_rest(const Config& c) {
 std::string to_string(DataOrder order) { return name_of(kOrders, order); }
 std::string to_string(LrSchedule schedule) { return name_of(kSchedules, schedule); }
 std::string to_string(BatchPolicy policy) { return name_of(kPolicies, policy); }
+std::string to_string(NanPolicy policy) { return name_of(kNanPolicies, policy); }
 
 std::vector<std::int64_t> ParallelConfig::active_slots(std::int64_t replica) const {
   std::vector<std::int64_t> slots;

@@ -23,10 +23,13 @@ class ConfigError : public std::runtime_error {
 enum class DataOrder { kShuffled, kSequential };
 enum class LrSchedule { kCosine, kConstant };
 enum class BatchPolicy { kProportional, kFixed, kConstantGlobal };
+// What a non-finite loss or gradient norm does (train.on_nan).
+enum class NanPolicy { kStop, kSkip };
 
 std::string to_string(DataOrder order);
 std::string to_string(LrSchedule schedule);
 std::string to_string(BatchPolicy policy);
+std::string to_string(NanPolicy policy);
 
 struct ModelConfig {
   std::string preset = "tiny";
@@ -58,6 +61,7 @@ struct OptimConfig {  // the [train] table
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
+  NanPolicy on_nan = NanPolicy::kStop;
   double grad_clip = 1.0;  // 0 = off
   std::int64_t seed = 1337;
   bool operator==(const OptimConfig&) const = default;
@@ -104,6 +108,7 @@ struct PowerConfig {
 struct ElasticConfig {
   bool recover = false;   // survivors of a worker death reconfigure and go on
   double settle_s = 0.5;  // the leader waits this long for further deaths
+  std::int64_t max_recoveries = 8;  // then the job stops with a clear message
   bool operator==(const ElasticConfig&) const = default;
 };
 
@@ -112,6 +117,11 @@ struct ElasticConfig {
 struct TestConfig {
   std::int64_t kill_rank = -1;
   std::int64_t kill_at_step = -1;
+  // "RANK@STEP:PHASE[:SIGNAL]; ...": each entry sends SIGNAL (KILL or STOP;
+  // default KILL) to worker RANK in PHASE of step STEP (train/faults.h).
+  std::string failures;
+  std::int64_t chaos = 0;       // that many random failures, drawn from chaos_seed
+  std::int64_t chaos_seed = 1;
   bool operator==(const TestConfig&) const = default;
 };
 

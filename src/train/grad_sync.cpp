@@ -5,13 +5,13 @@
 
 #include <fmt/format.h>
 
+#include "train/state_hash.h"
+
 namespace ntp::train {
 namespace {
 
 using model::TensorSpec;
 using model::UnitKind;
-
-constexpr UnitKind kShardedKinds[] = {UnitKind::kHead, UnitKind::kNeuron, UnitKind::kVocab};
 
 // Copies the values of `units` of one tensor from a buffer that stores the
 // unit set `from_set` unit-major to one that stores `to_set`. A run of

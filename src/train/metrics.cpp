@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -26,6 +28,13 @@ std::string si(double value) {
   return fmt::format("{:.0f}", value);
 }
 
+// JSON has no NaN or infinity: a non-finite value is written as null (by
+// nlohmann::json) and read back as NaN.
+double finite_or_nan(const nlohmann::json& j, const char* name) {
+  if (j.contains(name) && j.at(name).is_null()) return std::numeric_limits<double>::quiet_NaN();
+  return field<double>(j, name);
+}
+
 }  // namespace
 
 nlohmann::json to_json(const StepMetrics& m) {
@@ -41,6 +50,7 @@ nlohmann::json to_json(const StepMetrics& m) {
           {"exposed_sync_s", m.exposed_sync_s},
           {"reshard_bytes", m.reshard_bytes},
           {"allreduce_bytes", m.allreduce_bytes}};
+  if (m.skipped) j["skipped"] = true;
   if (m.power.empty()) return j;
   j["power"] = nlohmann::json::array();
   for (const ReplicaPower& p : m.power) j["power"].push_back({{"limit_w", p.limit_w}, {"speedup", p.speedup}});
@@ -51,9 +61,9 @@ StepMetrics step_metrics_from_json(const nlohmann::json& j) {
   StepMetrics m;
   m.step = field<std::int64_t>(j, "step");
   m.epoch = field<std::int64_t>(j, "epoch");
-  m.loss = field<double>(j, "loss");
+  m.loss = finite_or_nan(j, "loss");
   m.lr = field<double>(j, "lr");
-  m.grad_norm = field<double>(j, "grad_norm");
+  m.grad_norm = finite_or_nan(j, "grad_norm");
   m.tokens = field<std::int64_t>(j, "tokens");
   m.samples = field<std::vector<std::int64_t>>(j, "samples");
   m.tp = field<std::vector<std::int64_t>>(j, "tp");
@@ -61,6 +71,7 @@ StepMetrics step_metrics_from_json(const nlohmann::json& j) {
   m.exposed_sync_s = field<double>(j, "exposed_sync_s");
   m.reshard_bytes = field<std::int64_t>(j, "reshard_bytes");
   m.allreduce_bytes = field<std::int64_t>(j, "allreduce_bytes");
+  m.skipped = j.value("skipped", false);
   if (!j.contains("power")) return m;
   for (const nlohmann::json& p : field<std::vector<nlohmann::json>>(j, "power")) {
     m.power.push_back({field<double>(p, "limit_w"), field<double>(p, "speedup")});

@@ -31,6 +31,7 @@ struct StepMetrics {
   std::int64_t reshard_bytes = 0;          // pre-sync + post-sync bytes, whole job
   std::int64_t allreduce_bytes = 0;        // DP all-reduce payload, whole job
   std::vector<ReplicaPower> power;         // per replica; empty when power.mode = off
+  bool skipped = false;                    // non-finite loss or norm: no update (train.on_nan = "skip")
   bool operator==(const StepMetrics&) const = default;
 };
 

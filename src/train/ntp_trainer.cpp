@@ -1,12 +1,12 @@
 #include "train/ntp_trainer.h"
 
-#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <memory>
-#include <optional>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -17,33 +17,19 @@
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "train/dataset.h"
+#include "train/grad_norm.h"
 #include "train/group_handle.h"
-#include "train/membership.h"
-#include "train/state_move.h"
-#include "train/overlapped_sync.h"
-#include "train/power_setup.h"
 #include "train/lr_schedule.h"
 #include "train/model_setup.h"
+#include "train/overlapped_sync.h"
+#include "train/power_setup.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
 #include "train/trace.h"
+#include "layout/errors.h"
 
 namespace ntp::train {
 namespace {
-
-using Groups = std::vector<std::unique_ptr<comm::Group>>;
-
-bool trains(const ParallelConfig& p, std::int64_t replica) {
-  return static_cast<std::int64_t>(p.active_slots(replica).size()) >= p.min_tp;
-}
-
-int global_rank_of(const std::vector<RankPlace>& places, int replica, int slot) {
-  const auto it = std::find(places.begin(), places.end(), RankPlace{replica, slot});
-  if (it == places.end()) {
-    throw std::logic_error(fmt::format("replica {} slot {} has no process", replica, slot));
-  }
-  return static_cast<int>(it - places.begin());
-}
 
 // Every rank holds, per unit kind, the units of its slot in that kind's layout.
 struct RankLayout {
@@ -64,11 +50,10 @@ RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankP
   return out;
 }
 
-// `hot`: a group on the per-layer or per-bucket path. Its calls skip the
-// comm layer's per-call descriptor check (one extra all-gather per call); the
-// world group keeps it.
+// Groups on the per-layer or per-bucket path skip the comm layer's per-call
+// descriptor check (one extra all-gather per call); the world group keeps it.
 comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::uint64_t epoch,
-                                 std::vector<int> ranks, std::string name, bool hot = true) {
+                                 std::vector<int> ranks, std::string name, bool check_inputs) {
   comm::GroupOptions o;
   o.epoch = epoch;
   o.ranks = std::move(ranks);
@@ -77,69 +62,151 @@ comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::u
   o.timeout = std::chrono::milliseconds(static_cast<long>(c.deadline.collective_s * 1000));
   o.connect_timeout = std::chrono::milliseconds(static_cast<long>(c.deadline.rendezvous_s * 1000));
   o.world_size = w.world_size;
-  o.check_inputs = !hot;
+  o.check_inputs = check_inputs;
+  o.is_dead = w.is_dead;
   return o;
 }
 
-// One rank's state for the whole run. Everything derived from membership —
-// parallel_, epoch_, members_, layout_, the groups, sync_, shares_ — is
-// rebuilt by recover() between steps.
-class Worker {
- public:
-  Worker(const Config& config, const std::filesystem::path& run_dir, const WorkerOptions& options);
-  void run();
-  // Puts the GPU's original limit back and logs it; `cause`: "exit" or "error".
-  void restore_power(const char* cause) noexcept { power_->restore(cause); }
+// What each rank contributes to the commit collective, as int64 words.
+struct CommitRecord {
+  double loss_sum = 0;  // this rank's loss sum if it is TP rank 0 of its replica, else 0
+  std::int64_t reshard_bytes = 0;
+  std::int64_t allreduce_bytes = 0;
+  double exposed_sync_s = 0;
+  double elapsed_s = 0;
+  NormPart norm;
+  std::int64_t replica = 0;
 
- private:
-  void connect();
-  void start_sync();
-  // Closes every group of the failed epoch (peers blocked on them fail fast).
-  void drop_groups();
-  // After a CommError in step `s`: agree on the survivors, move state, rebuild.
-  void recover(std::int64_t s, const comm::CommError& error);
-  std::vector<int> training_ranks(const ParallelConfig& p) const;
-  bool is_writer() const { return options_.rank == members_.front(); }
-  StepMetrics step(std::int64_t s, const SampleSchedule& schedule, TraceRecorder& compute,
-                   TraceRecorder& comm, bool traced);
-  void write_final_model();
-
-  const Config& config_;
-  RunDir run_;
-  WorkerOptions options_;
-  std::vector<RankPlace> places_;  // of the first configuration: global rank -> place
-  RankPlace me_;
-  ParallelConfig parallel_;        // the current configuration
-  std::uint64_t epoch_ = 0;
-  std::vector<int> members_;       // global ranks training in this epoch, ascending
-  bool leaving_ = false;           // this rank's replica no longer trains
-  model::TokenData data_;
-  ModelSetup setup_;
-  RankLayout layout_;
-  std::unique_ptr<RankPowerRun> power_;
-  std::shared_ptr<comm::Store> store_;
-  std::unique_ptr<comm::Group> world_;
-  GroupHandle tp_;                        // the model's TP collectives (compute thread)
-  std::unique_ptr<comm::Group> tp_sync_;  // the same ranks, for the reshard (comm thread)
-  std::unique_ptr<comm::Group> dp_;
-  std::unique_ptr<tensor::Context> ctx_;
-  std::unique_ptr<model::Model> model_;
-  std::unique_ptr<model::AdamW> optimizer_;
-  std::unique_ptr<model::ParameterLayout> full_;
-  std::unique_ptr<OverlappedSync> sync_;
-  std::vector<std::int64_t> shares_;
-  double run_start_ = unix_time_s();
+  static constexpr int kWords = 6 + NormPart::kWords;
+  void write(std::int64_t* out) const {
+    std::memcpy(out + 0, &loss_sum, 8);
+    out[1] = reshard_bytes;
+    out[2] = allreduce_bytes;
+    std::memcpy(out + 3, &exposed_sync_s, 8);
+    std::memcpy(out + 4, &elapsed_s, 8);
+    out[5] = replica;
+    norm.write(out + 6);
+  }
+  static CommitRecord read(const std::int64_t* in) {
+    CommitRecord r;
+    std::memcpy(&r.loss_sum, in + 0, 8);
+    r.reshard_bytes = in[1];
+    r.allreduce_bytes = in[2];
+    std::memcpy(&r.exposed_sync_s, in + 3, 8);
+    std::memcpy(&r.elapsed_s, in + 4, 8);
+    r.replica = in[5];
+    r.norm = NormPart::read(in + 6);
+    return r;
+  }
 };
 
-Worker::Worker(const Config& config, const std::filesystem::path& run_dir,
-               const WorkerOptions& options)
-    : config_(config),
-      run_(RunDir::open(run_dir)),
-      options_(options),
-      places_(job_places(config.parallel)),
-      parallel_(config.parallel),
-      data_(open_dataset(config.data, run_dir)),
-      setup_(resolve_model(config.model, data_.max_token())) {
+// The job-wide figures of a step from every rank's record. Every rank sums
+// the same records in the same (rank) order, so every rank gets the same
+// bits; the norm is the first training replica's (all replicas agree
+// exactly, grad_norm.h).
+struct CommitTotals {
+  double loss_sum = 0;
+  std::int64_t reshard_bytes = 0;
+  std::int64_t allreduce_bytes = 0;
+  double exposed_sync_s = 0;
+  double elapsed_s = 0;
+  double grad_norm = 0;
+};
+
+CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t ranks) {
+  CommitTotals t;
+  NormPart norm;
+  std::int64_t norm_replica = -1;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const CommitRecord rec = CommitRecord::read(words.data() + r * CommitRecord::kWords);
+    t.loss_sum += rec.loss_sum;
+    t.reshard_bytes += rec.reshard_bytes;
+    t.allreduce_bytes += rec.allreduce_bytes;
+    t.exposed_sync_s = std::max(t.exposed_sync_s, rec.exposed_sync_s);
+    t.elapsed_s = std::max(t.elapsed_s, rec.elapsed_s);
+    if (norm_replica < 0) norm_replica = rec.replica;
+    if (rec.replica == norm_replica) norm.add(rec.norm);
+  }
+  t.grad_norm = norm.norm();
+  return t;
+}
+
+}  // namespace
+
+const char* to_string(StepPhase phase) {
+  switch (phase) {
+    case StepPhase::kStart:
+      return "start";
+    case StepPhase::kForward:
+      return "forward";
+    case StepPhase::kBackward:
+      return "backward";
+    case StepPhase::kSync:
+      return "sync";
+    case StepPhase::kCommit:
+      return "commit";
+    case StepPhase::kOptimizer:
+      return "optimizer";
+  }
+  return "?";
+}
+
+bool trains(const ParallelConfig& p, std::int64_t replica) {
+  return static_cast<std::int64_t>(p.active_slots(replica).size()) >= p.min_tp;
+}
+
+KindPlans transition_plans(const ParallelConfig& from, const ParallelConfig& to,
+                           const model::GptConfig& gpt, const std::vector<layout::SlotRef>& stale) {
+  const auto plan = [&](std::int64_t units, const char* kind) {
+    layout::TransitionPlan p = layout::plan_transition(layout::plan_job(job_config(from, units)),
+                                                       layout::plan_job(job_config(to, units)), stale);
+    if (!p.recoverable()) {
+      throw layout::UnitsLostError(fmt::format(
+          "in-job recovery impossible: no surviving holder at the resume step has these {}: {}", kind,
+          p.lost_summary()));
+    }
+    return p;
+  };
+  return {plan(gpt.heads, "heads"), plan(gpt.ffn(), "FFN neurons"), plan(gpt.padded_vocab, "vocabulary rows")};
+}
+
+// Everything of a rank that is built from the data, the model and the
+// current configuration.
+struct NtpTrainer::Impl {
+  RunDir run;
+  model::TokenData data;
+  ModelSetup setup;
+  SampleSchedule schedule;
+  RankLayout layout;
+  std::unique_ptr<RankPowerRun> power;
+  std::unique_ptr<comm::Group> world;
+  GroupHandle tp;                        // the model's TP collectives (compute thread)
+  std::unique_ptr<comm::Group> tp_sync;  // the same ranks, for the reshard (comm thread)
+  std::unique_ptr<comm::Group> dp;
+  std::unique_ptr<tensor::Context> ctx;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::AdamW> optimizer;
+  std::unique_ptr<model::ParameterLayout> full;
+  std::unique_ptr<OverlappedSync> sync;
+  std::vector<std::int64_t> shares;
+  TraceRecorder compute;
+  TraceRecorder comm_trace;
+  std::int64_t first_traced = 0;
+
+  Impl(const Config& config, const std::filesystem::path& run_dir, const std::string& label, int rank)
+      : run(RunDir::open(run_dir)),
+        data(open_dataset(config.data, run_dir)),
+        setup(resolve_model(config.model, data.max_token())),
+        schedule(samples_in(data.size(), setup.seq_len), config.train.global_batch, config.data.order,
+                 config.train.seed),
+        compute(rank, label, unix_time_s()),
+        comm_trace(rank, label, unix_time_s()),
+        first_traced(config.train.steps > 1 ? 1 : 0) {}
+};
+
+NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_dir,
+                       const WorkerOptions& options)
+    : config_(config), options_(options), places_(job_places(config.parallel)), parallel_(config.parallel) {
   if (options.world_size != static_cast<int>(places_.size())) {
     throw std::invalid_argument(fmt::format(
         "WORLD_SIZE = {}, but the configuration has {} active slots in training replicas",
@@ -147,283 +214,311 @@ Worker::Worker(const Config& config, const std::filesystem::path& run_dir,
   }
   me_ = places_.at(static_cast<std::size_t>(options.rank));
   members_ = training_ranks(parallel_);
-  layout_ = plan_rank(parallel_, setup_.gpt, me_);
-  power_ = std::make_unique<RankPowerRun>(
-      config, run_, PowerRank{options.rank, me_.replica, me_.slot}, options.gpu);
-  shares_ = power_->configure(parallel_, config.train.global_batch);
+  writer_rank_ = members_.front();
+  impl_ = std::make_unique<Impl>(
+      config, run_dir, fmt::format("rank {}: replica {} slot {}", options.rank, me_.replica, me_.slot),
+      options.rank);
+  Impl& x = *impl_;
+  x.power = std::make_unique<RankPowerRun>(config, x.run, PowerRank{options.rank, me_.replica, me_.slot},
+                                           options.gpu);
+  adopt(parallel_, epoch_);
   store_ = comm::open_store(options_.store);
-  connect();
-  const int local = static_cast<int>(places_.size());
-  ctx_ = std::make_unique<tensor::Context>(thread_setup(config.model, local));
-  model_ = std::make_unique<model::Model>(setup_.gpt, layout_.shard, *ctx_, &tp_);
-  if (setup_.init_params.empty()) {
-    model_->init(static_cast<std::uint64_t>(config.train.seed));
+  x.ctx = std::make_unique<tensor::Context>(thread_setup(config.model, static_cast<int>(places_.size())));
+  x.model = std::make_unique<model::Model>(x.setup.gpt, x.layout.shard, *x.ctx, &x.tp);
+  if (x.setup.init_params.empty()) {
+    x.model->init(static_cast<std::uint64_t>(config.train.seed));
   } else {
-    const model::ParameterLayout full(setup_.gpt, model::Shard::full(setup_.gpt));
-    model::scatter_from_full(full, setup_.init_params, model_->layout(), model_->params());
+    const model::ParameterLayout full(x.setup.gpt, model::Shard::full(x.setup.gpt));
+    model::scatter_from_full(full, x.setup.init_params, x.model->layout(), x.model->params());
   }
-  optimizer_ = std::make_unique<model::AdamW>(adamw_config(config.train), model_->layout());
-  full_ = std::make_unique<model::ParameterLayout>(setup_.gpt, model::Shard::full(setup_.gpt));
-  start_sync();
-  run_.event("rank_ready", {{"rank", options.rank},
-                            {"replica", me_.replica},
-                            {"slot", me_.slot},
-                            {"heads", layout_.shard.heads.to_string()},
-                            {"neurons", layout_.shard.neurons.to_string()},
-                            {"vocab", layout_.shard.vocab.to_string()},
-                            {"sync_group", layout_.views.heads.sync_group}});
+  x.optimizer = std::make_unique<model::AdamW>(adamw_config(config.train), x.model->layout());
+  x.full = std::make_unique<model::ParameterLayout>(x.setup.gpt, model::Shard::full(x.setup.gpt));
+  x.run.event("rank_ready", {{"rank", options.rank},
+                             {"replica", me_.replica},
+                             {"slot", me_.slot},
+                             {"pid", static_cast<int>(::getpid())},
+                             {"heads", x.layout.shard.heads.to_string()},
+                             {"neurons", x.layout.shard.neurons.to_string()},
+                             {"vocab", x.layout.shard.vocab.to_string()},
+                             {"sync_group", x.layout.views.heads.sync_group}});
 }
 
-std::vector<int> Worker::training_ranks(const ParallelConfig& p) const {
-  std::vector<int> ranks;
-  for (const RankPlace& place : job_places(p)) {
-    ranks.push_back(global_rank_of(places_, place.replica, place.slot));
+NtpTrainer::~NtpTrainer() = default;
+
+void NtpTrainer::event(const std::string& name, nlohmann::json fields) const {
+  fields["rank"] = options_.rank;
+  impl_->run.event(name, std::move(fields));
+}
+
+int NtpTrainer::global_rank_of(layout::SlotRef slot) const {
+  const auto it = std::find(places_.begin(), places_.end(), RankPlace{slot.replica, slot.slot});
+  if (it == places_.end()) {
+    throw std::logic_error(fmt::format("replica {} slot {} has no process", slot.replica, slot.slot));
   }
+  return static_cast<int>(it - places_.begin());
+}
+
+std::vector<int> NtpTrainer::training_ranks(const ParallelConfig& p) const {
+  std::vector<int> ranks;
+  for (const RankPlace& place : job_places(p)) ranks.push_back(global_rank_of({place.replica, place.slot}));
   std::sort(ranks.begin(), ranks.end());
   return ranks;
 }
 
-void Worker::connect() {
-  world_ = comm::create_group(store_, group_options(config_, options_, epoch_, members_, "world", false));
+void NtpTrainer::adopt(const ParallelConfig& next, std::uint64_t epoch) {
+  Impl& x = *impl_;
+  parallel_ = next;
+  epoch_ = epoch;
+  members_ = training_ranks(parallel_);
+  if (!trains_now()) return;
+  x.layout = plan_rank(parallel_, x.setup.gpt, me_);
+  x.shares = x.power->configure(parallel_, config_.train.global_batch);
+}
+
+bool NtpTrainer::trains_now() const { return trains(parallel_, me_.replica); }
+
+void NtpTrainer::connect() {
+  Impl& x = *impl_;
+  x.world = comm::create_group(store_, group_options(config_, options_, epoch_, members_, "world", true));
   std::vector<int> replica;
-  for (int slot : layout_.active) replica.push_back(global_rank_of(places_, me_.replica, slot));
-  tp_.reset(comm::create_group(store_, group_options(config_, options_, epoch_, replica,
-                                                     fmt::format("tp/r{}", me_.replica))));
-  tp_sync_ = comm::create_group(store_, group_options(config_, options_, epoch_, replica,
-                                                      fmt::format("tpsync/r{}", me_.replica)));
-  const int j = layout_.views.heads.sync_group;
+  for (int slot : x.layout.active) replica.push_back(global_rank_of({me_.replica, slot}));
+  x.tp.reset(comm::create_group(
+      store_, group_options(config_, options_, epoch_, replica, fmt::format("tp/r{}", me_.replica), false)));
+  x.tp_sync = comm::create_group(
+      store_, group_options(config_, options_, epoch_, replica, fmt::format("tpsync/r{}", me_.replica), false));
+  const int j = x.layout.views.heads.sync_group;
   if (j >= 0) {
     // DP groups come from the layout's core lists, never from physical slot ids.
-    const layout::JobLayout heads = layout::plan_job(job_config(parallel_, setup_.gpt.heads));
+    const layout::JobLayout heads = layout::plan_job(job_config(parallel_, x.setup.gpt.heads));
     std::vector<int> members;
-    for (const auto& [r, slot] : heads.sync_group_members(j)) {
-      members.push_back(global_rank_of(places_, r, slot));
-    }
-    dp_ = comm::create_group(store_, group_options(config_, options_, epoch_, members,
-                                                   fmt::format("dp/core{}", j)));
+    for (const auto& [r, slot] : heads.sync_group_members(j)) members.push_back(global_rank_of({r, slot}));
+    x.dp = comm::create_group(
+        store_, group_options(config_, options_, epoch_, members, fmt::format("dp/core{}", j), false));
   }
+  x.sync = std::make_unique<OverlappedSync>(x.model->layout(), *x.full, x.layout.views, x.layout.active,
+                                            *x.tp_sync, x.dp.get(), config_.sync.bucket_mb);
+  x.sync->mispair_for_test(options_.mispair_rank == options_.rank);
 }
 
-void Worker::start_sync() {
-  sync_ = std::make_unique<OverlappedSync>(model_->layout(), *full_, layout_.views, layout_.active,
-                                           *tp_sync_, dp_.get(), config_.sync.bucket_mb);
-  sync_->mispair_for_test(options_.mispair_rank == options_.rank);
-}
-
-void Worker::drop_groups() {
-  for (comm::Group* g : {world_.get(), tp_.get(), tp_sync_.get(), dp_.get()}) {
+void NtpTrainer::drop_groups() {
+  Impl& x = *impl_;
+  for (comm::Group* g : {x.world.get(), x.tp.get(), x.tp_sync.get(), x.dp.get()}) {
     if (g != nullptr) g->abort("a member failed");
   }
-  sync_.reset();  // joins the communication thread: its call ends by error or deadline
-  dp_.reset();
-  tp_sync_.reset();
-  tp_.reset(nullptr);
-  world_.reset();
+  x.sync.reset();  // joins the communication thread: abort ended its call
+  x.dp.reset();
+  x.tp_sync.reset();
+  x.tp.reset(nullptr);
+  x.world.reset();
 }
 
-KindPlans transition_plans(const ParallelConfig& from, const ParallelConfig& to,
-                           const model::GptConfig& gpt) {
-  const auto plan = [&](std::int64_t units) {
-    layout::TransitionPlan p = layout::plan_transition(layout::plan_job(job_config(from, units)),
-                                                       layout::plan_job(job_config(to, units)));
-    p.require_recoverable();
-    return p;
-  };
-  return {plan(gpt.heads), plan(gpt.ffn()), plan(gpt.padded_vocab)};
-}
-
-void Worker::recover(std::int64_t s, const comm::CommError& error) {
-  const double start = unix_time_s();
-  run_.event("failure_detected", {{"rank", options_.rank}, {"step", s}, {"epoch", epoch_},
-                                  {"error", error.what()}});
-  drop_groups();
-  MembershipOptions mo;
-  mo.rank = options_.rank;
-  mo.members = members_;
-  mo.epoch = epoch_ + 1;
-  mo.settle = std::chrono::milliseconds(static_cast<long>(config_.elastic.settle_s * 1000));
-  mo.silence = std::chrono::milliseconds(static_cast<long>(config_.deadline.heartbeat_s * 1000));
-  mo.deadline = std::chrono::milliseconds(static_cast<long>(config_.deadline.rendezvous_s * 1000));
-  const Membership membership = agree_membership(*store_, mo);
-  ParallelConfig next = parallel_;
-  for (int lost : membership.lost) {
-    const RankPlace place = places_.at(static_cast<std::size_t>(lost));
-    std::vector<std::int64_t>& failed = next.failed[place.replica];
-    failed.push_back(place.slot);
-    std::sort(failed.begin(), failed.end());
+StepMetrics NtpTrainer::step(std::int64_t s) {
+  Impl& x = *impl_;
+  if (s != applied_ + 1) {
+    throw std::logic_error(fmt::format("rank {}: step {} after applied step {}", options_.rank, s, applied_));
   }
-  run_.event("membership_agreed", {{"rank", options_.rank}, {"epoch", membership.epoch},
-                                   {"survivors", membership.survivors}, {"lost", membership.lost},
-                                   {"wait_s", unix_time_s() - start}});
-
-  const double move_start = unix_time_s();
-  const KindPlans plans = transition_plans(parallel_, next, setup_.gpt);
-  const bool stays = trains(next, me_.replica);
-  StateMoveRank mover;
-  mover.from = layout::SlotRef{me_.replica, me_.slot};
-  if (stays) mover.to = layout::SlotRef{me_.replica, me_.slot};
-  const std::vector<int>& survivors = membership.survivors;
-  mover.group_rank_of = [&](layout::SlotRef slot) {
-    const int global = global_rank_of(places_, slot.replica, slot.slot);
-    return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), global) -
-                            survivors.begin());
+  const auto fault = [&](StepPhase phase) {
+    if (fault_point_) fault_point_(s, phase);
   };
-  const RankLayout next_layout = plan_rank(next, setup_.gpt, me_);
-  const auto exchange = comm::create_group(
-      store_, group_options(config_, options_, membership.epoch, survivors, "recover", false));
-  const StateMoveStats moved =
-      move_state(*model_, *optimizer_, next_layout.shard, plans, mover, *exchange);
-  run_.event("state_moved", {{"rank", options_.rank}, {"epoch", membership.epoch},
-                             {"units_in", moved.units_in}, {"bytes_in", moved.bytes_in},
-                             {"units_out", moved.units_out}, {"bytes_out", moved.bytes_out},
-                             {"seconds", unix_time_s() - move_start}});
-  exchange->barrier();  // every survivor holds its new state before anyone leaves
-
-  parallel_ = next;
-  epoch_ = membership.epoch;
-  members_ = training_ranks(parallel_);
-  if (!stays) {
-    leaving_ = true;
-    run_.event("rank_left", {{"rank", options_.rank}, {"epoch", epoch_},
-                             {"reason", "replica below parallel.min_tp"}});
-    return;
-  }
-  layout_ = next_layout;
-  shares_ = power_->configure(parallel_, config_.train.global_batch);
-  connect();
-  start_sync();
-  run_.event("step_resumed", {{"rank", options_.rank}, {"step", s}, {"epoch", epoch_},
-                              {"tp", split_input(parallel_, config_.train.global_batch).active},
-                              {"samples", shares_}, {"recovery_s", unix_time_s() - start}});
-}
-
-StepMetrics Worker::step(std::int64_t s, const SampleSchedule& schedule, TraceRecorder& compute,
-                         TraceRecorder& comm_trace, bool traced) {
+  fault(StepPhase::kStart);
   const double start = unix_time_s();
-  const std::int64_t T = setup_.seq_len;
-  const auto parts = assign_samples(schedule.step_samples(s), shares_);
+  const bool traced = s >= x.first_traced && s < x.first_traced + config_.run.trace_steps;
+  const std::int64_t T = x.setup.seq_len;
+  const auto parts = assign_samples(x.schedule.step_samples(s), x.shares);
   const std::vector<std::int64_t>& mine = parts[static_cast<std::size_t>(me_.replica)];
-  model_->zero_grad();
-  model_->set_loss_scale(1.0f / static_cast<float>(config_.train.global_batch * T));
+  x.model->zero_grad();
+  x.model->set_loss_scale(1.0f / static_cast<float>(config_.train.global_batch * T));
   double loss_sum = 0;
   std::vector<std::int32_t> inputs;
   std::vector<std::int32_t> targets;
   std::size_t next = 0;
   const std::vector<std::int64_t> micros =
       micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch);
-  sync_->begin(model_->grads(), s);
+  x.sync->begin(x.model->grads(), s);
   model::BackwardHooks hooks;
-  hooks.grads_ready = [this](std::size_t first, std::size_t last) { sync_->grads_ready(first, last); };
+  hooks.grads_ready = [&x](std::size_t first, std::size_t last) { x.sync->grads_ready(first, last); };
   for (std::size_t k = 0; k < micros.size(); ++k) {
     const std::int64_t micro = micros[k];
     inputs.resize(static_cast<std::size_t>(micro * T));
     targets.resize(inputs.size());
     for (std::int64_t i = 0; i < micro; ++i, ++next) {
-      data_.sample(mine[next], T, inputs.data() + i * T, targets.data() + i * T);
+      x.data.sample(mine[next], T, inputs.data() + i * T, targets.data() + i * T);
     }
     const double t0 = unix_time_s();
-    loss_sum += model_->forward({inputs.data(), targets.data(), micro, T}).sum;
+    fault(StepPhase::kForward);
+    loss_sum += x.model->forward({inputs.data(), targets.data(), micro, T}).sum;
+    fault(StepPhase::kBackward);
     // Only the last micro-batch's backward makes gradients final: it drives the sync.
-    model_->backward(k + 1 == micros.size() ? hooks : model::BackwardHooks{});
-    if (traced) compute.add({"forward+backward", Track::kCompute, t0, unix_time_s() - t0, s});
+    x.model->backward(k + 1 == micros.size() ? hooks : model::BackwardHooks{});
+    if (traced) x.compute.add({"forward+backward", Track::kCompute, t0, unix_time_s() - t0, s});
   }
-  const SyncTotals totals = sync_->finish();
-  const SyncBytes bytes = totals.bytes;
-  const double sync_s = totals.exposed_s;
+  fault(StepPhase::kSync);
+  const SyncTotals totals = x.sync->finish();
   if (traced) {
-    for (const TraceSpan& span : totals.spans) comm_trace.add(span);
-    compute.add({"wait for sync", Track::kCompute, unix_time_s() - sync_s, sync_s, s});
+    for (const TraceSpan& span : totals.spans) x.comm_trace.add(span);
+    x.compute.add({"wait for sync", Track::kCompute, unix_time_s() - totals.exposed_s, totals.exposed_s, s});
   }
 
-  // The commit point: job-wide figures (the loss once per replica, bytes from
-  // every rank) through the world group, before anyone applies the optimizer.
-  // A rank that erred makes these fail everywhere, and nobody updates.
-  std::vector<double> sums = {tp_.rank() == 0 ? loss_sum : 0.0, static_cast<double>(bytes.reshard),
-                              static_cast<double>(bytes.allreduce)};
-  world_->all_reduce(sums.data(), sums.size());
-  std::vector<double> maxima = {sync_s, unix_time_s() - start};
-  world_->all_reduce(maxima.data(), maxima.size(), comm::ReduceOp::kMax);
-  if (is_writer()) run_.append_schedule(s, schedule.epoch_of(s), parts);
+  // The commit point: one all-gather of every rank's record. Nothing that
+  // decides the update comes after it.
+  CommitRecord mine_rec;
+  mine_rec.loss_sum = x.tp.rank() == 0 ? loss_sum : 0.0;
+  mine_rec.reshard_bytes = totals.bytes.reshard;
+  mine_rec.allreduce_bytes = totals.bytes.allreduce;
+  mine_rec.exposed_sync_s = totals.exposed_s;
+  mine_rec.elapsed_s = unix_time_s() - start;
+  mine_rec.norm = grad_norm_part(*x.model);
+  mine_rec.replica = me_.replica;
+  std::vector<std::int64_t> record(CommitRecord::kWords);
+  mine_rec.write(record.data());
+  std::vector<std::int64_t> all(record.size() * members_.size());
+  x.world->all_gather(comm::ConstView(record.data(), record.size()), comm::View(all.data(), all.size()));
+  const CommitTotals t = commit_totals(all, members_.size());
+  fault(StepPhase::kCommit);
 
-  const double opt_start = unix_time_s();
   StepMetrics m;
   m.step = s;
-  m.epoch = schedule.epoch_of(s);
+  m.epoch = x.schedule.epoch_of(s);
   m.lr = learning_rate(config_.train, s);
-  comm::Group& tp = tp_;
-  const model::StepStats stats = optimizer_->step(*model_, static_cast<float>(m.lr), [&tp](double x) {
-    tp.all_reduce(&x, 1);
-    return x;
-  });
-  const double opt_s = unix_time_s() - opt_start;
-  if (traced) compute.add({"optimizer", Track::kCompute, opt_start, opt_s, s});
   m.tokens = config_.train.global_batch * T;
-  m.loss = sums[0] / static_cast<double>(m.tokens);
-  m.reshard_bytes = static_cast<std::int64_t>(sums[1]);
-  m.allreduce_bytes = static_cast<std::int64_t>(sums[2]);
-  m.grad_norm = stats.grad_norm;
-  m.samples = shares_;
+  m.loss = t.loss_sum / static_cast<double>(m.tokens);
+  m.grad_norm = t.grad_norm;
+  if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
+    // Every rank sees the same totals: all stop, or all skip the update alike.
+    if (config_.train.on_nan == NanPolicy::kStop) {
+      throw NonFiniteError(fmt::format("step {}: non-finite {} (loss {}, gradient norm {}); train.on_nan = "
+                                       "\"stop\"",
+                                       s, std::isfinite(m.loss) ? "gradient norm" : "loss", m.loss, m.grad_norm));
+    }
+  }
+  const double opt_start = unix_time_s();
+  fault(StepPhase::kOptimizer);
+  if (std::isfinite(m.loss) && std::isfinite(m.grad_norm)) {
+    x.optimizer->step_with_norm(*x.model, static_cast<float>(m.lr), m.grad_norm);
+  } else {
+    m.skipped = true;
+  }
+  const double opt_s = unix_time_s() - opt_start;
+  applied_ = s;
+  if (traced) x.compute.add({"optimizer", Track::kCompute, opt_start, opt_s, s});
+  m.reshard_bytes = t.reshard_bytes;
+  m.allreduce_bytes = t.allreduce_bytes;
+  m.samples = x.shares;
   m.tp = split_input(parallel_, config_.train.global_batch).active;
-  m.exposed_sync_s = maxima[0];
-  m.step_time_s = maxima[1] + opt_s;  // the slowest rank to the commit, then the update
-  m.power = power_->metrics();
+  m.exposed_sync_s = t.exposed_sync_s;
+  m.step_time_s = t.elapsed_s + opt_s;  // the slowest rank to the commit, then the update
+  m.power = x.power->metrics();
+  last_metrics_ = m;
+  last_parts_ = parts;
+  if (is_writer()) {
+    x.run.append_schedule(s, m.epoch, parts);
+    x.run.append_metrics(m);
+  }
   return m;
 }
 
-void Worker::write_final_model() {
-  // The writer's replica holds every unit once: sum its ranks' pieces into a full buffer.
-  const model::ParameterLayout full(setup_.gpt, model::Shard::full(setup_.gpt));
-  std::vector<float> values(static_cast<std::size_t>(full.size()), 0.0f);
-  if (me_.replica == places_.at(static_cast<std::size_t>(members_.front())).replica) {
-    model::gather_into_full(model_->layout(), model_->params(), full, values, tp_.rank() == 0);
-    tp_.all_reduce(values.data(), values.size());
-  }
-  if (is_writer()) {
-    model::write_llmc_checkpoint(run_.file("model.bin").string(), setup_.gpt, values);
-  }
+void NtpTrainer::take_over_logs(std::int64_t resume) {
+  Impl& x = *impl_;
+  const auto last_step = [&](const char* name) {
+    const std::vector<nlohmann::json> rows = x.run.truncate_jsonl_from_step(name, resume);
+    return rows.empty() ? std::int64_t{-1} : rows.back().at("step").get<std::int64_t>();
+  };
+  const std::int64_t logged_schedule = last_step("schedule.jsonl");
+  const std::int64_t logged_metrics = last_step("metrics.jsonl");
+  if (!last_metrics_ || last_metrics_->step != resume - 1) return;
+  if (logged_schedule < resume - 1) x.run.append_schedule(resume - 1, last_metrics_->epoch, *last_parts_);
+  if (logged_metrics < resume - 1) x.run.append_metrics(*last_metrics_);
 }
 
-void Worker::run() {
-  const SampleSchedule schedule(samples_in(data_.size(), setup_.seq_len),
-                                config_.train.global_batch, config_.data.order, config_.train.seed);
-  const std::string label = fmt::format("rank {}: replica {} slot {}", options_.rank, me_.replica, me_.slot);
-  TraceRecorder compute(options_.rank, label, run_start_);
-  TraceRecorder comm_trace(options_.rank, label, run_start_);
-  const std::int64_t first_traced = config_.train.steps > 1 ? 1 : 0;
-  for (std::int64_t s = 0; s < config_.train.steps; ++s) {
-    const bool traced = s >= first_traced && s < first_traced + config_.run.trace_steps;
-    if (s == config_.test.kill_at_step && options_.rank == config_.test.kill_rank) {
-      run_.event("failure_injected", {{"rank", options_.rank}, {"step", s}});
-      ::raise(SIGKILL);
-    }
-    std::optional<StepMetrics> m;
-    while (!m) {
-      try {
-        m = step(s, schedule, compute, comm_trace, traced);
-      } catch (const comm::CommError& e) {
-        if (!config_.elastic.recover) throw;
-        recover(s, e);  // then the same step again, with the same samples
-        if (leaving_) {
-          restore_power("exit");
-          return;
-        }
+StateHashes NtpTrainer::state_hashes() const {
+  const Impl& x = *impl_;
+  return hash_state(x.model->layout(), x.model->params(), x.optimizer->m().span(), x.optimizer->v().span());
+}
+
+StateMoveStats NtpTrainer::move_state(const ParallelConfig& next, const KindPlans& plans,
+                                      comm::Group& exchange, const std::vector<int>& survivors,
+                                      bool stale, std::optional<int> replicated_source,
+                                      std::int64_t resume_applied) {
+  Impl& x = *impl_;
+  if (replicated_source) {
+    // Replicated tensors and the optimizer's step count of a holder at the
+    // resume step, for the ranks rolled forward (every survivor takes part).
+    std::vector<float> values;
+    const std::span<const float> states[3] = {x.model->params(), x.optimizer->m().span(),
+                                              x.optimizer->v().span()};
+    for (const std::span<const float>& state : states) {
+      for (const model::TensorSpec& spec : x.model->layout().tensors()) {
+        if (spec.kind != model::UnitKind::kReplicated) continue;
+        values.insert(values.end(), state.begin() + spec.offset, state.begin() + spec.offset + spec.count);
       }
     }
-    if (is_writer()) run_.append_metrics(*m);
+    const int root = static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), *replicated_source) -
+                                      survivors.begin());
+    exchange.broadcast(comm::View(values.data(), values.size()), root);
+    if (stale) {
+      std::size_t at = 0;
+      const std::span<float> targets[3] = {x.model->params(), x.optimizer->m().span(), x.optimizer->v().span()};
+      for (const std::span<float>& state : targets) {
+        for (const model::TensorSpec& spec : x.model->layout().tensors()) {
+          if (spec.kind != model::UnitKind::kReplicated) continue;
+          std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(at), spec.count, state.begin() + spec.offset);
+          at += static_cast<std::size_t>(spec.count);
+        }
+      }
+      x.optimizer->set_steps(resume_applied + 1);
+      applied_ = resume_applied;
+    }
   }
-  write_final_model();
-  if (config_.run.trace_steps > 0) {
-    compute.append(comm_trace);
-    compute.write(run_.path() / "trace" / fmt::format("rank-{}.json", options_.rank));
-  }
-  world_->barrier();
-  if (is_writer() && config_.run.trace_steps > 0) {
-    merge_traces(run_.path() / "trace", run_.file("trace.json"));
-  }
-  restore_power("exit");
+  StateMoveRank mover;
+  mover.from = layout::SlotRef{me_.replica, me_.slot};
+  if (trains(next, me_.replica)) mover.to = layout::SlotRef{me_.replica, me_.slot};
+  mover.stale = stale;
+  mover.group_rank_of = [&](layout::SlotRef slot) {
+    const int global = global_rank_of(slot);
+    return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), global) - survivors.begin());
+  };
+  const RankLayout next_layout = plan_rank(next, x.setup.gpt, me_);
+  return train::move_state(*x.model, *x.optimizer, next_layout.shard, plans, mover, exchange);
 }
 
-}  // namespace
+KindPlans NtpTrainer::plans(const ParallelConfig& from, const ParallelConfig& next,
+                            const std::vector<layout::SlotRef>& stale) const {
+  return transition_plans(from, next, impl_->setup.gpt, stale);
+}
+
+void NtpTrainer::finish() {
+  Impl& x = *impl_;
+  // The writer's replica holds every unit once: sum its ranks' pieces into a full buffer.
+  std::vector<float> values(static_cast<std::size_t>(x.full->size()), 0.0f);
+  const RankPlace writer_place = places_.at(static_cast<std::size_t>(writer_rank_));
+  if (me_.replica == writer_place.replica) {
+    model::gather_into_full(x.model->layout(), x.model->params(), *x.full, values, x.tp.rank() == 0);
+    x.tp.all_reduce(values.data(), values.size());
+  }
+  if (is_writer()) {
+    model::write_llmc_checkpoint(x.run.file("model.bin").string(), x.setup.gpt, values);
+  }
+  nlohmann::json hashes = state_hashes().to_json();
+  hashes["rank"] = options_.rank;
+  hashes["replica"] = me_.replica;
+  hashes["slot"] = me_.slot;
+  hashes["step"] = applied_;
+  hashes["epoch"] = epoch_;
+  std::filesystem::create_directories(x.run.path() / "hashes");
+  write_file_atomic(x.run.path() / "hashes" / fmt::format("rank-{}.json", options_.rank), hashes.dump() + "\n");
+  if (config_.run.trace_steps > 0) {
+    x.compute.append(x.comm_trace);
+    x.compute.write(x.run.path() / "trace" / fmt::format("rank-{}.json", options_.rank));
+  }
+  x.world->barrier();
+  if (is_writer() && config_.run.trace_steps > 0) {
+    merge_traces(x.run.path() / "trace", x.run.file("trace.json"));
+  }
+}
+
+void NtpTrainer::restore_power(const char* cause) noexcept {
+  if (impl_ && impl_->power) impl_->power->restore(cause);
+}
 
 std::vector<RankPlace> job_places(const ParallelConfig& p) {
   std::vector<RankPlace> places;
@@ -468,17 +563,6 @@ void check_job(const Config& config, const std::filesystem::path& run_dir) {
       throw ConfigError(fmt::format("parallel.tp: cannot lay out the model's {} {}: {}", units, kind,
                                     e.what()));
     }
-  }
-}
-
-void run_ntp_worker(const Config& config, const std::filesystem::path& run_dir,
-                    const WorkerOptions& options) {
-  Worker worker(config, run_dir, options);
-  try {
-    worker.run();
-  } catch (...) {
-    worker.restore_power("error");
-    throw;
   }
 }
 

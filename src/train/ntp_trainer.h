@@ -1,18 +1,44 @@
 #pragma once
-// The multi-process NTP trainer: one process per active slot of every
-// training replica. A rank computes its replica's share of the global batch
-// with the units its slot holds in the replica layout (Megatron TP inside the
-// replica over the TP group), then runs the NTP gradient sync (grad_sync.h)
-// and AdamW on its units. Everything derived from membership — the place of
-// the rank, layouts, groups, the batch split — comes from one JobPlan value,
-// built from the configuration at start.
+// One rank of the multi-process NTP trainer: one process per active slot of
+// every training replica. A rank computes its replica's share of the global
+// batch with the units its slot holds in the replica layout (Megatron TP
+// inside the replica over the TP group), runs the NTP gradient sync
+// (grad_sync.h), commits the step and applies AdamW to its units.
+//
+// The step commit (DESIGN §5): every collective whose result decides the
+// update — the TP collectives of forward and backward, the gradient sync, the
+// loss sum and the gradient norm — runs before ONE commit collective, an
+// all-gather over the world group of a small record per rank (its loss share,
+// its part of the exact gradient norm, its timings and a vote). After it a
+// rank only applies the update locally, so a rank that errs before the commit
+// makes nobody apply, and `applied_step()` says exactly which updates a rank
+// holds. A failure inside the commit collective can still leave ranks on both
+// sides of it: recovery (elastic/recovery.h) resumes at the highest applied
+// step and rolls the others forward.
+//
+// The trainer knows nothing of failures beyond that: the recovery protocol
+// drives it through drop_groups(), move_state(), reconfigure() and the writer
+// role. Everything derived from membership — the configuration, epoch,
+// layouts, groups, the batch split — is rebuilt by reconfigure().
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "layout/job_layout.h"
+#include "layout/transition.h"
 #include "train/config.h"
+#include "train/metrics.h"
+#include "train/state_hash.h"
+#include "train/state_move.h"
+
+namespace ntp::comm {
+class Group;
+class Store;
+}  // namespace ntp::comm
 
 namespace ntp::train {
 
@@ -44,14 +70,125 @@ struct WorkerOptions {
   // Test hook (--verify must catch it): this global rank mis-pairs two head
   // units in its sync buffer. -1 = off.
   int mispair_rank = -1;
+  // Liveness oracle for group creation: true once a rank is known dead, so
+  // building a group with it fails at once (comm::GroupOptions::is_dead).
+  std::function<bool(int)> is_dead;
 };
 
-// Runs one rank of the job described by the run directory's config.toml.
-// Rank 0 writes metrics.jsonl, schedule.jsonl, model.bin and trace.json;
-// every rank writes its events and its trace fragment. With power.mode != off
-// the rank's GPU limit follows the configuration's power plan and is restored
-// at exit, after an error and on SIGTERM / SIGINT (power::RankPower).
-void run_ntp_worker(const Config& config, const std::filesystem::path& run_dir,
-                    const WorkerOptions& options);
+// Where a step is when a fault point fires (fault injection, test.failures).
+enum class StepPhase { kStart, kForward, kBackward, kSync, kCommit, kOptimizer };
+const char* to_string(StepPhase phase);
+
+// The step a non-finite loss or gradient norm was seen in (train.on_nan = "stop").
+class NonFiniteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class NtpTrainer {
+ public:
+  NtpTrainer(const Config& config, const std::filesystem::path& run_dir, const WorkerOptions& options);
+  ~NtpTrainer();
+  NtpTrainer(const NtpTrainer&) = delete;
+  NtpTrainer& operator=(const NtpTrainer&) = delete;
+
+  // --- identity and membership
+  int rank() const { return options_.rank; }
+  RankPlace place() const { return me_; }
+  const std::vector<RankPlace>& places() const { return places_; }  // of the first configuration
+  const ParallelConfig& parallel() const { return parallel_; }
+  std::uint64_t epoch() const { return epoch_; }
+  const std::vector<int>& members() const { return members_; }  // training in this epoch, ascending
+  int global_rank_of(layout::SlotRef slot) const;
+  // The ranks that train in configuration `p` (a subset of the first one's).
+  std::vector<int> training_ranks(const ParallelConfig& p) const;
+  std::shared_ptr<comm::Store> store() const { return store_; }
+  const Config& config() const { return config_; }
+  // Appends an event to events.jsonl with this rank's number.
+  void event(const std::string& name, nlohmann::json fields) const;
+
+  // --- the step
+  // The last step whose update this rank applied; -1 before the first.
+  std::int64_t applied_step() const { return applied_; }
+  // Computes, syncs, commits and applies step s (s must be applied_step() + 1).
+  // Throws comm::CommError when a collective before the commit point fails:
+  // nothing was applied then. With train.on_nan = "stop", throws
+  // NonFiniteError naming the step (on every rank alike).
+  StepMetrics step(std::int64_t s);
+  // The metrics of the last applied step (to log it if its writer died).
+  const std::optional<StepMetrics>& last_metrics() const { return last_metrics_; }
+  // Called at every phase of every step (fault injection).
+  void set_fault_point(std::function<void(std::int64_t, StepPhase)> fn) { fault_point_ = std::move(fn); }
+
+  // --- roles
+  // The writer appends metrics.jsonl and schedule.jsonl after each applied
+  // step and writes model.bin; the recovery protocol moves the role.
+  bool is_writer() const { return writer_rank_ == options_.rank; }
+  int writer_rank() const { return writer_rank_; }
+  void set_writer(int global_rank) { writer_rank_ = global_rank; }
+  // As the new writer after a recovery that resumes at `resume`: drops rows of
+  // steps >= resume (a writer that applied them died and they are redone) and
+  // appends the rows of step resume - 1 if its writer died before logging it.
+  void take_over_logs(std::int64_t resume);
+
+  // --- reconfiguration (driven by elastic/recovery)
+  // Aborts every group of the failed epoch (peers blocked on them fail fast)
+  // and releases them.
+  void drop_groups();
+  // Per-unit hashes of the parameters and both moments this rank holds.
+  StateHashes state_hashes() const;
+  // Executes the transition to `next`: sends the units this rank serves,
+  // receives the units its slot holds in `next` (all of them when `stale`),
+  // parameters and moments, over `exchange` (every survivor). `resume_from`
+  // (when given) is the rank that sends the replicated tensors and the
+  // applied step to a stale rank. Returns the bytes moved.
+  StateMoveStats move_state(const ParallelConfig& next, const KindPlans& plans, comm::Group& exchange,
+                            const std::vector<int>& survivors, bool stale,
+                            std::optional<int> replicated_source, std::int64_t resume_applied);
+  // The transition plans from configuration `from` to `next`.
+  KindPlans plans(const ParallelConfig& from, const ParallelConfig& next,
+                  const std::vector<layout::SlotRef>& stale) const;
+  // Adopts `next` as the configuration of epoch `epoch` (its layout, the
+  // batch split); call right after move_state() laid the state out for it.
+  void adopt(const ParallelConfig& next, std::uint64_t epoch);
+  // True when this rank's replica trains in the current configuration.
+  bool trains_now() const;
+  // Builds the groups of the current epoch and the gradient sync. Throws
+  // comm::CommError when a member is gone.
+  void connect();
+
+  // --- the end of a run
+  // model.bin (by the writer), this rank's hash file hashes/rank-<r>.json,
+  // the trace fragments; then a barrier of the members.
+  void finish();
+  // Puts the GPU's original limit back and logs it; `cause`: "exit" or "error".
+  void restore_power(const char* cause) noexcept;
+
+ private:
+  struct Impl;
+  const Config& config_;
+  WorkerOptions options_;
+  std::vector<RankPlace> places_;
+  RankPlace me_;
+  ParallelConfig parallel_;
+  std::uint64_t epoch_ = 0;
+  std::vector<int> members_;
+  std::int64_t applied_ = -1;
+  int writer_rank_ = 0;
+  std::optional<StepMetrics> last_metrics_;
+  std::optional<std::vector<std::vector<std::int64_t>>> last_parts_;
+  std::function<void(std::int64_t, StepPhase)> fault_point_;
+  std::shared_ptr<comm::Store> store_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// True when the replica trains in configuration `p` (at least min_tp slots).
+bool trains(const ParallelConfig& p, std::int64_t replica);
+
+// The transition plans of the three unit kinds from `from` to `to`; `stale`
+// slots never serve and receive all they hold (layout/transition.h). Throws
+// layout::UnitsLostError when no valid holder is left for some units.
+KindPlans transition_plans(const ParallelConfig& from, const ParallelConfig& to,
+                           const model::GptConfig& gpt, const std::vector<layout::SlotRef>& stale);
 
 }  // namespace ntp::train

@@ -141,13 +141,64 @@ std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path) {
 
 void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
   const std::filesystem::path temp = path.string() + fmt::format(".tmp{}", ::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) io_error(temp, "cannot write");
-    out << text;
-    if (!out.flush()) io_error(temp, "cannot write");
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) io_error(temp, "cannot write");
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int saved = errno;
+      ::close(fd);
+      ::unlink(temp.c_str());
+      errno = saved;
+      io_error(temp, "cannot write");
+    }
+    done += static_cast<std::size_t>(n);
   }
-  std::filesystem::rename(temp, path);
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int saved = errno;
+    ::unlink(temp.c_str());
+    errno = saved;
+    io_error(temp, "cannot write");
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int saved = errno;
+    ::unlink(temp.c_str());
+    errno = saved;
+    io_error(path, "cannot rename into place");
+  }
+}
+
+std::vector<nlohmann::json> RunDir::truncate_jsonl_from_step(const std::string& name, std::int64_t step) const {
+  const std::filesystem::path path = file(name);
+  std::vector<nlohmann::json> kept;
+  std::ifstream in(path);
+  if (!in) return kept;
+  std::string text;
+  bool dropped = false;
+  for (std::string line; std::getline(in, line);) {
+    if (in.eof()) {  // no newline: a line cut short by a death while writing
+      dropped = true;
+      break;
+    }
+    if (line.empty()) continue;
+    nlohmann::json row;
+    try {
+      row = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error&) {
+      dropped = true;
+      continue;
+    }
+    if (row.value("step", std::int64_t{-1}) >= step) {
+      dropped = true;
+      continue;
+    }
+    text += line + "\n";
+    kept.push_back(std::move(row));
+  }
+  if (dropped) write_file_atomic(path, text);
+  return kept;
 }
 
 }  // namespace ntp::train

@@ -76,6 +76,10 @@ class RunDir {
   void append_schedule(std::int64_t step, std::int64_t epoch,
                        const std::vector<std::vector<std::int64_t>>& samples) const;
   void write_summary(const nlohmann::json& summary) const;
+  // Rewrites the .jsonl file `name` without its rows of steps >= `step` and
+  // without a last line cut short; returns the rows kept. Only the writer
+  // calls it, after a recovery, while nobody else appends to the file.
+  std::vector<nlohmann::json> truncate_jsonl_from_step(const std::string& name, std::int64_t step) const;
 
   std::vector<StepMetrics> read_metrics() const;
   std::vector<nlohmann::json> read_events() const;

@@ -154,7 +154,7 @@ StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const mo
   model::reshard(model, &optimizer, next, [&received](model::StateKind s, const model::TensorSpec& spec,
                                                       const layout::IntervalSet& units, float* dst) {
     fetch_from(received, s, spec, units, dst);
-  });
+  }, !rank.stale);
   return stats;
 }
 

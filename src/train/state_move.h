@@ -35,6 +35,9 @@ struct StateMoveRank {
   std::optional<layout::SlotRef> to;    // ... in the new one; none: the rank leaves
   // Group rank (in the exchange group) of the process of an old or new slot.
   std::function<int(layout::SlotRef)> group_rank_of;
+  // Its state is outdated: every unit of the new shard arrives from a peer
+  // (the plan sends them all), none is kept.
+  bool stale = false;
 };
 
 // Every member of `group` calls it with the same plans. Without `rank.to`

@@ -303,7 +303,7 @@ TEST_F(CliTest, TrainRecoversFromAKilledWorkerAndStillVerifies) {
   EXPECT_EQ(events_named(dir_, "failure_injected").size(), 1u);
   const auto detected = events_named(dir_, "failure_detected");
   const auto agreed = events_named(dir_, "membership_agreed");
-  const auto moved = events_named(dir_, "state_moved");
+  const auto moved = events_named(dir_, "state_transferred");
   const auto resumed = events_named(dir_, "step_resumed");
   EXPECT_EQ(detected.size(), 3u) << "every survivor detects the failure";
   ASSERT_EQ(agreed.size(), 3u);
@@ -386,8 +386,7 @@ TEST_F(CliTest, TrainRecoversFromTwoFailuresInSequence) {
   std::thread killer([&] {
     for (int i = 0; i < 1200; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
-      // Every survivor resumed and step 4 committed: the first recovery is over
-      // (a death during a recovery is not handled yet).
+      // Every survivor resumed and step 4 committed: the first recovery is over.
       if (!fs::exists(dir_ / "metrics.jsonl") || read_lines(dir_ / "metrics.jsonl").size() < 5) continue;
       for (const nlohmann::json& e : events_named(dir_, "worker_started")) {
         if (e["rank"] == 5) ::kill(e["pid"].get<int>(), SIGKILL);
@@ -411,12 +410,13 @@ TEST_F(CliTest, TrainRecoversFromTwoFailuresInSequence) {
 }
 
 // One replica: the dead slot's units exist nowhere else. The survivor says so
-// and the run fails (exit 1) instead of training on lost state.
+// and the run stops (exit 3: in-job recovery is impossible) instead of
+// training on lost state.
 TEST_F(CliTest, RecoveryWithoutAPeerReplicaFailsNamingTheLostUnits) {
   const CommandResult run = train_recovering(
       dir_, "--set parallel.dp=1 --set parallel.tp=2 --set train.steps=4 --set test.kill_rank=1"
             " --set test.kill_at_step=1");
-  EXPECT_EQ(run.code, 1) << run.output;
+  EXPECT_EQ(run.code, 3) << run.output;
   std::ifstream log(dir_ / "logs" / "rank-0.log");
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("replica 0 would lose"), std::string::npos) << text;

@@ -110,7 +110,7 @@ TEST(Config, ResolvedTomlListsEveryKey) {
 }
 
 TEST(Config, RecoveryAndFailureInjectionKeys) {
-  Config config = parsed("[elastic]\nrecover = true\nsettle_s = 0.25\n"
+  Config config = parsed("[parallel]\ndp = 2\ntp = 2\n[elastic]\nrecover = true\nsettle_s = 0.25\n"
                          "[test]\nkill_rank = 3\nkill_at_step = 2\n");
   EXPECT_TRUE(config.elastic.recover);
   EXPECT_DOUBLE_EQ(config.elastic.settle_s, 0.25);

@@ -1,0 +1,70 @@
+#pragma once
+// Membership agreement after a failure, through the job's store.
+//
+// Every survivor of epoch e registers in epoch e+1 with the last step it
+// applied and the epoch whose layout its state is in. A member counts as
+// accounted for once it registered, or the launcher marked it dead
+// (dead_key: it exited, or was fenced). When every member is accounted for —
+// or `wait_for_blocked` has passed since this rank entered, enough for a member
+// still blocked in a collective of the failed epoch to reach its deadline and
+// register — a survivor waits `settle` (near-simultaneous deaths make one
+// reconfiguration), asks the launcher to fence the members still silent
+// (fence_key: it SIGKILLs them, so a hung process can never come back with
+// stale state), and publishes the registered list by compare-and-set: the
+// first publication wins, any later one is dropped, and everyone adopts the
+// winner. There is no leader to lose: any survivor may publish.
+//
+// Store keys: "ntp/dead/<rank>" (the launcher), "ntp/fence/<rank>" (the
+// survivors, for the launcher), "ntp/e<E>/alive/<rank>" = "<applied> <held>",
+// "ntp/e<E>/members" = "<rank>:<applied>:<held>,...".
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "comm/store.h"
+
+namespace ntp::elastic {
+
+std::string dead_key(int rank);   // set by the launcher when worker `rank` died or was fenced
+std::string fence_key(int rank);  // set by survivors: the launcher must kill `rank`
+
+struct MembershipOptions {
+  int rank = 0;                  // this process's global rank
+  std::vector<int> members;      // the global ranks of the failed epoch
+  std::uint64_t epoch = 1;       // the epoch being agreed on
+  std::int64_t applied = -1;     // the last step this rank applied
+  std::uint64_t held_epoch = 0;  // the epoch whose layout this rank's state is in
+  std::chrono::milliseconds settle{500};
+  std::chrono::milliseconds wait_for_blocked{31000};
+  std::chrono::milliseconds deadline{60000};
+};
+
+struct Survivor {
+  int rank = 0;
+  std::int64_t applied = -1;
+  std::uint64_t held_epoch = 0;
+  bool operator==(const Survivor&) const = default;
+};
+
+struct Membership {
+  std::uint64_t epoch = 0;
+  std::vector<Survivor> survivors;  // ascending rank
+  std::vector<int> lost;            // members of the old epoch not among the survivors
+  std::vector<int> ranks() const;   // the survivors' ranks, ascending
+};
+
+// This rank registered, but the published membership leaves it out (it was
+// too late, or fenced): it must exit without touching the job's state.
+class LeftOutError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Blocks until the survivors of `options.epoch` are published. Throws
+// LeftOutError when this rank is not among them, std::runtime_error when the
+// deadline passes.
+Membership agree_membership(comm::Store& store, const MembershipOptions& options);
+
+}  // namespace ntp::elastic

@@ -1,0 +1,205 @@
+#include "elastic/recovery.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "comm/error.h"
+#include "comm/group.h"
+#include "train/run_dir.h"
+#include "train/schedule.h"
+
+namespace ntp::elastic {
+namespace {
+
+using train::unix_time_s;
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
+}
+
+// The configuration of the new epoch: the last agreed one without the slots of
+// the lost ranks.
+train::ParallelConfig without(const train::ParallelConfig& p, const std::vector<int>& lost,
+                              const std::vector<train::RankPlace>& places) {
+  train::ParallelConfig next = p;
+  for (int rank : lost) {
+    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
+    std::vector<std::int64_t>& failed = next.failed[place.replica];
+    if (std::find(failed.begin(), failed.end(), place.slot) == failed.end()) failed.push_back(place.slot);
+    std::sort(failed.begin(), failed.end());
+  }
+  return next;
+}
+
+}  // namespace
+
+Recovery::Recovery(train::NtpTrainer& trainer)
+    : trainer_(trainer), members_(trainer.members()), next_epoch_(trainer.epoch() + 1) {
+  configs_[trainer.epoch()] = trainer.parallel();
+}
+
+RecoveryOutcome Recovery::recover(const std::string& error) {
+  const double start = unix_time_s();
+  std::string cause = error;
+  while (true) {
+    if (recoveries_ >= trainer_.config().elastic.max_recoveries) {
+      throw RecoveryError(fmt::format("rank {}: recovery budget spent (elastic.max_recoveries = {}); last "
+                                      "failure: {}",
+                                      trainer_.rank(), trainer_.config().elastic.max_recoveries, cause));
+    }
+    ++recoveries_;
+    try {
+      return attempt(cause, start);
+    } catch (const comm::CommError& e) {
+      cause = e.what();  // a failure during the recovery: the next epoch takes it over
+    }
+  }
+}
+
+RecoveryOutcome Recovery::attempt(const std::string& error, double start) {
+  const train::Config& config = trainer_.config();
+  const std::uint64_t epoch = next_epoch_++;
+  trainer_.event("failure_detected", {{"epoch", epoch - 1}, {"applied_step", trainer_.applied_step()},
+                                      {"error", error}, {"seconds", unix_time_s() - start}});
+  trainer_.drop_groups();
+
+  MembershipOptions mo;
+  mo.rank = trainer_.rank();
+  mo.members = members_;
+  mo.epoch = epoch;
+  mo.applied = trainer_.applied_step();
+  mo.held_epoch = trainer_.epoch();
+  mo.settle = ms(config.elastic.settle_s);
+  mo.wait_for_blocked = ms(config.deadline.collective_s + config.elastic.settle_s);
+  mo.deadline = ms(config.deadline.rendezvous_s);
+  Membership agreed;
+  try {
+    agreed = agree_membership(*trainer_.store(), mo);
+  } catch (const LeftOutError& e) {
+    trainer_.event("rank_left", {{"epoch", epoch}, {"reason", e.what()}});
+    return {true, 0};
+  }
+  if (fault_point_) fault_point_();
+  if (agreed.lost.empty()) {
+    throw RecoveryError(fmt::format(
+        "rank {}: a collective failed ({}) but no rank was lost: not recovering (is deadline.collective_s "
+        "too short for a step?)",
+        trainer_.rank(), error));
+  }
+
+  // The resume step and who holds state at it, in which layout.
+  std::int64_t newest = -1;
+  std::uint64_t from_epoch = 0;
+  for (const Survivor& s : agreed.survivors) newest = std::max(newest, s.applied);
+  for (const Survivor& s : agreed.survivors) {
+    if (s.applied == newest) from_epoch = std::max(from_epoch, s.held_epoch);
+  }
+  std::vector<layout::SlotRef> stale;
+  std::optional<int> fresh;
+  bool me_stale = false;
+  for (const Survivor& s : agreed.survivors) {
+    const bool is_stale = s.applied != newest || s.held_epoch != from_epoch;
+    const train::RankPlace place = trainer_.places().at(static_cast<std::size_t>(s.rank));
+    if (is_stale) stale.push_back({place.replica, place.slot});
+    if (!is_stale && !fresh) fresh = s.rank;
+    if (s.rank == trainer_.rank()) me_stale = is_stale;
+  }
+  const train::ParallelConfig& last = configs_.rbegin()->second;
+  const train::ParallelConfig next = without(last, agreed.lost, trainer_.places());
+  configs_[epoch] = next;
+  members_ = trainer_.training_ranks(next);
+  const std::vector<int> survivors = agreed.ranks();
+  trainer_.event("membership_agreed", {{"epoch", epoch}, {"survivors", survivors}, {"lost", agreed.lost},
+                                       {"resume_step", newest + 1}, {"stale", stale.size()},
+                                       {"layout_epoch", from_epoch}, {"seconds", unix_time_s() - start}});
+  const train::KindPlans plans = trainer_.plans(configs_.at(from_epoch), next, stale);
+
+  const double move_start = unix_time_s();
+  comm::GroupOptions go;
+  go.epoch = epoch;
+  go.ranks = survivors;
+  go.global_rank = trainer_.rank();
+  go.name = "recover";
+  go.timeout = ms(config.deadline.collective_s);
+  go.connect_timeout = ms(config.deadline.rendezvous_s);
+  go.world_size = static_cast<int>(trainer_.places().size());
+  const std::shared_ptr<comm::Store> store = trainer_.store();
+  go.is_dead = [store](int rank) { return store->try_get(dead_key(rank)).has_value(); };
+  const std::unique_ptr<comm::Group> exchange = comm::create_group(store, go);
+  const train::StateMoveStats moved =
+      trainer_.move_state(next, plans, *exchange, survivors, me_stale,
+                          stale.empty() ? std::nullopt : fresh, newest);
+  trainer_.adopt(next, epoch);
+  trainer_.event("state_transferred", {{"epoch", epoch}, {"units_in", moved.units_in},
+                                       {"bytes_in", moved.bytes_in}, {"units_out", moved.units_out},
+                                       {"bytes_out", moved.bytes_out}, {"stale", me_stale},
+                                       {"seconds", unix_time_s() - move_start}});
+  prove_agreement(*exchange, survivors);
+  exchange->barrier();  // every survivor holds its new state before anyone leaves
+
+  if (!trainer_.trains_now()) {
+    trainer_.event("rank_left", {{"epoch", epoch}, {"reason", "replica below parallel.min_tp"}});
+    return {true, 0};
+  }
+  trainer_.connect();
+  // The writer role goes to the first survivor that holds the resume step's
+  // figures (it applied that step), else to the first member.
+  int writer = members_.front();
+  for (const Survivor& s : agreed.survivors) {
+    if (s.applied == newest && std::binary_search(members_.begin(), members_.end(), s.rank)) {
+      writer = s.rank;
+      break;
+    }
+  }
+  trainer_.set_writer(writer);
+  if (trainer_.is_writer()) trainer_.take_over_logs(newest + 1);
+  trainer_.event("step_resumed", {{"step", newest + 1}, {"epoch", epoch},
+                                  {"tp", train::split_input(next, config.train.global_batch).active},
+                                  {"writer", writer}, {"recovery_s", unix_time_s() - start}});
+  return {false, newest + 1};
+}
+
+void Recovery::prove_agreement(comm::Group& group, const std::vector<int>& survivors) {
+  // Per rank: its replica (-1 if it no longer trains), the digest of each
+  // unit kind and the hash of its replicated tensors.
+  const train::StateHashes hashes = trainer_.state_hashes();
+  const std::array<std::uint64_t, 3> digests = hashes.digests();
+  const bool trains = trainer_.trains_now();
+  std::vector<std::int64_t> mine = {trains ? trainer_.place().replica : -1,
+                                    static_cast<std::int64_t>(digests[0]), static_cast<std::int64_t>(digests[1]),
+                                    static_cast<std::int64_t>(digests[2]),
+                                    static_cast<std::int64_t>(hashes.replicated)};
+  std::vector<std::int64_t> all(mine.size() * survivors.size());
+  group.all_gather(comm::ConstView(mine.data(), mine.size()), comm::View(all.data(), all.size()));
+  std::map<std::int64_t, std::array<std::uint64_t, 3>> per_replica;
+  std::optional<std::uint64_t> replicated;
+  for (std::size_t i = 0; i < survivors.size(); ++i) {
+    const std::int64_t* rec = all.data() + i * mine.size();
+    if (rec[0] < 0) continue;
+    std::array<std::uint64_t, 3>& sum = per_replica[rec[0]];
+    for (int k = 0; k < 3; ++k) sum[static_cast<std::size_t>(k)] += static_cast<std::uint64_t>(rec[1 + k]);
+    const auto rep = static_cast<std::uint64_t>(rec[4]);
+    if (replicated && *replicated != rep) {
+      throw RecoveryError(fmt::format("after recovery, rank {}'s replicated tensors differ from the other "
+                                      "copies (state hash): the replicas do not agree",
+                                      survivors[i]));
+    }
+    replicated = rep;
+  }
+  const auto& [first_replica, first] = *per_replica.begin();
+  for (const auto& [replica, sums] : per_replica) {
+    for (std::size_t k = 0; k < 3; ++k) {
+      if (sums[k] != first[k]) {
+        throw RecoveryError(fmt::format("after recovery, replica {}'s {} differ from replica {}'s (state hash): "
+                                        "the replicas do not agree",
+                                        replica, train::kind_key(train::kShardedKinds[k]), first_replica));
+      }
+    }
+  }
+  trainer_.event("replicas_agree", {{"epoch", trainer_.epoch()}, {"replicas", per_replica.size()},
+                                    {"digest", fmt::format("{:016x}", first[0] ^ first[1] ^ first[2])}});
+}
+
+}  // namespace ntp::elastic

@@ -1,0 +1,73 @@
+#pragma once
+// In-job recovery, the whole protocol in one place (DESIGN §5). A worker's
+// life is a short state machine:
+//
+//   connect ─▶ step s ─(applied)─▶ step s+1 ... ─▶ finish
+//      ▲          │ CommError (a peer died, hung or was fenced)
+//      │          ▼
+//      │      drop groups ─▶ agree (epoch e+1) ─▶ plan ─▶ move state ─▶ prove agreement
+//      │          ▲                                    │ CommError: a death during recovery
+//      └──────────┴────────────────────────────────────┘ → the next epoch, within the budget
+//
+// Agree: the survivors register their last applied step and the epoch their
+// state is laid out in (elastic/membership.h). The run resumes at one past
+// the highest applied step. A survivor behind it — it missed the commit of
+// the last step, or holds the layout of an older epoch because a recovery
+// broke off during its move — is stale: it serves nothing and receives every
+// unit it holds, and the replicated tensors, from a holder at the resume
+// step (the transition plan's stale slots). No step is applied twice or
+// skipped; when no holder is left for some unit, the job stops (exit 3).
+// Prove agreement: every survivor's per-unit state hashes (train/state_hash.h)
+// are combined per replica and compared across replicas, and every copy of
+// the replicated tensors is compared: a mismatch stops the job; it is never
+// a warning. Then the new writer takes over the logs and training goes on.
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "elastic/membership.h"
+#include "train/ntp_trainer.h"
+
+namespace ntp::elastic {
+
+// The replicas disagree after a recovery, or another protocol invariant broke.
+class RecoveryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RecoveryOutcome {
+  bool leaving = false;      // this rank's replica no longer trains (or it was left out)
+  std::int64_t resume = 0;   // the next step to run
+};
+
+class Recovery {
+ public:
+  explicit Recovery(train::NtpTrainer& trainer);
+
+  // After `error` broke a step (or the start, or the finish): agree, move,
+  // prove, reconnect. Retries into the next epoch when a failure interrupts
+  // it, until elastic.max_recoveries is spent. Throws RecoveryError (a broken
+  // invariant, the budget spent, nobody lost), layout::UnitsLostError (exit 3)
+  // or std::runtime_error (a deadline).
+  RecoveryOutcome recover(const std::string& error);
+
+  // Test hook: called once per recovery attempt after the agreement.
+  void set_fault_point(std::function<void()> fn) { fault_point_ = std::move(fn); }
+
+ private:
+  RecoveryOutcome attempt(const std::string& error, double start);
+  void prove_agreement(comm::Group& group, const std::vector<int>& survivors);
+
+  train::NtpTrainer& trainer_;
+  std::vector<int> members_;  // of the last agreed epoch
+  std::uint64_t next_epoch_ = 1;
+  std::int64_t recoveries_ = 0;
+  // The configuration of every agreed epoch: a survivor whose state is in an
+  // older epoch's layout is stale against the newest one.
+  std::map<std::uint64_t, train::ParallelConfig> configs_;
+  std::function<void()> fault_point_;
+};
+
+}  // namespace ntp::elastic

@@ -1,0 +1,106 @@
+#include "elastic/worker.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "comm/error.h"
+#include "comm/heartbeat.h"
+#include "elastic/recovery.h"
+#include "layout/errors.h"
+#include "train/faults.h"
+
+namespace ntp::elastic {
+namespace {
+
+// The failures this rank injects into itself, each fired once.
+class FaultPlan {
+ public:
+  FaultPlan(const train::Config& c, int rank, int ranks) {
+    std::vector<train::FaultSpec> all = train::parse_faults(c.test.failures);
+    for (const train::FaultSpec& f :
+         train::chaos_faults(c.test.chaos, static_cast<std::uint64_t>(c.test.chaos_seed), ranks, c.train.steps)) {
+      all.push_back(f);
+    }
+    if (c.test.kill_rank >= 0) all.push_back({static_cast<int>(c.test.kill_rank), c.test.kill_at_step, "start", SIGKILL});
+    for (const train::FaultSpec& f : all) {
+      if (f.rank == rank) mine_.push_back(f);
+    }
+  }
+
+  // In `phase` of step `step` ("recovery": at or after the step).
+  void fire(const train::NtpTrainer& trainer, std::int64_t step, const std::string& phase) {
+    for (train::FaultSpec& f : mine_) {
+      if (f.rank < 0 || f.phase != phase) continue;
+      if (phase == "recovery" ? step < f.step : step != f.step) continue;
+      trainer.event("failure_injected", {{"step", step}, {"phase", phase}, {"fault", train::to_string(f)}});
+      f.rank = -1;  // once
+      ::kill(::getpid(), f.signal);
+    }
+  }
+
+ private:
+  std::vector<train::FaultSpec> mine_;
+};
+
+int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan& faults) {
+  Recovery recovery(trainer);
+  std::int64_t current = 0;
+  recovery.set_fault_point([&] { faults.fire(trainer, current, "recovery"); });
+  trainer.set_fault_point([&](std::int64_t s, train::StepPhase phase) {
+    faults.fire(trainer, s, train::to_string(phase));
+  });
+  bool connected = false;
+  std::int64_t s = 0;
+  while (true) {
+    current = s;
+    try {
+      if (!connected) {
+        trainer.connect();
+        connected = true;
+      }
+      if (s < config.train.steps) {
+        trainer.step(s);
+        ++s;
+        continue;
+      }
+      trainer.finish();
+      return 0;
+    } catch (const comm::CommError& e) {
+      if (!config.elastic.recover) throw;
+      const RecoveryOutcome outcome = recovery.recover(e.what());
+      if (outcome.leaving) return 0;
+      connected = true;
+      s = outcome.resume;
+    }
+  }
+}
+
+}  // namespace
+
+int run_worker(const train::Config& config, const std::filesystem::path& run_dir,
+               const train::WorkerOptions& options) {
+  train::NtpTrainer trainer(config, run_dir, options);
+  // The launcher fences a rank whose beats stop (a stopped or wedged process).
+  const auto interval = std::chrono::milliseconds(
+      std::max<long>(50, static_cast<long>(config.deadline.heartbeat_s * 1000 / 5)));
+  comm::Heartbeat heartbeat(trainer.store(), options.rank, interval);
+  FaultPlan faults(config, options.rank, options.world_size);
+  try {
+    const int code = run_loop(trainer, config, faults);
+    trainer.restore_power("exit");
+    return code;
+  } catch (const layout::UnitsLostError& e) {
+    trainer.event("run_stopped", {{"reason", e.what()}});
+    trainer.restore_power("error");
+    std::fprintf(stderr, "rank %d: %s\n", options.rank, e.what());
+    return kExitUnitsLost;
+  } catch (const std::exception& e) {
+    trainer.event("run_stopped", {{"reason", e.what()}});
+    trainer.restore_power("error");
+    throw;
+  }
+}
+
+}  // namespace ntp::elastic

@@ -1,0 +1,21 @@
+#pragma once
+// One worker process of `ntp train`: the step loop, driven through the
+// recovery protocol (elastic/recovery.h) when elastic.recover is on, with a
+// heartbeat to the store for the launcher's hang detection and the failures
+// of test.failures / test.chaos injected as real signals.
+#include <filesystem>
+
+#include "train/ntp_trainer.h"
+
+namespace ntp::elastic {
+
+// Exit code of a worker whose units no survivor holds any more (the job
+// cannot go on in-job): `ntp train` then exits 3 as well.
+inline constexpr int kExitUnitsLost = 3;
+
+// Runs the worker's whole life; returns its exit code. Throws on errors
+// (exit 1 from main).
+int run_worker(const train::Config& config, const std::filesystem::path& run_dir,
+               const train::WorkerOptions& options);
+
+}  // namespace ntp::elastic

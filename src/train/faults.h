@@ -1,0 +1,38 @@
+#pragma once
+// Failures to inject into a run (test.failures, test.chaos): each one a real
+// signal that a worker sends itself at a chosen phase of a chosen step. The
+// other workers are not told; they find out the way they would on a cluster.
+//
+//   test.failures = "3@5:commit:KILL; 1@8:forward:STOP; 2@9:recovery"
+//
+// RANK@STEP:PHASE[:SIGNAL]. PHASE is one of start, forward, backward, sync,
+// commit (after the commit collective, before the local update), optimizer
+// (inside the update) or recovery (during the first recovery the rank takes
+// part in at or after STEP). SIGNAL is KILL (default) or STOP.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ntp::train {
+
+struct FaultSpec {
+  int rank = 0;
+  std::int64_t step = 0;
+  std::string phase = "start";
+  int signal = 9;  // SIGKILL or SIGSTOP
+  bool operator==(const FaultSpec&) const = default;
+};
+
+extern const std::vector<std::string> kFaultPhases;
+
+// Throws std::invalid_argument naming the entry and what is wrong with it.
+std::vector<FaultSpec> parse_faults(const std::string& text);
+
+// `count` random failures over ranks [0, ranks) and steps [1, steps), each at a
+// random phase with a random signal; the same seed gives the same list. At
+// most one failure per rank (a dead rank cannot fail again).
+std::vector<FaultSpec> chaos_faults(std::int64_t count, std::uint64_t seed, int ranks, std::int64_t steps);
+
+std::string to_string(const FaultSpec& fault);
+
+}  // namespace ntp::train

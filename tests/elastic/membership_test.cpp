@@ -1,0 +1,125 @@
+// Membership agreement through a real file store, one thread per rank.
+#include "elastic/membership.h"
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace ntp::elastic {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ntp_membership_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    store_ = comm::open_store("file:" + dir_.string());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::future<Membership> agree(int rank, std::vector<int> members, std::int64_t applied = 4,
+                                milliseconds wait_for_blocked = milliseconds(5000)) {
+    MembershipOptions o;
+    o.rank = rank;
+    o.members = std::move(members);
+    o.epoch = 1;
+    o.applied = applied;
+    o.settle = milliseconds(50);
+    o.wait_for_blocked = wait_for_blocked;
+    o.deadline = milliseconds(10000);
+    return std::async(std::launch::async, [this, o] { return agree_membership(*store_, o); });
+  }
+
+  fs::path dir_;
+  std::shared_ptr<comm::Store> store_;
+};
+
+TEST_F(MembershipTest, SurvivorsAgreeWithoutTheDeadRankAndKnowEachOthersAppliedStep) {
+  store_->set(dead_key(1), comm::to_bytes("1"));
+  std::vector<std::future<Membership>> runs;
+  runs.push_back(agree(3, {0, 1, 2, 3}, 5));
+  runs.push_back(agree(0, {0, 1, 2, 3}, 4));
+  runs.push_back(agree(2, {0, 1, 2, 3}, 5));
+  for (auto& run : runs) {
+    const Membership m = run.get();
+    EXPECT_EQ(m.epoch, 1u);
+    EXPECT_EQ(m.ranks(), (std::vector<int>{0, 2, 3}));
+    EXPECT_EQ(m.lost, (std::vector<int>{1}));
+    ASSERT_EQ(m.survivors.size(), 3u);
+    EXPECT_EQ(m.survivors[0].applied, 4);  // rank 0 missed the last commit
+    EXPECT_EQ(m.survivors[1].applied, 5);
+  }
+}
+
+TEST_F(MembershipTest, DeathsWithinTheSettleWindowMakeOneReconfiguration) {
+  store_->set(dead_key(0), comm::to_bytes("1"));
+  auto a = agree(1, {0, 1, 2, 3});
+  auto b = agree(3, {0, 1, 2, 3});
+  // Rank 2 registered, then died before anyone published.
+  store_->set("ntp/e1/alive/2", comm::to_bytes("4 0"));
+  store_->set(dead_key(2), comm::to_bytes("1"));
+  EXPECT_EQ(a.get().ranks(), (std::vector<int>{1, 3}));
+  EXPECT_EQ(b.get().lost, (std::vector<int>{0, 2}));
+}
+
+TEST_F(MembershipTest, AMemberSilentTooLongIsFencedAndLeftOut) {
+  auto a = agree(0, {0, 1, 2}, 4, milliseconds(300));
+  auto b = agree(2, {0, 1, 2}, 4, milliseconds(300));
+  EXPECT_EQ(a.get().lost, (std::vector<int>{1}));
+  EXPECT_EQ(b.get().ranks(), (std::vector<int>{0, 2}));
+  // The launcher is asked to kill it...
+  EXPECT_TRUE(store_->try_get(fence_key(1)).has_value());
+  // ...and if it shows up anyway, it learns it was left out.
+  MembershipOptions late;
+  late.rank = 1;
+  late.members = {0, 1, 2};
+  late.epoch = 1;
+  EXPECT_THROW(agree_membership(*store_, late), LeftOutError);
+}
+
+TEST_F(MembershipTest, ThePublicationIsCompareAndSetTheFirstOneWins) {
+  // A survivor that thinks it decides alone cannot overwrite an earlier decision.
+  store_->create("ntp/e1/members", comm::to_bytes("0:4:0,2:4:0"));
+  auto late = agree(1, {0, 1, 2});
+  EXPECT_THROW(late.get(), LeftOutError);
+  auto member = agree(2, {0, 1, 2});
+  EXPECT_EQ(member.get().ranks(), (std::vector<int>{0, 2}));
+}
+
+TEST_F(MembershipTest, ManySurvivorsRacingToPublishAllAdoptOneList) {
+  std::vector<std::future<Membership>> runs;
+  std::vector<int> members;
+  for (int r = 0; r < 12; ++r) members.push_back(r);
+  store_->set(dead_key(5), comm::to_bytes("1"));
+  for (int r = 0; r < 12; ++r) {
+    if (r != 5) runs.push_back(agree(r, members));
+  }
+  std::vector<int> first;
+  for (auto& run : runs) {
+    const std::vector<int> ranks = run.get().ranks();
+    if (first.empty()) first = ranks;
+    EXPECT_EQ(ranks, first);
+  }
+  EXPECT_EQ(first.size(), 11u);
+}
+
+TEST_F(MembershipTest, NoAgreementByTheDeadlineIsAnErrorNotAHang) {
+  MembershipOptions o;
+  o.rank = 0;
+  o.members = {0, 1};
+  o.epoch = 1;
+  o.wait_for_blocked = milliseconds(60000);
+  o.deadline = milliseconds(300);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(agree_membership(*store_, o), std::runtime_error);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+}  // namespace
+}  // namespace ntp::elastic
