@@ -82,13 +82,6 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start) {
     return {true, 0};
   }
   if (fault_point_) fault_point_();
-  if (agreed.lost.empty()) {
-    throw RecoveryError(fmt::format(
-        "rank {}: a collective failed ({}) but no rank was lost: not recovering (is deadline.collective_s "
-        "too short for a step?)",
-        trainer_.rank(), error));
-  }
-
   // The resume step and who holds state at it, in which layout.
   std::int64_t newest = -1;
   std::uint64_t from_epoch = 0;
@@ -105,6 +98,12 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start) {
     if (is_stale) stale.push_back({place.replica, place.slot});
     if (!is_stale && !fresh) fresh = s.rank;
     if (s.rank == trainer_.rank()) me_stale = is_stale;
+  }
+  if (agreed.lost.empty() && stale.empty()) {
+    throw RecoveryError(fmt::format(
+        "rank {}: a collective failed ({}) but no rank was lost and none is behind: not recovering (is "
+        "deadline.collective_s too short for a step?)",
+        trainer_.rank(), error));
   }
   const train::ParallelConfig& last = configs_.rbegin()->second;
   const train::ParallelConfig next = without(last, agreed.lost, trainer_.places());

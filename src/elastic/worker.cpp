@@ -36,6 +36,10 @@ class FaultPlan {
       if (phase == "recovery" ? step < f.step : step != f.step) continue;
       trainer.event("failure_injected", {{"step", step}, {"phase", phase}, {"fault", train::to_string(f)}});
       f.rank = -1;  // once
+      if (f.signal == train::kLag) {
+        throw comm::CommError({comm::CommErrorKind::kBroken, "world", trainer.epoch(), trainer.rank(), -1,
+                               "all_gather", "test.failures LAG: the commit collective failed on this rank"});
+      }
       ::kill(::getpid(), f.signal);
     }
   }

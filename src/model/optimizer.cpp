@@ -58,6 +58,7 @@ StepStats AdamW::step_with_norm(Model& model, float lr, double grad_norm) {
   float* p = model.params().data();
   const float* g = model.grads().data();
   for (const TensorSpec& t : layout.tensors()) {  // one pass; tensors are contiguous ranges
+    if (t.name == frozen_for_test_) continue;
     s.weight_decay = t.weight_decay ? config_.weight_decay : 0.0f;
     tensor::adamw_update(model.context(), p + t.offset, g + t.offset, m_.data() + t.offset,
                          v_.data() + t.offset, t.count, s);

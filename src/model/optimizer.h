@@ -5,6 +5,7 @@
 // move them unit by unit along with the parameters (see reshard.h).
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "model/model.h"
 #include "tensor/buffer.h"
@@ -49,12 +50,15 @@ class AdamW {
   // The same with the global gradient norm already known (the distributed
   // trainer agrees on it before the step commits); clipping uses it.
   StepStats step_with_norm(Model& model, float lr, double grad_norm);
+  // Test hook (a mutation the checkers must catch): never update this tensor.
+  void freeze_for_test(std::string tensor) { frozen_for_test_ = std::move(tensor); }
 
  private:
   AdamWConfig config_;
   tensor::Buffer m_;
   tensor::Buffer v_;
   std::int64_t steps_ = 0;
+  std::string frozen_for_test_;
 };
 
 }  // namespace ntp::model

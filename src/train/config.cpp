@@ -1,10 +1,12 @@
 #include "train/config.h"
 
 #include "train/faults.h"
+#include "train/mutations.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -294,6 +296,13 @@ const std::vector<KeyDef>& schema() {
       int_key("test.chaos", "failure injection: this many random failures (test.chaos_seed)",
               NTP_FIELD(test.chaos)),
       int_key("test.chaos_seed", "seed of test.chaos", NTP_FIELD(test.chaos_seed)),
+      string_key("test.mutation",
+                 "a deliberate bug for the checkers' own tests (needs NTP_TEST_MUTATIONS=1): "
+                 "ln_frozen | update_x1.01 | local_loss_scale | sample_twice | sample_skipped | "
+                 "replicated_unsynced | unit_drift | skip_roll_forward",
+                 NTP_FIELD(test.mutation)),
+      int_key("test.mutation_rank", "the rank that carries test.mutation; -1 = every rank",
+              NTP_FIELD(test.mutation_rank)),
       int_key("test.kill_rank", "failure injection: this global rank kills itself; -1 = off",
               NTP_FIELD(test.kill_rank)),
       int_key("test.kill_at_step", "failure injection: at the start of this step",
@@ -449,6 +458,13 @@ void validate_rest(const Config& c) {
                       "able to wait out a member still blocked in a collective",
                       c.deadline.collective_s + 2 * c.elastic.settle_s));
   require(c.test.chaos >= 0, "test.chaos", "must be >= 0");
+  if (!c.test.mutation.empty()) {
+    require(parse_mutation(c.test.mutation) != Mutation::kNone, "test.mutation",
+            fmt::format("unknown mutation '{}' ({})", c.test.mutation, mutation_list()));
+    const char* allowed = std::getenv("NTP_TEST_MUTATIONS");
+    require(allowed != nullptr && std::string(allowed) == "1", "test.mutation",
+            "a deliberate bug for testing the checkers; refused unless NTP_TEST_MUTATIONS=1 is set");
+  }
   std::vector<FaultSpec> faults;
   try {
     faults = parse_faults(c.test.failures);

@@ -122,6 +122,11 @@ struct TestConfig {
   std::string failures;
   std::int64_t chaos = 0;       // that many random failures, drawn from chaos_seed
   std::int64_t chaos_seed = 1;
+  // A deliberate bug that --verify or the recovery proof must catch
+  // (train/mutations.h); allowed only with NTP_TEST_MUTATIONS=1 in the
+  // environment, so a real run can never carry one.
+  std::string mutation;
+  std::int64_t mutation_rank = -1;  // the rank that carries it; -1 = every rank
   bool operator==(const TestConfig&) const = default;
 };
 

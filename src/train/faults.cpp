@@ -58,8 +58,11 @@ FaultSpec parse_one(const std::string& entry) {
       f.signal = SIGKILL;
     } else if (parts[2] == "STOP") {
       f.signal = SIGSTOP;
+    } else if (parts[2] == "LAG" && f.phase == "commit") {
+      f.signal = kLag;
     } else {
-      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL or STOP", entry, parts[2]));
+      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL or STOP (or LAG, at commit)", entry,
+                                              parts[2]));
     }
   }
   return f;
@@ -98,7 +101,8 @@ std::vector<FaultSpec> chaos_faults(std::int64_t count, std::uint64_t seed, int 
 }
 
 std::string to_string(const FaultSpec& f) {
-  return fmt::format("{}@{}:{}:{}", f.rank, f.step, f.phase, f.signal == SIGSTOP ? "STOP" : "KILL");
+  return fmt::format("{}@{}:{}:{}", f.rank, f.step, f.phase,
+                     f.signal == SIGSTOP ? "STOP" : f.signal == kLag ? "LAG" : "KILL");
 }
 
 }  // namespace ntp::train

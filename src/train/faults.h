@@ -8,18 +8,23 @@
 // RANK@STEP:PHASE[:SIGNAL]. PHASE is one of start, forward, backward, sync,
 // commit (after the commit collective, before the local update), optimizer
 // (inside the update) or recovery (during the first recovery the rank takes
-// part in at or after STEP). SIGNAL is KILL (default) or STOP.
+// part in at or after STEP). SIGNAL is KILL (default) or STOP; or, at commit
+// only, LAG: no signal, the rank acts as if the commit collective had failed
+// on it while the others completed it (a partial commit: it falls one step
+// behind and recovery must roll it forward).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ntp::train {
 
+constexpr int kLag = 0;  // FaultSpec::signal of LAG
+
 struct FaultSpec {
   int rank = 0;
   std::int64_t step = 0;
   std::string phase = "start";
-  int signal = 9;  // SIGKILL or SIGSTOP
+  int signal = 9;  // SIGKILL, SIGSTOP or kLag
   bool operator==(const FaultSpec&) const = default;
 };
 

@@ -178,6 +178,7 @@ void GradSync::replicated_broadcast(std::span<float> grads) {
     buffer += spec.count;
   }
   tp_.broadcast(comm::View(replicated_), 0);
+  if (keep_replicated_) return;
   const float* in = replicated_.data();
   for (const TensorSpec& spec : tensors()) {
     if (spec.kind != UnitKind::kReplicated) continue;

@@ -50,6 +50,10 @@ class GradSync {
   // Test hook: swap two units of the sync layout on this rank (mis-pairing the
   // reshard), to show that --verify catches it. Off by default.
   void mispair_for_test(bool on) { mispair_ = on; }
+  // Test hook: this rank takes part in the broadcast of the replicated
+  // gradients but keeps its own (unsynced) copy, so its replicated tensors
+  // drift from the other slots'; the holder check must catch it.
+  void keep_replicated_for_test(bool on) { keep_replicated_ = on; }
 
  private:
   struct Transfer {
@@ -81,6 +85,7 @@ class GradSync {
   std::vector<float> sync_buffer_;
   std::vector<float> replicated_;
   bool mispair_ = false;
+  bool keep_replicated_ = false;
 };
 
 }  // namespace ntp::train

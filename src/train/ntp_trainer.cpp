@@ -213,6 +213,9 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
         options.world_size, places_.size()));
   }
   me_ = places_.at(static_cast<std::size_t>(options.rank));
+  if (config.test.mutation_rank < 0 || config.test.mutation_rank == options.rank) {
+    mutation_ = parse_mutation(config.test.mutation);
+  }
   members_ = training_ranks(parallel_);
   writer_rank_ = members_.front();
   impl_ = std::make_unique<Impl>(
@@ -232,6 +235,7 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
     model::scatter_from_full(full, x.setup.init_params, x.model->layout(), x.model->params());
   }
   x.optimizer = std::make_unique<model::AdamW>(adamw_config(config.train), x.model->layout());
+  if (mutation_ == Mutation::kLnFrozen) x.optimizer->freeze_for_test("h0.ln1_w");
   x.full = std::make_unique<model::ParameterLayout>(x.setup.gpt, model::Shard::full(x.setup.gpt));
   x.run.event("rank_ready", {{"rank", options.rank},
                              {"replica", me_.replica},
@@ -298,6 +302,7 @@ void NtpTrainer::connect() {
   x.sync = std::make_unique<OverlappedSync>(x.model->layout(), *x.full, x.layout.views, x.layout.active,
                                             *x.tp_sync, x.dp.get(), config_.sync.bucket_mb);
   x.sync->mispair_for_test(options_.mispair_rank == options_.rank);
+  x.sync->keep_replicated_for_test(mutation_ == Mutation::kReplicatedUnsynced);
 }
 
 void NtpTrainer::drop_groups() {
@@ -325,9 +330,13 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   const bool traced = s >= x.first_traced && s < x.first_traced + config_.run.trace_steps;
   const std::int64_t T = x.setup.seq_len;
   const auto parts = assign_samples(x.schedule.step_samples(s), x.shares);
-  const std::vector<std::int64_t>& mine = parts[static_cast<std::size_t>(me_.replica)];
+  std::vector<std::int64_t> mine = parts[static_cast<std::size_t>(me_.replica)];
+  mutate_samples(s, mine);
   x.model->zero_grad();
-  x.model->set_loss_scale(1.0f / static_cast<float>(config_.train.global_batch * T));
+  x.model->set_loss_scale(1.0f / static_cast<float>(
+                                     (mutation_ == Mutation::kLocalLossScale ? static_cast<std::int64_t>(mine.size())
+                                                                             : config_.train.global_batch) *
+                                     T));
   double loss_sum = 0;
   std::vector<std::int32_t> inputs;
   std::vector<std::int32_t> targets;
@@ -394,7 +403,8 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   const double opt_start = unix_time_s();
   fault(StepPhase::kOptimizer);
   if (std::isfinite(m.loss) && std::isfinite(m.grad_norm)) {
-    x.optimizer->step_with_norm(*x.model, static_cast<float>(m.lr), m.grad_norm);
+    const double lr = mutation_ == Mutation::kUpdateScaled ? m.lr * 1.01 : m.lr;
+    x.optimizer->step_with_norm(*x.model, static_cast<float>(lr), m.grad_norm);
   } else {
     m.skipped = true;
   }
@@ -472,7 +482,7 @@ StateMoveStats NtpTrainer::move_state(const ParallelConfig& next, const KindPlan
   StateMoveRank mover;
   mover.from = layout::SlotRef{me_.replica, me_.slot};
   if (trains(next, me_.replica)) mover.to = layout::SlotRef{me_.replica, me_.slot};
-  mover.stale = stale;
+  mover.stale = stale && mutation_ != Mutation::kSkipRollForward;
   mover.group_rank_of = [&](layout::SlotRef slot) {
     const int global = global_rank_of(slot);
     return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), global) - survivors.begin());
@@ -486,8 +496,22 @@ KindPlans NtpTrainer::plans(const ParallelConfig& from, const ParallelConfig& ne
   return transition_plans(from, next, impl_->setup.gpt, stale);
 }
 
+void NtpTrainer::mutate_samples(std::int64_t s, std::vector<std::int64_t>& mine) const {
+  if (s != 1 || me_.replica != 0 || mine.size() < 2) return;
+  if (mutation_ == Mutation::kSampleTwice) mine[1] = mine[0];
+  if (mutation_ == Mutation::kSampleSkipped) mine.pop_back();
+}
+
 void NtpTrainer::finish() {
   Impl& x = *impl_;
+  if (mutation_ == Mutation::kUnitDrift) {
+    for (const model::TensorSpec& spec : x.model->layout().tensors()) {
+      if (spec.kind == model::UnitKind::kReplicated || spec.count == 0) continue;
+      float& value = x.model->params()[static_cast<std::size_t>(spec.offset)];
+      value = std::nextafter(value, 1e30f);
+      break;
+    }
+  }
   // The writer's replica holds every unit once: sum its ranks' pieces into a full buffer.
   std::vector<float> values(static_cast<std::size_t>(x.full->size()), 0.0f);
   const RankPlace writer_place = places_.at(static_cast<std::size_t>(writer_rank_));

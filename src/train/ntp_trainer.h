@@ -32,6 +32,7 @@
 #include "layout/transition.h"
 #include "train/config.h"
 #include "train/metrics.h"
+#include "train/mutations.h"
 #include "train/state_hash.h"
 #include "train/state_move.h"
 
@@ -166,6 +167,9 @@ class NtpTrainer {
 
  private:
   struct Impl;
+  // test.mutation's sample faults at step 1 (train/mutations.h).
+  void mutate_samples(std::int64_t s, std::vector<std::int64_t>& mine) const;
+
   const Config& config_;
   WorkerOptions options_;
   std::vector<RankPlace> places_;
@@ -178,6 +182,7 @@ class NtpTrainer {
   std::optional<StepMetrics> last_metrics_;
   std::optional<std::vector<std::vector<std::int64_t>>> last_parts_;
   std::function<void(std::int64_t, StepPhase)> fault_point_;
+  Mutation mutation_ = Mutation::kNone;  // test.mutation, when this rank carries it
   std::shared_ptr<comm::Store> store_;
   std::unique_ptr<Impl> impl_;
 };

@@ -41,6 +41,7 @@ GradSync& OverlappedSync::bucket(Range range) {
   if (!slot) {
     slot = std::make_unique<GradSync>(layout_, views_, active_, tp_, dp_, range.first, range.second);
     slot->mispair_for_test(mispair_);
+    slot->keep_replicated_for_test(keep_replicated_);
   }
   return *slot;
 }

@@ -51,6 +51,7 @@ class OverlappedSync {
   SyncTotals finish();
 
   void mispair_for_test(bool on) { mispair_ = on; }
+  void keep_replicated_for_test(bool on) { keep_replicated_ = on; }
 
  private:
   using Range = std::pair<std::size_t, std::size_t>;
@@ -66,6 +67,7 @@ class OverlappedSync {
   comm::Group* dp_;
   double bucket_bytes_;
   bool mispair_ = false;
+  bool keep_replicated_ = false;
 
   std::map<Range, std::unique_ptr<GradSync>> buckets_;  // built on first use, then reused
   std::span<float> grads_;

@@ -501,7 +501,9 @@ VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolera
   result.updates = compare_updates(full, initial, trained.params, reference.params(), tolerance, zero_grad_bound);
   result.holders = check_holders(run_dir, steps, reference.setup().gpt);
 
-  for (const auto* list : {&result.updates.failures, &scalar_failures, &result.samples.failures, &result.holders.failures}) {
+  // The most specific first (output lists may be cut short): the samples,
+  // the per-step scalars, the holders, then the tensors.
+  for (const auto* list : {&result.samples.failures, &scalar_failures, &result.holders.failures, &result.updates.failures}) {
     result.failures.insert(result.failures.end(), list->begin(), list->end());
   }
   result.pass = result.failures.empty();

@@ -117,6 +117,8 @@ struct FaultCase {
   std::string sets;
 };
 
+void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.name; }
+
 class RecoveryFaultTest : public RecoveryCliTest, public ::testing::WithParamInterface<FaultCase> {};
 
 TEST_P(RecoveryFaultTest, RecoversAndVerifies) {
@@ -139,6 +141,13 @@ INSTANTIATE_TEST_SUITE_P(
         // The writer dies right after the commit: the next writer logs step 2.
         FaultCase{"writer_killed_in_commit", "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"0@2:commit\"'"},
         FaultCase{"death_at_step_0", "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"2@0:start\"'"},
+        // A partial commit: rank 1 misses the commit of step 2 that the others
+        // applied; it is rolled forward from replica 1 (nobody died).
+        FaultCase{"behind_after_a_partial_commit",
+                  "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"1@2:commit:LAG\"'"},
+        // The same while rank 2 dies: rank 1's units come from rank 3, rank 2's from rank 0.
+        FaultCase{"behind_and_a_death",
+                  "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"1@2:commit:LAG; 2@2:commit\"'"},
         // Stopped, not dead: the launcher's heartbeat check fences it.
         FaultCase{"stop_in_forward", "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"1@2:forward:STOP\"'"},
         FaultCase{"stop_in_sync", "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"3@2:sync:STOP\"'"},
@@ -177,6 +186,16 @@ TEST_F(RecoveryCliTest, AFailureWhereNoHolderIsLeftStopsWithExit3NamingTheUnits)
   std::ifstream summary(dir_ / "summary.json");
   ASSERT_TRUE(summary) << "a failed run still writes summary.json";
   EXPECT_EQ(nlohmann::json::parse(summary)["status"], "failed");
+}
+
+// Rank 1 is behind and rank 3, the only other holder of its units, died: no
+// holder at the resume step is left for them. A clean stop, never a mix of steps.
+TEST_F(RecoveryCliTest, ABehindRankWhoseUnitsHaveNoFreshHolderStopsWithExit3) {
+  const TrainRun run = train(dir_, "--set train.steps=6 --set parallel.dp=2 --set parallel.tp=2"
+                                   " --set 'test.failures=\"1@2:commit:LAG; 3@2:commit\"'");
+  ASSERT_NE(run.code, 137) << stall_report(dir_);
+  EXPECT_EQ(run.code, 3) << run.output;
+  EXPECT_NE(run.output.find("no surviving holder at the resume step"), std::string::npos) << run.output;
 }
 
 TEST_F(RecoveryCliTest, ContradictoryDeadlinesAreRejectedBeforeAnyWorkerStarts) {

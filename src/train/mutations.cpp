@@ -1,0 +1,35 @@
+#include "train/mutations.h"
+
+#include <array>
+#include <utility>
+
+namespace ntp::train {
+namespace {
+
+constexpr std::array<std::pair<const char*, Mutation>, 8> kNames = {{
+    {"ln_frozen", Mutation::kLnFrozen},
+    {"update_x1.01", Mutation::kUpdateScaled},
+    {"local_loss_scale", Mutation::kLocalLossScale},
+    {"sample_twice", Mutation::kSampleTwice},
+    {"sample_skipped", Mutation::kSampleSkipped},
+    {"replicated_unsynced", Mutation::kReplicatedUnsynced},
+    {"unit_drift", Mutation::kUnitDrift},
+    {"skip_roll_forward", Mutation::kSkipRollForward},
+}};
+
+}  // namespace
+
+Mutation parse_mutation(const std::string& name) {
+  for (const auto& [text, m] : kNames) {
+    if (name == text) return m;
+  }
+  return Mutation::kNone;
+}
+
+std::string mutation_list() {
+  std::string out;
+  for (const auto& [text, m] : kNames) out += (out.empty() ? "" : " | ") + std::string(text);
+  return out;
+}
+
+}  // namespace ntp::train

@@ -1,0 +1,40 @@
+#pragma once
+// Deliberate bugs, one at a time, that the checkers must catch (their own
+// tests: a checker never shown to fail proves nothing). Each is switched on
+// by test.mutation, which the configuration refuses unless the environment
+// has NTP_TEST_MUTATIONS=1, so no real run can carry one.
+//
+//   ln_frozen            h0.ln1_w is never updated (AdamW skips it)
+//   update_x1.01         every update is 1 % too large (lr x 1.01)
+//   local_loss_scale     the loss is scaled by the replica's tokens, not the
+//                        global batch's (DESIGN §9's pitfall)
+//   sample_twice         at step 1, replica 0 trains its first sample twice
+//                        instead of its second one
+//   sample_skipped       at step 1, replica 0 leaves its last sample out
+//   replicated_unsynced  the rank keeps its own replicated gradients instead
+//                        of the synced ones (an extra slot left out of the sync)
+//   unit_drift           at the end, the rank's copy of its first unit is one
+//                        ulp off (only a cross-replica hash can see it)
+//   skip_roll_forward    a rank behind after a partial commit keeps its
+//                        outdated units (the recovery proof must stop it)
+#include <string>
+
+namespace ntp::train {
+
+enum class Mutation {
+  kNone,
+  kLnFrozen,
+  kUpdateScaled,
+  kLocalLossScale,
+  kSampleTwice,
+  kSampleSkipped,
+  kReplicatedUnsynced,
+  kUnitDrift,
+  kSkipRollForward,
+};
+
+// kNone for "" and for an unknown name.
+Mutation parse_mutation(const std::string& name);
+std::string mutation_list();
+
+}  // namespace ntp::train
