@@ -85,6 +85,7 @@ struct SpawnPlan {
   std::vector<std::string> args;
   std::vector<std::string> env;
   std::string log_path;
+  bool append_log = false;
 };
 
 pid_t spawn(const SpawnPlan& plan) {
@@ -103,7 +104,7 @@ pid_t spawn(const SpawnPlan& plan) {
     if (::getppid() != parent) ::_exit(126);  // the launcher is already gone
     for (int sig : kForwardedSignals) ::signal(sig, SIG_DFL);
     if (!plan.log_path.empty()) {
-      const int fd = ::open(plan.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int fd = ::open(plan.log_path.c_str(), O_WRONLY | O_CREAT | (plan.append_log ? O_APPEND : O_TRUNC), 0644);
       if (fd >= 0) {
         ::dup2(fd, STDOUT_FILENO);
         ::dup2(fd, STDERR_FILENO);
@@ -126,14 +127,16 @@ std::string signal_name(int sig) {
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& options, LaunchResult& result)
-      : options_(options), result_(result) {}
+  using Spawn = std::function<pid_t(int local_rank, bool restart)>;
+  Supervisor(const LaunchOptions& options, LaunchResult& result, Spawn spawn)
+      : options_(options), result_(result), spawn_(std::move(spawn)) {}
 
   void run() {
     auto last_tick = Clock::now();
     while (any_running()) {
       forward_received_signal();
       reap();
+      restart();
       escalate();
       if (options_.on_tick && Clock::now() - last_tick > std::chrono::milliseconds(100)) {
         options_.on_tick();
@@ -199,6 +202,21 @@ class Supervisor {
     }
   }
 
+  // Starts again the ranks the caller asks for, unless the job is stopping.
+  void restart() {
+    if (!options_.restarts || result_.forwarded_signal != 0 || term_at_ != kNever) return;
+    for (int local : options_.restarts()) {
+      RankExit& r = result_.ranks.at(static_cast<std::size_t>(local));
+      if (r.running) continue;
+      result_.restarted.push_back(r);
+      RankExit fresh;
+      fresh.rank = r.rank;
+      fresh.pid = spawn_(local, true);
+      r = fresh;
+      if (options_.on_event) options_.on_event("worker_started", r);
+    }
+  }
+
   void escalate() {
     const auto now = Clock::now();
     if (now >= term_at_) {
@@ -213,6 +231,7 @@ class Supervisor {
 
   const LaunchOptions& options_;
   LaunchResult& result_;
+  Spawn spawn_;
   Clock::time_point started_ = Clock::now();
   static constexpr Clock::time_point kNever = Clock::time_point::max();
   Clock::time_point term_at_ = kNever;  // straggler deadline: then SIGTERM
@@ -321,20 +340,29 @@ LaunchResult launch(const LaunchOptions& options_in) {
 
   SignalCatcher catcher;
   LaunchResult result;
-  Supervisor supervisor(options, result);
-  for (int local = 0; local < options.nproc; ++local) {
+  const auto spawn_rank = [&](int local, bool restart) {
     SpawnPlan plan;
     plan.args = options.command;
     Environment env = launcher_env;
     for (auto& [name, value] : worker_env(options, local, cores, launcher_env)) env[name] = value;
+    if (restart) {
+      for (const auto& [name, value] : options.restart_env) env[name] = value;
+    }
     for (const auto& [name, value] : env) plan.env.push_back(name + "=" + value);
+    const int rank = options.node_rank * options.nproc + local;
+    if (!options.log_dir.empty()) {
+      // A restarted worker appends to its rank's log: the first life stays readable.
+      plan.log_path = (options.log_dir / fmt::format("rank-{}.log", rank)).string();
+      plan.append_log = restart;
+    }
+    return spawn(plan);
+  };
+  Supervisor supervisor(options, result, spawn_rank);
+  for (int local = 0; local < options.nproc; ++local) {
     RankExit record;
     record.rank = options.node_rank * options.nproc + local;
-    if (!options.log_dir.empty()) {
-      plan.log_path = (options.log_dir / fmt::format("rank-{}.log", record.rank)).string();
-    }
     try {
-      record.pid = spawn(plan);
+      record.pid = spawn_rank(local, false);
     } catch (...) {
       kill_started(result);
       throw;

@@ -47,6 +47,11 @@ struct LaunchOptions {
   std::function<void()> on_tick;
   // Called for "worker_started" and "worker_exited" with the rank's record.
   std::function<void(const std::string& event, const struct RankExit& record)> on_event;
+  // Polled every tick: local ranks whose worker has ended and must be started
+  // again (a repaired slot rejoining); they get `restart_env` on top of the
+  // usual environment. Their earlier records move to LaunchResult::restarted.
+  std::function<std::vector<int>()> restarts;
+  Environment restart_env;
 };
 
 struct RankExit {
@@ -64,7 +69,8 @@ struct RankExit {
 };
 
 struct LaunchResult {
-  std::vector<RankExit> ranks;
+  std::vector<RankExit> ranks;      // the last worker of each rank
+  std::vector<RankExit> restarted;  // earlier workers of ranks started again
   std::optional<int> first_failure;  // the rank whose failure stopped the job
   int forwarded_signal = 0;          // signal received by the launcher, if any
   bool ok() const;

@@ -1,6 +1,7 @@
 #include "elastic/membership.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -43,26 +44,41 @@ struct Census {
   std::vector<int> silent;           // neither registered nor dead
 };
 
+std::optional<Survivor> registration(comm::Store& store, const MembershipOptions& o, int rank) {
+  const auto value = store.try_get(epoch_key(o.epoch, fmt::format("alive/{}", rank)));
+  if (!value) return std::nullopt;
+  Survivor s{rank, -1, 0};
+  std::stringstream(comm::to_text(*value)) >> s.applied >> s.held_epoch;
+  return s;
+}
+
 Census take_census(comm::Store& store, const MembershipOptions& o) {
   Census c;
   for (int m : o.members) {
     if (store.try_get(dead_key(m))) continue;
-    if (const auto value = store.try_get(epoch_key(o.epoch, fmt::format("alive/{}", m)))) {
-      Survivor s{m, -1, 0};
-      std::stringstream(comm::to_text(*value)) >> s.applied >> s.held_epoch;
-      c.registered.push_back(s);
+    if (const auto s = registration(store, o, m)) {
+      c.registered.push_back(*s);
     } else {
       c.silent.push_back(m);
     }
   }
+  for (int m : o.candidates) {
+    if (store.try_get(dead_key(m))) continue;
+    if (const auto s = registration(store, o, m)) c.registered.push_back(*s);
+  }
+  std::sort(c.registered.begin(), c.registered.end(),
+            [](const Survivor& a, const Survivor& b) { return a.rank < b.rank; });
   return c;
 }
 
 Membership result(const MembershipOptions& o, std::vector<Survivor> survivors) {
-  Membership m{o.epoch, std::move(survivors), {}};
+  Membership m{o.epoch, std::move(survivors), {}, {}};
   const std::vector<int> ranks = m.ranks();
   for (int r : o.members) {
     if (!std::binary_search(ranks.begin(), ranks.end(), r)) m.lost.push_back(r);
+  }
+  for (int r : o.candidates) {
+    if (std::binary_search(ranks.begin(), ranks.end(), r)) m.joined.push_back(r);
   }
   return m;
 }

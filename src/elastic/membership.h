@@ -14,6 +14,10 @@
 // first publication wins, any later one is dropped, and everyone adopts the
 // winner. There is no leader to lose: any survivor may publish.
 //
+// A repaired rank that wants to come back is a candidate: it registers like a
+// survivor (nothing applied, no layout), and the list includes it if it
+// registered in time; it is never waited for.
+//
 // Store keys: "ntp/dead/<rank>" (the launcher), "ntp/fence/<rank>" (the
 // survivors, for the launcher), "ntp/e<E>/alive/<rank>" = "<applied> <held>",
 // "ntp/e<E>/members" = "<rank>:<applied>:<held>,...".
@@ -33,6 +37,9 @@ std::string fence_key(int rank);  // set by survivors: the launcher must kill `r
 struct MembershipOptions {
   int rank = 0;                  // this process's global rank
   std::vector<int> members;      // the global ranks of the failed epoch
+  // Ranks that may join (repaired slots): included when registered and not
+  // dead by the time the list is published, never waited for.
+  std::vector<int> candidates;
   std::uint64_t epoch = 1;       // the epoch being agreed on
   std::int64_t applied = -1;     // the last step this rank applied
   std::uint64_t held_epoch = 0;  // the epoch whose layout this rank's state is in
@@ -52,6 +59,7 @@ struct Membership {
   std::uint64_t epoch = 0;
   std::vector<Survivor> survivors;  // ascending rank
   std::vector<int> lost;            // members of the old epoch not among the survivors
+  std::vector<int> joined;          // candidates among the survivors
   std::vector<int> ranks() const;   // the survivors' ranks, ascending
 };
 

@@ -1,6 +1,7 @@
 #include "elastic/recovery.h"
 
 #include <algorithm>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -33,14 +34,105 @@ train::ParallelConfig without(const train::ParallelConfig& p, const std::vector<
   return next;
 }
 
+// The slots a rejoining rank would bring back: the last agreed configuration
+// with `joined` ranks' slots out of parallel.failed.
+train::ParallelConfig with(const train::ParallelConfig& p, const std::vector<int>& joined,
+                           const std::vector<train::RankPlace>& places) {
+  train::ParallelConfig next = p;
+  for (int rank : joined) {
+    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
+    std::vector<std::int64_t>& failed = next.failed[place.replica];
+    failed.erase(std::remove(failed.begin(), failed.end(), place.slot), failed.end());
+    if (failed.empty()) next.failed.erase(place.replica);
+  }
+  return next;
+}
+
+// parallel.failed as "replica:slot,slot;replica:slot" (the store's copy of an
+// epoch's configuration, for ranks that rejoin without its history).
+std::string failed_text(const train::ParallelConfig& p) {
+  std::string text;
+  for (const auto& [replica, slots] : p.failed) {
+    if (slots.empty()) continue;
+    text += fmt::format("{}{}:{}", text.empty() ? "" : ";", replica, fmt::join(slots, ","));
+  }
+  return text;
+}
+
+train::ParallelConfig parse_failed(const train::ParallelConfig& base, const std::string& text) {
+  train::ParallelConfig p = base;
+  p.failed.clear();
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ';');) {
+    const std::size_t colon = item.find(':');
+    std::vector<std::int64_t>& slots = p.failed[std::stoll(item.substr(0, colon))];
+    std::stringstream list(item.substr(colon + 1));
+    for (std::string slot; std::getline(list, slot, ',');) slots.push_back(std::stoll(slot));
+  }
+  return p;
+}
+
+std::string config_key(std::uint64_t epoch) { return fmt::format("ntp/e{}/config", epoch); }
+constexpr const char* kEpochKey = "ntp/epoch";
+
 }  // namespace
+
+std::string join_key(int rank) { return fmt::format("ntp/join/{}", rank); }
+std::string done_key() { return "ntp/done"; }
 
 Recovery::Recovery(train::NtpTrainer& trainer)
     : trainer_(trainer), members_(trainer.members()), next_epoch_(trainer.epoch() + 1) {
   configs_[trainer.epoch()] = trainer.parallel();
 }
 
-RecoveryOutcome Recovery::recover(const std::string& error) {
+const train::ParallelConfig& Recovery::config_of(std::uint64_t epoch) {
+  auto it = configs_.find(epoch);
+  if (it != configs_.end()) return it->second;
+  const auto text = trainer_.store()->try_get(config_key(epoch));
+  if (!text) throw RecoveryError(fmt::format("rank {}: the store has no configuration of epoch {}", trainer_.rank(), epoch));
+  return configs_[epoch] = parse_failed(trainer_.config().parallel, comm::to_text(*text));
+}
+
+std::vector<int> Recovery::candidates() const {
+  std::vector<int> out;
+  if (!trainer_.config().elastic.rejoin) return out;
+  for (int r = 0; r < static_cast<int>(trainer_.places().size()); ++r) {
+    if (!std::binary_search(members_.begin(), members_.end(), r)) out.push_back(r);
+  }
+  return out;
+}
+
+RecoveryOutcome Recovery::recover(const std::string& error) { return run(error, true); }
+
+RecoveryOutcome Recovery::grow() { return run("a repaired rank asks to rejoin", false); }
+
+RecoveryOutcome Recovery::join() {
+  const std::shared_ptr<comm::Store> store = trainer_.store();
+  const train::Config& config = trainer_.config();
+  store->set(join_key(trainer_.rank()), comm::to_bytes("1"));
+  trainer_.event("rank_rejoining", {{"applied_step", trainer_.applied_step()}});
+  const double start = unix_time_s();
+  while (unix_time_s() - start < config.deadline.rendezvous_s + config.deadline.collective_s) {
+    if (store->try_get(done_key())) break;  // the run ended before this rank got in
+    std::uint64_t latest = 0;
+    if (const auto text = store->try_get(kEpochKey)) latest = std::stoull(comm::to_text(*text));
+    members_ = trainer_.training_ranks(config_of(latest));
+    next_epoch_ = latest + 1;
+    configs_.erase(configs_.begin(), configs_.lower_bound(latest));
+    try {
+      return attempt("rejoin", unix_time_s(), false);
+    } catch (const LeftOutError&) {
+      continue;  // that epoch was agreed without this rank: the next one
+    } catch (const comm::CommError&) {
+      continue;  // a failure while it joined: the survivors recover, it tries again
+    }
+  }
+  store->erase(join_key(trainer_.rank()));
+  trainer_.event("rank_left", {{"reason", "the run did not take this rank back before it ended or in time"}});
+  return {true, 0};
+}
+
+RecoveryOutcome Recovery::run(const std::string& error, bool failure) {
   const double start = unix_time_s();
   std::string cause = error;
   while (true) {
@@ -51,35 +143,39 @@ RecoveryOutcome Recovery::recover(const std::string& error) {
     }
     ++recoveries_;
     try {
-      return attempt(cause, start);
+      return attempt(cause, start, failure);
+    } catch (const LeftOutError& e) {
+      trainer_.event("rank_left", {{"reason", e.what()}});
+      return {true, 0};
     } catch (const comm::CommError& e) {
       cause = e.what();  // a failure during the recovery: the next epoch takes it over
+      failure = true;
     }
   }
 }
 
-RecoveryOutcome Recovery::attempt(const std::string& error, double start) {
+RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool failure) {
   const train::Config& config = trainer_.config();
   const std::uint64_t epoch = next_epoch_++;
-  trainer_.event("failure_detected", {{"epoch", epoch - 1}, {"applied_step", trainer_.applied_step()},
-                                      {"error", error}, {"seconds", unix_time_s() - start}});
+  if (failure) {
+    trainer_.event("failure_detected", {{"epoch", epoch - 1}, {"applied_step", trainer_.applied_step()},
+                                        {"error", error}, {"seconds", unix_time_s() - start}});
+  }
   trainer_.drop_groups();
 
   MembershipOptions mo;
   mo.rank = trainer_.rank();
   mo.members = members_;
+  mo.candidates = candidates();
   mo.epoch = epoch;
   mo.applied = trainer_.applied_step();
   mo.held_epoch = trainer_.epoch();
   mo.settle = ms(config.elastic.settle_s);
   mo.wait_for_blocked = ms(config.deadline.collective_s + config.elastic.settle_s);
   mo.deadline = ms(config.deadline.rendezvous_s);
-  Membership agreed;
-  try {
-    agreed = agree_membership(*trainer_.store(), mo);
-  } catch (const LeftOutError& e) {
-    trainer_.event("rank_left", {{"epoch", epoch}, {"reason", e.what()}});
-    return {true, 0};
+  const Membership agreed = agree_membership(*trainer_.store(), mo);
+  if (std::binary_search(agreed.joined.begin(), agreed.joined.end(), trainer_.rank())) {
+    trainer_.store()->erase(join_key(trainer_.rank()));  // in: the survivors stop growing for it
   }
   if (fault_point_) fault_point_();
   // The resume step and who holds state at it, in which layout.
@@ -99,21 +195,26 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start) {
     if (!is_stale && !fresh) fresh = s.rank;
     if (s.rank == trainer_.rank()) me_stale = is_stale;
   }
-  if (agreed.lost.empty() && stale.empty()) {
+  if (agreed.lost.empty() && stale.empty() && agreed.joined.empty()) {
     throw RecoveryError(fmt::format(
         "rank {}: a collective failed ({}) but no rank was lost and none is behind: not recovering (is "
         "deadline.collective_s too short for a step?)",
         trainer_.rank(), error));
   }
-  const train::ParallelConfig& last = configs_.rbegin()->second;
-  const train::ParallelConfig next = without(last, agreed.lost, trainer_.places());
+  const train::ParallelConfig last = configs_.rbegin()->second;
+  const train::ParallelConfig next =
+      with(without(last, agreed.lost, trainer_.places()), agreed.joined, trainer_.places());
   configs_[epoch] = next;
+  // For ranks that rejoin later without this history (every survivor writes the same).
+  trainer_.store()->set(config_key(epoch), comm::to_bytes(failed_text(next)));
+  trainer_.store()->set(kEpochKey, comm::to_bytes(std::to_string(epoch)));
   members_ = trainer_.training_ranks(next);
   const std::vector<int> survivors = agreed.ranks();
   trainer_.event("membership_agreed", {{"epoch", epoch}, {"survivors", survivors}, {"lost", agreed.lost},
+                                       {"joined", agreed.joined},
                                        {"resume_step", newest + 1}, {"stale", stale.size()},
                                        {"layout_epoch", from_epoch}, {"seconds", unix_time_s() - start}});
-  const train::KindPlans plans = trainer_.plans(configs_.at(from_epoch), next, stale);
+  const train::KindPlans plans = trainer_.plans(config_of(from_epoch), next, stale);
 
   const double move_start = unix_time_s();
   comm::GroupOptions go;
@@ -154,7 +255,10 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start) {
   }
   trainer_.set_writer(writer);
   if (trainer_.is_writer()) trainer_.take_over_logs(newest + 1);
-  trainer_.event("step_resumed", {{"step", newest + 1}, {"epoch", epoch},
+  for (int r : agreed.joined) {
+    if (r == trainer_.rank()) trainer_.event("rank_rejoined", {{"epoch", epoch}, {"step", newest + 1}});
+  }
+  trainer_.event("step_resumed", {{"step", newest + 1}, {"epoch", epoch}, {"joined", agreed.joined},
                                   {"tp", train::split_input(next, config.train.global_batch).active},
                                   {"writer", writer}, {"recovery_s", unix_time_s() - start}});
   return {false, newest + 1};

@@ -37,6 +37,10 @@ class RecoveryError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Store keys: a repaired rank asking to rejoin; the run's end (the writer).
+std::string join_key(int rank);
+std::string done_key();
+
 struct RecoveryOutcome {
   bool leaving = false;      // this rank's replica no longer trains (or it was left out)
   std::int64_t resume = 0;   // the next step to run
@@ -52,12 +56,24 @@ class Recovery {
   // invariant, the budget spent, nobody lost), layout::UnitsLostError (exit 3)
   // or std::runtime_error (a deadline).
   RecoveryOutcome recover(const std::string& error);
+  // At a step boundary, when a repaired rank asked to rejoin (every member
+  // calls it after the same step): the same protocol, growing the job.
+  RecoveryOutcome grow();
+  // The rejoining rank's side: asks to come back, registers as a candidate in
+  // each next epoch until one takes it, and is rolled forward like a rank
+  // behind. `leaving` when the run ended first or did not take it back.
+  RecoveryOutcome join();
 
   // Test hook: called once per recovery attempt after the agreement.
   void set_fault_point(std::function<void()> fn) { fault_point_ = std::move(fn); }
 
  private:
-  RecoveryOutcome attempt(const std::string& error, double start);
+  RecoveryOutcome run(const std::string& error, bool failure);
+  RecoveryOutcome attempt(const std::string& error, double start, bool failure);
+  // An agreed epoch's configuration, from memory or (rejoining) the store.
+  const train::ParallelConfig& config_of(std::uint64_t epoch);
+  // Ranks outside the membership that may rejoin (elastic.rejoin).
+  std::vector<int> candidates() const;
   void prove_agreement(comm::Group& group, const std::vector<int>& survivors);
 
   train::NtpTrainer& trainer_;

@@ -19,6 +19,7 @@
 #include "train/local_trainer.h"
 #include "elastic/membership.h"
 #include "elastic/worker.h"
+#include "elastic/recovery.h"
 #include "train/ntp_trainer.h"
 #include "train/power_setup.h"
 #include "train/progress.h"
@@ -95,9 +96,11 @@ std::string last_stop_reason(const train::RunDir& run) {
 }
 
 // Each in-job recovery as the survivors logged it: the step redone, the new
-// epoch, the ranks lost, and the time from the first failure_detected to the
-// last step_resumed of that epoch (the slowest survivor).
-nlohmann::json recoveries(const train::RunDir& run) {
+// epoch, the ranks lost (and any that rejoined with it), the time from the
+// first failure_detected to the last step_resumed of that epoch (the slowest
+// survivor) and its phases. Epochs that only took repaired ranks back go to
+// `rejoins` (epoch, joined, step, tp, rejoin_s from the restart).
+nlohmann::json recoveries(const train::RunDir& run, nlohmann::json& rejoins) {
   // Per epoch, what every survivor logged; an epoch whose recovery broke off
   // (a death during it) folds into the next one that completed.
   struct Epoch {
@@ -106,10 +109,12 @@ nlohmann::json recoveries(const train::RunDir& run) {
     double transfer_s = 0;
     double resumed = 0;   // last step_resumed
     nlohmann::json lost = nlohmann::json::array();
+    nlohmann::json joined = nlohmann::json::array();
     nlohmann::json resumed_event;
   };
   std::map<std::int64_t, Epoch> epochs;
   std::vector<double> failures;  // when a worker was killed, stopped for good or fenced
+  double restarted = 0;          // the last worker started again (elastic.rejoin)
   for (const nlohmann::json& e : train::read_jsonl(run.file("events.jsonl"))) {
     const std::string name = e.value("event", "");
     const double t = e.value("time", 0.0);
@@ -117,6 +122,7 @@ nlohmann::json recoveries(const train::RunDir& run) {
         (name == "worker_exited" && e.contains("signal") && e["signal"].is_number())) {
       failures.push_back(t);
     }
+    if (name == "rank_restarted") restarted = t;
     if (name == "failure_detected") {
       Epoch& x = epochs[e["epoch"].get<std::int64_t>() + 1];
       x.detected = x.detected == 0 ? t : std::min(x.detected, t);
@@ -125,6 +131,7 @@ nlohmann::json recoveries(const train::RunDir& run) {
     Epoch& x = epochs[e["epoch"].get<std::int64_t>()];
     if (name == "membership_agreed") {
       x.lost = e["lost"];
+      x.joined = e.value("joined", nlohmann::json::array());
       x.agreed = std::max(x.agreed, t);
     }
     if (name == "state_transferred") x.transfer_s = std::max(x.transfer_s, e.value("seconds", 0.0));
@@ -141,12 +148,19 @@ nlohmann::json recoveries(const train::RunDir& run) {
   double previous_end = 0;
   for (const auto& [epoch, x] : epochs) {
     if (x.detected == 0 && x.resumed == 0) continue;
+    if (x.detected == 0 && first_detected == 0) {  // a repaired rank came back, nothing failed
+      rejoins.push_back({{"epoch", epoch}, {"joined", x.joined}, {"step", x.resumed_event["step"]},
+                         {"tp", x.resumed_event["tp"]}, {"rejoin_s", restarted > 0 ? x.resumed - restarted : 0.0}});
+      previous_end = x.resumed;
+      continue;
+    }
     for (const nlohmann::json& r : x.lost) lost.push_back(r);
     if (first_detected == 0) first_detected = x.detected;
     if (x.resumed == 0) continue;  // broke off: the next epoch finishes it
     nlohmann::json r;
     r["epoch"] = epoch;
     r["lost"] = lost;
+    r["joined"] = x.joined;
     r["step"] = x.resumed_event["step"];
     r["tp"] = x.resumed_event["tp"];
     r["recovery_s"] = x.resumed - first_detected;
@@ -180,7 +194,7 @@ nlohmann::json recoveries(const train::RunDir& run) {
 class Fencer {
  public:
   Fencer(const train::Config& config, const train::RunDir& run, std::shared_ptr<comm::Store> store)
-      : run_(run), store_(std::move(store)),
+      : config_(config), run_(run), store_(std::move(store)),
         max_age_ms_(static_cast<std::int64_t>(config.deadline.heartbeat_s * 1000)),
         first_beat_ms_(static_cast<std::int64_t>(config.deadline.rendezvous_s * 1000)) {}
 
@@ -192,7 +206,34 @@ class Fencer {
     if (event == "worker_exited") {
       pids_.erase(r.rank);
       if (!r.ok()) store_->set(dead_key(r.rank), comm::to_bytes("exited"));
+      // A worker lost to a signal (killed, or fenced) is a slot to repair.
+      if (!r.exited && config_.elastic.rejoin && !restarted_.contains(r.rank)) lost_ms_[r.rank] = now_ms();
     }
+  }
+
+  // With elastic.rejoin: the lost ranks whose repair is due, each restarted
+  // once. Its store marks go first, so nobody takes the new process for dead.
+  std::vector<int> restarts(std::int64_t logged_steps) {
+    std::vector<int> due;
+    for (auto it = lost_ms_.begin(); it != lost_ms_.end();) {
+      const bool ready = config_.test.repair_at_step >= 0
+                             ? logged_steps > config_.test.repair_at_step
+                             : now_ms() - it->second >= static_cast<std::int64_t>(config_.elastic.rejoin_after_s * 1000);
+      if (!ready) {
+        ++it;
+        continue;
+      }
+      const int rank = it->first;
+      store_->erase(dead_key(rank));
+      store_->erase(fence_key(rank));
+      store_->erase(comm::heartbeat_key(rank));
+      fenced_.erase(rank);
+      restarted_.insert(rank);
+      run_.event("rank_restarted", {{"rank", rank}});
+      due.push_back(rank);
+      it = lost_ms_.erase(it);
+    }
+    return due;
   }
 
   void tick() {
@@ -231,6 +272,7 @@ class Fencer {
                                {"heartbeat_age_ms", age_ms}});
   }
 
+  const train::Config& config_;
   const train::RunDir& run_;
   std::shared_ptr<comm::Store> store_;
   std::int64_t max_age_ms_;
@@ -238,6 +280,8 @@ class Fencer {
   std::map<int, int> pids_;
   std::map<int, std::int64_t> started_ms_;
   std::set<int> fenced_;
+  std::map<int, std::int64_t> lost_ms_;  // lost ranks waiting for their repair
+  std::set<int> restarted_;
 };
 
 // One process per active slot of every training replica, through the launcher;
@@ -258,14 +302,20 @@ std::vector<train::StepMetrics> train_with_workers(
     for (const nlohmann::json& line : tail.read_new()) on_step(train::step_metrics_from_json(line));
   };
   std::unique_ptr<Fencer> fencer;
+  std::int64_t logged_steps = 0;
   if (config.elastic.recover) {
     options.tolerate_failures = true;
     fencer = std::make_unique<Fencer>(config, run, comm::open_store(options.store));
     options.on_event = [&fencer](const std::string& event, const RankExit& r) { fencer->on_event(event, r); };
     options.on_tick = [&] {
-      for (const nlohmann::json& line : tail.read_new()) on_step(train::step_metrics_from_json(line));
+      for (const nlohmann::json& line : tail.read_new()) {
+        on_step(train::step_metrics_from_json(line));
+        ++logged_steps;
+      }
       fencer->tick();
     };
+    options.restarts = [&] { return fencer->restarts(logged_steps); };
+    options.restart_env["NTP_REJOIN"] = "1";
   }
   const LaunchResult result = run_job(options, {run.file("events.jsonl"), stderr, "ntp train"});
   if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
@@ -324,6 +374,14 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   if (config.elastic.recover) {
     const std::shared_ptr<comm::Store> store = comm::open_store(options.store);
     options.is_dead = [store](int rank) { return store->try_get(dead_key(rank)).has_value(); };
+    if (config.elastic.rejoin) {
+      options.join_pending = [store, world = world.world_size](const std::vector<int>& members) {
+        for (int r = 0; r < world; ++r) {
+          if (!std::binary_search(members.begin(), members.end(), r) && store->try_get(join_key(r))) return true;
+        }
+        return false;
+      };
+    }
   }
   return run_worker(config, run_dir, options);
 }
@@ -382,7 +440,14 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   result.summary["job"] = describe_job(config);
   result.summary["status"] = "finished";
   if (config.elastic.recover) {
-    result.summary["recoveries"] = recoveries(run);
+    nlohmann::json rejoins = nlohmann::json::array();
+    result.summary["recoveries"] = recoveries(run, rejoins);
+    result.summary["rejoins"] = rejoins;
+    for (const nlohmann::json& r : rejoins) {
+      std::fprintf(out, "rejoined: ranks %s at step %lld, tp %s, %.3f s from the restart\n",
+                   r["joined"].dump().c_str(), static_cast<long long>(r["step"].get<std::int64_t>()),
+                   r["tp"].dump().c_str(), r["rejoin_s"].get<double>());
+    }
     for (const nlohmann::json& r : result.summary["recoveries"]) {
       std::fprintf(out,
                    "recovered: lost ranks %s, step %lld redone at tp %s, %.3f s (detection %.3f, "

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "comm/error.h"
@@ -48,7 +50,7 @@ class FaultPlan {
   std::vector<train::FaultSpec> mine_;
 };
 
-int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan& faults) {
+int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan& faults, bool rejoining) {
   Recovery recovery(trainer);
   std::int64_t current = 0;
   recovery.set_fault_point([&] { faults.fire(trainer, current, "recovery"); });
@@ -57,6 +59,12 @@ int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan&
   });
   bool connected = false;
   std::int64_t s = 0;
+  if (rejoining) {
+    const RecoveryOutcome outcome = recovery.join();
+    if (outcome.leaving) return 0;
+    connected = true;
+    s = outcome.resume;
+  }
   while (true) {
     current = s;
     try {
@@ -67,9 +75,11 @@ int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan&
       if (s < config.train.steps) {
         trainer.step(s);
         ++s;
+        if (trainer.join_pending()) s = recovery.grow().resume;
         continue;
       }
       trainer.finish();
+      if (trainer.is_writer()) trainer.store()->set(done_key(), comm::to_bytes("1"));
       return 0;
     } catch (const comm::CommError& e) {
       if (!config.elastic.recover) throw;
@@ -90,9 +100,19 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
   const auto interval = std::chrono::milliseconds(
       std::max<long>(50, static_cast<long>(config.deadline.heartbeat_s * 1000 / 5)));
   comm::Heartbeat heartbeat(trainer.store(), options.rank, interval);
-  FaultPlan faults(config, options.rank, options.world_size);
+  // A restarted worker (elastic.rejoin) comes back through the protocol; the
+  // failures injected into its first life are not injected again.
+  const char* rejoin_env = std::getenv("NTP_REJOIN");
+  const bool rejoining = rejoin_env != nullptr && std::string(rejoin_env) == "1";
+  train::Config run_config = config;
+  if (rejoining) {
+    run_config.test.failures.clear();
+    run_config.test.chaos = 0;
+    run_config.test.kill_rank = -1;
+  }
+  FaultPlan faults(run_config, options.rank, options.world_size);
   try {
-    const int code = run_loop(trainer, config, faults);
+    const int code = run_loop(trainer, config, faults, rejoining);
     trainer.restore_power("exit");
     return code;
   } catch (const layout::UnitsLostError& e) {

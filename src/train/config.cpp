@@ -289,6 +289,16 @@ const std::vector<KeyDef>& schema() {
       int_key("elastic.max_recoveries",
               "in-job recoveries allowed in one run; then the job stops with a clear message",
               NTP_FIELD(elastic.max_recoveries)),
+      bool_key("elastic.rejoin",
+               "a lost slot's worker is started again (after elastic.rejoin_after_s) and rejoins at a "
+               "step boundary; the replica's TP degree goes back up",
+               NTP_FIELD(elastic.rejoin)),
+      float_key("elastic.rejoin_after_s", "how long after a worker's loss it is started again",
+                NTP_FIELD(elastic.rejoin_after_s)),
+      int_key("test.repair_at_step",
+              "with elastic.rejoin: start lost workers again once this step is logged, instead of "
+              "after elastic.rejoin_after_s; -1 = off",
+              NTP_FIELD(test.repair_at_step)),
       string_key("test.failures",
                  "failure injection: 'RANK@STEP:PHASE[:KILL|STOP]; ...' (phases: start, forward, "
                  "backward, sync, commit, optimizer, recovery)",
@@ -458,6 +468,9 @@ void validate_rest(const Config& c) {
                       "able to wait out a member still blocked in a collective",
                       c.deadline.collective_s + 2 * c.elastic.settle_s));
   require(c.test.chaos >= 0, "test.chaos", "must be >= 0");
+  require(!c.elastic.rejoin || c.elastic.recover, "elastic.rejoin", "needs elastic.recover = true");
+  require(c.elastic.rejoin_after_s >= 0, "elastic.rejoin_after_s", "must be >= 0");
+  require(c.test.repair_at_step < c.train.steps, "test.repair_at_step", "must be a step in [0, train.steps) or -1");
   if (!c.test.mutation.empty()) {
     require(parse_mutation(c.test.mutation) != Mutation::kNone, "test.mutation",
             fmt::format("unknown mutation '{}' ({})", c.test.mutation, mutation_list()));

@@ -109,6 +109,10 @@ struct ElasticConfig {
   bool recover = false;   // survivors of a worker death reconfigure and go on
   double settle_s = 0.5;  // the leader waits this long for further deaths
   std::int64_t max_recoveries = 8;  // then the job stops with a clear message
+  // A lost slot's worker is started again after rejoin_after_s (the stand-in
+  // for "the GPU is back") and rejoins at a step boundary.
+  bool rejoin = false;
+  double rejoin_after_s = 5.0;
   bool operator==(const ElasticConfig&) const = default;
 };
 
@@ -125,6 +129,7 @@ struct TestConfig {
   // A deliberate bug that --verify or the recovery proof must catch
   // (train/mutations.h); allowed only with NTP_TEST_MUTATIONS=1 in the
   // environment, so a real run can never carry one.
+  std::int64_t repair_at_step = -1;  // with elastic.rejoin: restart lost workers once this step is logged
   std::string mutation;
   std::int64_t mutation_rank = -1;  // the rank that carries it; -1 = every rank
   bool operator==(const TestConfig&) const = default;

@@ -76,8 +76,9 @@ struct CommitRecord {
   double elapsed_s = 0;
   NormPart norm;
   std::int64_t replica = 0;
+  bool join_pending = false;
 
-  static constexpr int kWords = 6 + NormPart::kWords;
+  static constexpr int kWords = 7 + NormPart::kWords;
   void write(std::int64_t* out) const {
     std::memcpy(out + 0, &loss_sum, 8);
     out[1] = reshard_bytes;
@@ -85,7 +86,8 @@ struct CommitRecord {
     std::memcpy(out + 3, &exposed_sync_s, 8);
     std::memcpy(out + 4, &elapsed_s, 8);
     out[5] = replica;
-    norm.write(out + 6);
+    out[6] = join_pending ? 1 : 0;
+    norm.write(out + 7);
   }
   static CommitRecord read(const std::int64_t* in) {
     CommitRecord r;
@@ -95,7 +97,8 @@ struct CommitRecord {
     std::memcpy(&r.exposed_sync_s, in + 3, 8);
     std::memcpy(&r.elapsed_s, in + 4, 8);
     r.replica = in[5];
-    r.norm = NormPart::read(in + 6);
+    r.join_pending = in[6] != 0;
+    r.norm = NormPart::read(in + 7);
     return r;
   }
 };
@@ -111,6 +114,7 @@ struct CommitTotals {
   double exposed_sync_s = 0;
   double elapsed_s = 0;
   double grad_norm = 0;
+  bool join_pending = false;
 };
 
 CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t ranks) {
@@ -124,6 +128,7 @@ CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t r
     t.allreduce_bytes += rec.allreduce_bytes;
     t.exposed_sync_s = std::max(t.exposed_sync_s, rec.exposed_sync_s);
     t.elapsed_s = std::max(t.elapsed_s, rec.elapsed_s);
+    t.join_pending = t.join_pending || rec.join_pending;
     if (norm_replica < 0) norm_replica = rec.replica;
     if (rec.replica == norm_replica) norm.add(rec.norm);
   }
@@ -378,6 +383,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   mine_rec.elapsed_s = unix_time_s() - start;
   mine_rec.norm = grad_norm_part(*x.model);
   mine_rec.replica = me_.replica;
+  mine_rec.join_pending = is_writer() && options_.join_pending && options_.join_pending(members_);
   std::vector<std::int64_t> record(CommitRecord::kWords);
   mine_rec.write(record.data());
   std::vector<std::int64_t> all(record.size() * members_.size());
@@ -410,6 +416,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   }
   const double opt_s = unix_time_s() - opt_start;
   applied_ = s;
+  join_pending_ = t.join_pending;
   if (traced) x.compute.add({"optimizer", Track::kCompute, opt_start, opt_s, s});
   m.reshard_bytes = t.reshard_bytes;
   m.allreduce_bytes = t.allreduce_bytes;

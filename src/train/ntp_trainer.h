@@ -74,6 +74,10 @@ struct WorkerOptions {
   // Liveness oracle for group creation: true once a rank is known dead, so
   // building a group with it fails at once (comm::GroupOptions::is_dead).
   std::function<bool(int)> is_dead;
+  // Asked by the writer before each commit: does a rank outside `members`
+  // ask to rejoin? The answer travels in the commit record, so every rank
+  // sees the same and grows the job after the same step.
+  std::function<bool(const std::vector<int>& members)> join_pending;
 };
 
 // Where a step is when a fault point fires (fault injection, test.failures).
@@ -118,6 +122,8 @@ class NtpTrainer {
   StepMetrics step(std::int64_t s);
   // The metrics of the last applied step (to log it if its writer died).
   const std::optional<StepMetrics>& last_metrics() const { return last_metrics_; }
+  // Whether the last committed step carried a rejoin request (see WorkerOptions).
+  bool join_pending() const { return join_pending_; }
   // Called at every phase of every step (fault injection).
   void set_fault_point(std::function<void(std::int64_t, StepPhase)> fn) { fault_point_ = std::move(fn); }
 
@@ -178,6 +184,7 @@ class NtpTrainer {
   std::uint64_t epoch_ = 0;
   std::vector<int> members_;
   std::int64_t applied_ = -1;
+  bool join_pending_ = false;
   int writer_rank_ = 0;
   std::optional<StepMetrics> last_metrics_;
   std::optional<std::vector<std::vector<std::int64_t>>> last_parts_;

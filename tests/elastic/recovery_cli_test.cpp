@@ -198,6 +198,38 @@ TEST_F(RecoveryCliTest, ABehindRankWhoseUnitsHaveNoFreshHolderStopsWithExit3) {
   EXPECT_NE(run.output.find("no surviving holder at the resume step"), std::string::npos) << run.output;
 }
 
+// The transient case: rank 1 dies at step 2, replica 0 goes on at TP 1; once
+// step 4 is logged the launcher starts rank 1 again, it rejoins at a step
+// boundary, is rolled forward, and replica 0 is back at TP 2. Still exact.
+TEST_F(RecoveryCliTest, ARepairedRankRejoinsAndTheReplicaGoesBackToFullTp) {
+  const TrainRun run = train(dir_, "--set train.steps=12 --set parallel.dp=2 --set parallel.tp=2"
+                                   " --set 'test.failures=\"1@2:forward\"' --set elastic.rejoin=true"
+                                   " --set test.repair_at_step=4");
+  expect_recovered(run, 12);
+  const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+  EXPECT_EQ(metrics[3]["tp"], nlohmann::json::parse("[1, 2]"));
+  EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse("[2, 2]")) << run.output;
+  ASSERT_EQ(events_named(dir_, "rank_rejoined").size(), 1u) << run.output;
+  EXPECT_EQ(events_named(dir_, "rank_rejoined")[0]["rank"], 1);
+  std::ifstream summary(dir_ / "summary.json");
+  const nlohmann::json s = nlohmann::json::parse(summary);
+  ASSERT_EQ(s["rejoins"].size(), 1u) << s.dump();
+  EXPECT_EQ(s["rejoins"][0]["joined"], nlohmann::json::parse("[1]"));
+  EXPECT_GT(s["rejoins"][0]["rejoin_s"].get<double>(), 0.0);
+  EXPECT_NE(run.output.find("rejoined: ranks [1]"), std::string::npos) << run.output;
+}
+
+// TP 4 -> 3 -> 4: a degraded replica changes K for the healthy one too, and back.
+TEST_F(RecoveryCliTest, ARejoinRestoresTp4AfterTp3) {
+  const TrainRun run = train(dir_, "--set train.steps=10 --set parallel.dp=2 --set parallel.tp=4"
+                                   " --set 'test.failures=\"2@2:sync:STOP\"' --set elastic.rejoin=true"
+                                   " --set test.repair_at_step=4");
+  expect_recovered(run, 10);
+  const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+  EXPECT_EQ(metrics[4]["tp"], nlohmann::json::parse("[3, 4]"));
+  EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse("[4, 4]")) << run.output;
+}
+
 TEST_F(RecoveryCliTest, ContradictoryDeadlinesAreRejectedBeforeAnyWorkerStarts) {
   const TrainRun run = train(dir_, "--set parallel.dp=2 --set parallel.tp=2 --set deadline.collective_s=40");
   EXPECT_EQ(run.code, 2) << run.output;
