@@ -230,6 +230,34 @@ TEST_F(RecoveryCliTest, ARejoinRestoresTp4AfterTp3) {
   EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse("[4, 4]")) << run.output;
 }
 
+// A diverged run (lr 1e30): the loss of step 1 is not finite. "stop" ends the
+// run naming the step, with summary.json saying why; "skip" drops that step's
+// update on every rank alike and logs the row as skipped.
+TEST_F(RecoveryCliTest, ANonFiniteLossStopsNamingTheStepOrIsSkippedEverywhere) {
+  const std::string diverge = "--set train.steps=3 --set parallel.dp=2 --set parallel.tp=2 --set train.lr=1e30"
+                              " --set train.grad_clip=0 ";
+  const TrainRun stop = train(dir_, diverge);
+  ASSERT_NE(stop.code, 137) << stall_report(dir_);
+  EXPECT_EQ(stop.code, 1) << stop.output;
+  EXPECT_NE(stop.output.find("step 1: non-finite loss"), std::string::npos) << stop.output;
+  std::ifstream summary(dir_ / "summary.json");
+  ASSERT_TRUE(summary);
+  const nlohmann::json s = nlohmann::json::parse(summary);
+  EXPECT_EQ(s["status"], "failed");
+  EXPECT_NE(s["reason"].get<std::string>().find("step 1"), std::string::npos);
+
+  const fs::path skip_dir = dir_.string() + "_skip";
+  fs::remove_all(skip_dir);
+  const TrainRun skip = train(skip_dir, diverge + "--set train.on_nan=skip");
+  ASSERT_EQ(skip.code, 0) << skip.output;
+  const std::vector<nlohmann::json> rows = read_lines(skip_dir / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_FALSE(rows[0].value("skipped", false));
+  EXPECT_TRUE(rows[1].value("skipped", false)) << rows[1].dump();
+  EXPECT_TRUE(rows[1]["loss"].is_null()) << rows[1].dump();
+  fs::remove_all(skip_dir);
+}
+
 TEST_F(RecoveryCliTest, ContradictoryDeadlinesAreRejectedBeforeAnyWorkerStarts) {
   const TrainRun run = train(dir_, "--set parallel.dp=2 --set parallel.tp=2 --set deadline.collective_s=40");
   EXPECT_EQ(run.code, 2) << run.output;
