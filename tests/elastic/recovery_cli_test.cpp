@@ -155,6 +155,10 @@ INSTANTIATE_TEST_SUITE_P(
         // A second death while the survivors recover from the first.
         FaultCase{"death_during_recovery",
                   "--set parallel.dp=2 --set parallel.tp=4 --set 'test.failures=\"1@2:forward; 6@2:recovery\"'"},
+        // Rank 0 — the lowest survivor, the writer, the rank that would lead
+        // a leader-based agreement — dies inside the recovery from rank 1's death.
+        FaultCase{"lowest_survivor_dies_in_recovery",
+                  "--set parallel.dp=2 --set parallel.tp=4 --set 'test.failures=\"1@2:backward; 0@2:recovery\"'"},
         // One slot in each replica, in the same step.
         FaultCase{"one_slot_in_each_replica",
                   "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"1@3:sync; 2@3:sync\"'"},
