@@ -2,33 +2,26 @@
 // train/mutations.h), each of which a checker must reject — `--verify` with
 // exit 1 and a message naming the tensor, step, sample or unit, or the
 // recovery's proof of agreement. A checker never shown to fail proves nothing.
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include "cli_run.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
 struct Result {
-  int code = -1;
-  std::string output;
+  int code = -1;       // 137: killed at the time limit
+  std::string output;  // stdout and stderr
 };
 
 Result run(const std::string& env, const std::string& args) {
-  const std::string command = env + " timeout -s KILL 150 " + std::string(NTP_BINARY) + " " + args + " 2>&1";
-  Result r;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  std::array<char, 4096> buffer{};
-  for (std::size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) r.output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  const ntp::testing::CliRun r =
+      ntp::testing::run_cli(env + " timeout -s KILL 150 " + std::string(NTP_BINARY), args);
+  return {r.exit_code, r.out + r.err};
 }
 
 // dp 2 x tp 4 with replica 0 at TP 3: ranks 0-2 are replica 0, ranks 3-6

@@ -4,10 +4,6 @@
 // limit that names what stalled — either trained and verified against the
 // single-process replay, with one log row per step and the replicas proven
 // identical, or stopped cleanly with a message.
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -17,6 +13,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -24,29 +22,21 @@ namespace fs = std::filesystem;
 constexpr int kTimeLimitS = 150;
 
 struct TrainRun {
-  int code = -1;
-  std::string output;
+  int code = -1;       // 137: killed at the time limit
+  std::string output;  // stdout and stderr
 };
 
 // `ntp train` of a dp x tp job on the test model under `timeout`: a run that
 // stalls is killed and reported as such.
 TrainRun train(const fs::path& dir, const std::string& sets) {
-  const std::string command =
-      "timeout -s KILL " + std::to_string(kTimeLimitS) + " " + std::string(NTP_BINARY) + " train --run-dir " +
-      dir.string() +
-      " --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2 --set run.trace_steps=0"
-      " --set elastic.recover=true --set elastic.settle_s=0.2 --set deadline.collective_s=10"
-      " --set deadline.rendezvous_s=30 --set deadline.heartbeat_s=1.5 --set train.global_batch=8 " +
-      sets + " --verify 2>&1";
-  TrainRun run;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  std::array<char, 4096> buffer{};
-  for (std::size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) {
-    run.output.append(buffer.data(), n);
-  }
-  const int status = ::pclose(pipe);
-  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return run;
+  const ntp::testing::CliRun r = ntp::testing::run_cli(
+      "timeout -s KILL " + std::to_string(kTimeLimitS) + " " + std::string(NTP_BINARY),
+      "train --run-dir " + dir.string() +
+          " --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2 --set run.trace_steps=0"
+          " --set elastic.recover=true --set elastic.settle_s=0.2 --set deadline.collective_s=10"
+          " --set deadline.rendezvous_s=30 --set deadline.heartbeat_s=1.5 --set train.global_batch=8 " +
+          sets + " --verify");
+  return {r.exit_code, r.out + r.err};
 }
 
 std::vector<nlohmann::json> read_lines(const fs::path& path) {
