@@ -102,10 +102,9 @@ Sample run_once(const fs::path& dir, int steps, int rank, int signal, std::size_
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t child = 0;
-  if (posix_spawnp(&child, argv[0], &actions, nullptr, argv.data(), environ) != 0) {
-    throw std::runtime_error("cannot start timeout");
-  }
+  const int err = posix_spawnp(&child, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) throw std::runtime_error("cannot start " + words(args) + ": " + std::strerror(err));
 
   double sent_at = 0;
   int pid = 0;
@@ -210,6 +209,7 @@ int main(int argc, char** argv) {
     }
   }
   const fs::path base = fs::temp_directory_path() / ("ntp_recovery_bench_" + std::to_string(::getpid()));
+  fs::create_directories(base);
   std::printf("command: %s\n", words(command(base / "run", steps)).c_str());
   std::printf("signal to rank %d (pid from worker_started) half a step after metrics.jsonl has %d rows\n", rank,
               steps / 3);
