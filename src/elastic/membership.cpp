@@ -1,6 +1,7 @@
 #include "elastic/membership.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -18,6 +19,26 @@ std::string epoch_key(std::uint64_t epoch, const std::string& leaf) {
   return fmt::format("ntp/e{}/{}", epoch, leaf);
 }
 
+// A survivor's state as text, separated by `sep`; the norm as its bits, so
+// every rank gets exactly the value the commit decided.
+std::string format_state(const Survivor& s, char sep) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &s.grad_norm, sizeof bits);
+  return fmt::format("{}{}{}{}{}{}{:x}{}{}", s.applied, sep, s.held_epoch, sep, s.pending, sep, bits, sep,
+                     s.skipped ? 1 : 0);
+}
+
+void parse_state(std::stringstream& in, Survivor& s) {
+  std::uint64_t bits = 0;
+  int skipped = 0;
+  char sep = 0;
+  in >> s.applied >> std::noskipws >> sep >> std::skipws >> s.held_epoch >> std::noskipws >> sep >> std::skipws >>
+      s.pending >> std::noskipws >> sep >> std::skipws >> std::hex >> bits >> std::dec >> std::noskipws >> sep >>
+      std::skipws >> skipped;
+  std::memcpy(&s.grad_norm, &bits, sizeof bits);
+  s.skipped = skipped != 0;
+}
+
 std::vector<Survivor> parse_survivors(const std::string& text) {
   std::vector<Survivor> out;
   std::stringstream in(text);
@@ -25,7 +46,8 @@ std::vector<Survivor> parse_survivors(const std::string& text) {
     Survivor s;
     char colon = 0;
     std::stringstream fields(item);
-    fields >> s.rank >> colon >> s.applied >> colon >> s.held_epoch;
+    fields >> s.rank >> colon;
+    parse_state(fields, s);
     out.push_back(s);
   }
   return out;
@@ -34,7 +56,7 @@ std::vector<Survivor> parse_survivors(const std::string& text) {
 std::string format_survivors(const std::vector<Survivor>& survivors) {
   std::string text;
   for (const Survivor& s : survivors) {
-    text += fmt::format("{}{}:{}:{}", text.empty() ? "" : ",", s.rank, s.applied, s.held_epoch);
+    text += fmt::format("{}{}:{}", text.empty() ? "" : ",", s.rank, format_state(s, ':'));
   }
   return text;
 }
@@ -47,8 +69,10 @@ struct Census {
 std::optional<Survivor> registration(comm::Store& store, const MembershipOptions& o, int rank) {
   const auto value = store.try_get(epoch_key(o.epoch, fmt::format("alive/{}", rank)));
   if (!value) return std::nullopt;
-  Survivor s{rank, -1, 0};
-  std::stringstream(comm::to_text(*value)) >> s.applied >> s.held_epoch;
+  Survivor s;
+  s.rank = rank;
+  std::stringstream in(comm::to_text(*value));
+  parse_state(in, s);
   return s;
 }
 
@@ -96,8 +120,13 @@ std::vector<int> Membership::ranks() const {
 
 Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
   const std::string members_key = epoch_key(o.epoch, "members");
-  store.set(epoch_key(o.epoch, fmt::format("alive/{}", o.rank)),
-            comm::to_bytes(fmt::format("{} {}", o.applied, o.held_epoch)));
+  Survivor me;
+  me.applied = o.applied;
+  me.held_epoch = o.held_epoch;
+  me.pending = o.pending;
+  me.grad_norm = o.grad_norm;
+  me.skipped = o.skipped;
+  store.set(epoch_key(o.epoch, fmt::format("alive/{}", o.rank)), comm::to_bytes(format_state(me, ' ')));
   const auto start = Clock::now();
   bool settled = false;
   while (Clock::now() - start < o.deadline) {

@@ -19,8 +19,9 @@
 // registered in time; it is never waited for.
 //
 // Store keys: "ntp/dead/<rank>" (the launcher), "ntp/fence/<rank>" (the
-// survivors, for the launcher), "ntp/e<E>/alive/<rank>" = "<applied> <held>",
-// "ntp/e<E>/members" = "<rank>:<applied>:<held>,...".
+// survivors, for the launcher), "ntp/e<E>/alive/<rank>" = "<applied> <held>
+// <pending> <norm bits> <skipped>", "ntp/e<E>/members" = the same per survivor,
+// "<rank>:<applied>:<held>:<pending>:<norm bits>:<skipped>,...".
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -43,6 +44,9 @@ struct MembershipOptions {
   std::uint64_t epoch = 1;       // the epoch being agreed on
   std::int64_t applied = -1;     // the last step this rank applied
   std::uint64_t held_epoch = 0;  // the epoch whose layout this rank's state is in
+  std::int64_t pending = -1;     // the step whose commit it entered but did not see complete
+  double grad_norm = 0;          // what the commit of `applied` decided
+  bool skipped = false;
   std::chrono::milliseconds settle{500};
   std::chrono::milliseconds wait_for_blocked{31000};
   std::chrono::milliseconds deadline{60000};
@@ -52,6 +56,9 @@ struct Survivor {
   int rank = 0;
   std::int64_t applied = -1;
   std::uint64_t held_epoch = 0;
+  std::int64_t pending = -1;
+  double grad_norm = 0;  // of the commit of `applied`, exact (sent as bits)
+  bool skipped = false;
   bool operator==(const Survivor&) const = default;
 };
 

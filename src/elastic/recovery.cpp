@@ -170,6 +170,9 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   mo.epoch = epoch;
   mo.applied = trainer_.applied_step();
   mo.held_epoch = trainer_.epoch();
+  mo.pending = trainer_.pending_commit();
+  mo.grad_norm = trainer_.last_commit().grad_norm;
+  mo.skipped = trainer_.last_commit().skipped;
   mo.settle = ms(config.elastic.settle_s);
   mo.wait_for_blocked = ms(config.deadline.collective_s + config.elastic.settle_s);
   mo.deadline = ms(config.deadline.rendezvous_s);
@@ -182,20 +185,36 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   std::int64_t newest = -1;
   std::uint64_t from_epoch = 0;
   for (const Survivor& s : agreed.survivors) newest = std::max(newest, s.applied);
+  const Survivor* decided = nullptr;  // a survivor that saw the last commit complete
   for (const Survivor& s : agreed.survivors) {
-    if (s.applied == newest) from_epoch = std::max(from_epoch, s.held_epoch);
+    if (s.applied != newest) continue;
+    from_epoch = std::max(from_epoch, s.held_epoch);
+    if (decided == nullptr) decided = &s;
+  }
+  // A failure inside the commit collective can leave ranks just short of a
+  // step others applied: their synced gradients are final (the collective
+  // only completes once every rank entered it), so they complete the update
+  // with the outcome the others saw — no state has to move for them.
+  const auto completes = [&](const Survivor& s) {
+    return s.applied == newest - 1 && s.pending == newest && s.held_epoch == from_epoch;
+  };
+  for (const Survivor& s : agreed.survivors) {
+    if (s.rank != trainer_.rank() || !completes(s)) continue;
+    trainer_.complete_commit(newest, {decided->grad_norm, decided->skipped});
+    trainer_.event("commit_completed", {{"epoch", epoch}, {"step", newest}});
   }
   std::vector<layout::SlotRef> stale;
   std::optional<int> fresh;
   bool me_stale = false;
   for (const Survivor& s : agreed.survivors) {
-    const bool is_stale = s.applied != newest || s.held_epoch != from_epoch;
+    const bool is_stale = !completes(s) && (s.applied != newest || s.held_epoch != from_epoch);
     const train::RankPlace place = trainer_.places().at(static_cast<std::size_t>(s.rank));
     if (is_stale) stale.push_back({place.replica, place.slot});
     if (!is_stale && !fresh) fresh = s.rank;
     if (s.rank == trainer_.rank()) me_stale = is_stale;
   }
-  if (agreed.lost.empty() && stale.empty() && agreed.joined.empty()) {
+  const bool completed = std::any_of(agreed.survivors.begin(), agreed.survivors.end(), completes);
+  if (agreed.lost.empty() && stale.empty() && agreed.joined.empty() && !completed) {
     throw RecoveryError(fmt::format(
         "rank {}: a collective failed ({}) but no rank was lost and none is behind: not recovering (is "
         "deadline.collective_s too short for a step?)",

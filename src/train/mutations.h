@@ -15,8 +15,9 @@
 //                        of the synced ones (an extra slot left out of the sync)
 //   unit_drift           at the end, the rank's copy of its first unit is one
 //                        ulp off (only a cross-replica hash can see it)
-//   skip_roll_forward    a rank behind after a partial commit keeps its
-//                        outdated units (the recovery proof must stop it)
+//   skip_roll_forward    a stale rank (a repaired one rejoining, or one in an
+//                        older layout) keeps its outdated units instead of
+//                        receiving them (the recovery proof must stop it)
 #include <string>
 
 namespace ntp::train {

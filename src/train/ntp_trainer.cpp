@@ -387,6 +387,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   std::vector<std::int64_t> record(CommitRecord::kWords);
   mine_rec.write(record.data());
   std::vector<std::int64_t> all(record.size() * members_.size());
+  pending_commit_ = s;  // this step's synced gradients are final from here on
   x.world->all_gather(comm::ConstView(record.data(), record.size()), comm::View(all.data(), all.size()));
   const CommitTotals t = commit_totals(all, members_.size());
   fault(StepPhase::kCommit);
@@ -408,14 +409,9 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   }
   const double opt_start = unix_time_s();
   fault(StepPhase::kOptimizer);
-  if (std::isfinite(m.loss) && std::isfinite(m.grad_norm)) {
-    const double lr = mutation_ == Mutation::kUpdateScaled ? m.lr * 1.01 : m.lr;
-    x.optimizer->step_with_norm(*x.model, static_cast<float>(lr), m.grad_norm);
-  } else {
-    m.skipped = true;
-  }
+  m.skipped = !std::isfinite(m.loss) || !std::isfinite(m.grad_norm);
+  apply_update(s, m.grad_norm, m.skipped);
   const double opt_s = unix_time_s() - opt_start;
-  applied_ = s;
   join_pending_ = t.join_pending;
   if (traced) x.compute.add({"optimizer", Track::kCompute, opt_start, opt_s, s});
   m.reshard_bytes = t.reshard_bytes;
@@ -432,6 +428,25 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
     x.run.append_metrics(m);
   }
   return m;
+}
+
+void NtpTrainer::apply_update(std::int64_t s, double grad_norm, bool skipped) {
+  Impl& x = *impl_;
+  if (!skipped) {
+    const double lr = learning_rate(config_.train, s) * (mutation_ == Mutation::kUpdateScaled ? 1.01 : 1.0);
+    x.optimizer->step_with_norm(*x.model, static_cast<float>(lr), grad_norm);
+  }
+  applied_ = s;
+  pending_commit_ = -1;
+  last_commit_ = {grad_norm, skipped};
+}
+
+void NtpTrainer::complete_commit(std::int64_t s, const CommitOutcome& outcome) {
+  if (pending_commit_ != s || applied_ != s - 1) {
+    throw std::logic_error(fmt::format("rank {}: cannot complete the commit of step {} (applied {}, pending {})",
+                                       options_.rank, s, applied_, pending_commit_));
+  }
+  apply_update(s, outcome.grad_norm, outcome.skipped);
 }
 
 void NtpTrainer::take_over_logs(std::int64_t resume) {
@@ -484,6 +499,7 @@ StateMoveStats NtpTrainer::move_state(const ParallelConfig& next, const KindPlan
       }
       x.optimizer->set_steps(resume_applied + 1);
       applied_ = resume_applied;
+      pending_commit_ = -1;
     }
   }
   StateMoveRank mover;

@@ -120,6 +120,21 @@ class NtpTrainer {
   // nothing was applied then. With train.on_nan = "stop", throws
   // NonFiniteError naming the step (on every rank alike).
   StepMetrics step(std::int64_t s);
+  // The step whose commit collective this rank entered but did not see
+  // complete (its synced gradients are final and unapplied); -1 when none.
+  std::int64_t pending_commit() const { return pending_commit_; }
+  // What the commit of the last applied step decided (the same on every rank
+  // that saw it complete).
+  struct CommitOutcome {
+    double grad_norm = 0;
+    bool skipped = false;
+  };
+  const CommitOutcome& last_commit() const { return last_commit_; }
+  // Completes the pending commit of step s with the outcome another rank saw:
+  // a failure inside the commit collective left this rank just short of it,
+  // with everything the update needs in hand (recovery, instead of moving
+  // state to it).
+  void complete_commit(std::int64_t s, const CommitOutcome& outcome);
   // The metrics of the last applied step (to log it if its writer died).
   const std::optional<StepMetrics>& last_metrics() const { return last_metrics_; }
   // Whether the last committed step carried a rejoin request (see WorkerOptions).
@@ -175,6 +190,8 @@ class NtpTrainer {
   struct Impl;
   // test.mutation's sample faults at step 1 (train/mutations.h).
   void mutate_samples(std::int64_t s, std::vector<std::int64_t>& mine) const;
+  // The local update of step s, once its commit is known.
+  void apply_update(std::int64_t s, double grad_norm, bool skipped);
 
   const Config& config_;
   WorkerOptions options_;
@@ -184,6 +201,8 @@ class NtpTrainer {
   std::uint64_t epoch_ = 0;
   std::vector<int> members_;
   std::int64_t applied_ = -1;
+  std::int64_t pending_commit_ = -1;
+  CommitOutcome last_commit_;
   bool join_pending_ = false;
   int writer_rank_ = 0;
   std::optional<StepMetrics> last_metrics_;

@@ -109,6 +109,32 @@ TEST_F(MembershipTest, ManySurvivorsRacingToPublishAllAdoptOneList) {
   EXPECT_EQ(first.size(), 11u);
 }
 
+TEST_F(MembershipTest, ACommitsOutcomeTravelsBitForBit) {
+  // A rank short of the commit completes it with exactly the norm the others saw.
+  MembershipOptions o;
+  o.members = {0, 1};
+  o.epoch = 1;
+  o.settle = milliseconds(20);
+  o.deadline = milliseconds(5000);
+  MembershipOptions a = o, b = o;
+  a.rank = 0;
+  a.applied = 7;
+  a.grad_norm = 0.1 + 1e-17;  // not representable in decimal text at %g precision
+  b.rank = 1;
+  b.applied = 6;
+  b.pending = 7;
+  b.skipped = true;
+  auto fa = std::async(std::launch::async, [&] { return agree_membership(*store_, a); });
+  auto fb = std::async(std::launch::async, [&] { return agree_membership(*store_, b); });
+  const Membership m = fa.get();
+  EXPECT_EQ(fb.get().survivors, m.survivors);
+  ASSERT_EQ(m.survivors.size(), 2u);
+  EXPECT_EQ(m.survivors[0].grad_norm, a.grad_norm);
+  EXPECT_EQ(m.survivors[0].applied, 7);
+  EXPECT_EQ(m.survivors[1].pending, 7);
+  EXPECT_TRUE(m.survivors[1].skipped);
+}
+
 TEST_F(MembershipTest, NoAgreementByTheDeadlineIsAnErrorNotAHang) {
   MembershipOptions o;
   o.rank = 0;

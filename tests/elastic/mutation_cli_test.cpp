@@ -71,11 +71,12 @@ INSTANTIATE_TEST_SUITE_P(
                      "--set test.mutation=replicated_unsynced --set test.mutation_rank=6", "replicated tensors differ"},
         MutationCase{"one_replica_one_unit_one_ulp", "--set test.mutation=unit_drift --set test.mutation_rank=4",
                      "holders differ"},
-        // A rank behind after a partial commit keeps its outdated units: the
-        // recovery's cross-replica hash stops the run.
+        // A repaired rank rejoins but keeps its outdated units instead of
+        // being rolled forward: the recovery's cross-replica hash stops the run.
         MutationCase{"roll_forward_skipped",
-                     "--set elastic.recover=true --set elastic.settle_s=0.2 --set test.mutation=skip_roll_forward"
-                     " --set test.mutation_rank=1 --set 'test.failures=\"1@0:commit:LAG\"'",
+                     "--set train.steps=8 --set elastic.recover=true --set elastic.settle_s=0.2"
+                     " --set elastic.rejoin=true --set test.repair_at_step=2 --set test.mutation=skip_roll_forward"
+                     " --set test.mutation_rank=1 --set 'test.failures=\"1@1:forward\"'",
                      "the replicas do not agree"}),
     [](const ::testing::TestParamInfo<MutationCase>& param_info) { return std::string(param_info.param.name); });
 
