@@ -47,8 +47,10 @@ struct VerifyTolerance {
   // cancels in some step (m̂ ≈ 0) amplifies it; measured up to ~3x the bound
   // above for ~1 element in 10^4. A tensor may have that many elements over
   // the bound (floor(count x fraction): none in tensors under 1000 elements),
-  // none over update_outlier_ratio x the bound. A 1 % error in a tensor's
-  // update puts most of its elements over the bound.
+  // none over update_outlier_ratio x the bound or, if larger, over what
+  // AdamW's noise can move an element whose gradient cancels to about zero
+  // (the key-bias bound below: its updates are noise, whatever the tensor).
+  // A 1 % error in a tensor's update puts most of its elements over the bound.
   double update_outlier_fraction = 1e-3;
   double update_outlier_ratio = 10;
   double loss_rel = 1e-5;       // per step: |loss_run − loss_ref| ≤ loss_rel·|loss_ref|
