@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -41,6 +43,9 @@ class FaultPlan {
       if (f.signal == train::kLag) {
         throw comm::CommError({comm::CommErrorKind::kBroken, "world", trainer.epoch(), trainer.rank(), -1,
                                "all_gather", "test.failures LAG: the commit collective failed on this rank"});
+      }
+      if (f.signal == train::kHang) {
+        while (true) std::this_thread::sleep_for(std::chrono::hours(1));  // until fenced
       }
       ::kill(::getpid(), f.signal);
     }

@@ -58,10 +58,12 @@ FaultSpec parse_one(const std::string& entry) {
       f.signal = SIGKILL;
     } else if (parts[2] == "STOP") {
       f.signal = SIGSTOP;
+    } else if (parts[2] == "HANG") {
+      f.signal = kHang;
     } else if (parts[2] == "LAG" && f.phase == "commit") {
       f.signal = kLag;
     } else {
-      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL or STOP (or LAG, at commit)", entry,
+      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL, STOP or HANG (or LAG, at commit)", entry,
                                               parts[2]));
     }
   }
@@ -102,7 +104,10 @@ std::vector<FaultSpec> chaos_faults(std::int64_t count, std::uint64_t seed, int 
 
 std::string to_string(const FaultSpec& f) {
   return fmt::format("{}@{}:{}:{}", f.rank, f.step, f.phase,
-                     f.signal == SIGSTOP ? "STOP" : f.signal == kLag ? "LAG" : "KILL");
+                     f.signal == SIGSTOP ? "STOP"
+                     : f.signal == kLag ? "LAG"
+                     : f.signal == kHang ? "HANG"
+                                         : "KILL");
 }
 
 }  // namespace ntp::train

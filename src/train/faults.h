@@ -8,7 +8,10 @@
 // RANK@STEP:PHASE[:SIGNAL]. PHASE is one of start, forward, backward, sync,
 // commit (after the commit collective, before the local update), optimizer
 // (inside the update) or recovery (during the first recovery the rank takes
-// part in at or after STEP). SIGNAL is KILL (default) or STOP; or, at commit
+// part in at or after STEP). SIGNAL is KILL (default) or STOP; HANG: no
+// signal, the rank's main thread blocks forever while its heartbeat goes on
+// (a wedged process: only the collective deadlines and the survivors'
+// agreement can find it); or, at commit
 // only, LAG: no signal, the rank acts as if the commit collective had failed
 // on it while the others completed it (a partial commit: it falls one step
 // behind and recovery must roll it forward).
@@ -18,13 +21,14 @@
 
 namespace ntp::train {
 
-constexpr int kLag = 0;  // FaultSpec::signal of LAG
+constexpr int kLag = 0;    // FaultSpec::signal of LAG
+constexpr int kHang = -1;  // FaultSpec::signal of HANG
 
 struct FaultSpec {
   int rank = 0;
   std::int64_t step = 0;
   std::string phase = "start";
-  int signal = 9;  // SIGKILL, SIGSTOP or kLag
+  int signal = 9;  // SIGKILL, SIGSTOP, kLag or kHang
   bool operator==(const FaultSpec&) const = default;
 };
 

@@ -142,6 +142,11 @@ INSTANTIATE_TEST_SUITE_P(
         FaultCase{"stop_in_forward", "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"1@2:forward:STOP\"'"},
         FaultCase{"stop_in_sync", "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"3@2:sync:STOP\"'"},
         FaultCase{"stop_in_commit", "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"2@2:commit:STOP\"'"},
+        // Wedged, heartbeat still beating: the collective deadline finds it, the
+        // survivors' agreement declares it lost and the launcher fences it.
+        FaultCase{"hang_in_backward",
+                  "--set parallel.dp=2 --set parallel.tp=2 --set deadline.collective_s=3 --set deadline.rendezvous_s=8"
+                  " --set 'test.failures=\"2@2:backward:HANG\"'"},
         // A second death while the survivors recover from the first.
         FaultCase{"death_during_recovery",
                   "--set parallel.dp=2 --set parallel.tp=4 --set 'test.failures=\"1@2:forward; 6@2:recovery\"'"},

@@ -18,6 +18,9 @@ TEST(Faults, ParsesEveryFieldAndDefaultsToKill) {
   EXPECT_EQ(f[0], (FaultSpec{3, 5, "commit", SIGSTOP}));
   EXPECT_EQ(f[1], (FaultSpec{1, 0, "forward", SIGKILL}));
   EXPECT_EQ(to_string(f[0]), "3@5:commit:STOP");
+  EXPECT_EQ(parse_faults("2@1:sync:HANG")[0].signal, kHang);
+  EXPECT_EQ(parse_faults("2@1:commit:LAG")[0].signal, kLag);
+  EXPECT_THROW(parse_faults("2@1:sync:LAG"), std::invalid_argument);  // LAG only at commit
   EXPECT_TRUE(parse_faults("").empty());
 }
 
