@@ -17,7 +17,6 @@
 //   build/bench/train/recovery_bench [--reps N] [--steps N] [--rank R] [--keep]
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,7 +35,8 @@
 
 #include <nlohmann/json.hpp>
 
-extern char** environ;
+#include "run_files.h"
+
 
 namespace {
 
@@ -53,18 +53,7 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::vector<nlohmann::json> read_lines(const fs::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    try {
-      lines.push_back(nlohmann::json::parse(line));
-    } catch (const std::exception&) {  // a line being written
-    }
-  }
-  return lines;
-}
+using ntp::testing::read_jsonl_lines;
 
 std::vector<std::string> command(const fs::path& dir, int steps) {
   std::vector<std::string> args = {"timeout", "-s", "KILL", "300", NTP_BINARY, "train", "--run-dir", dir.string()};
@@ -94,26 +83,16 @@ Sample run_once(const fs::path& dir, int steps, int rank, int signal, std::size_
   fs::remove_all(dir);
   const fs::path out = dir.string() + ".out";
   const std::vector<std::string> args = command(dir, steps);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t child = 0;
-  const int err = posix_spawnp(&child, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) throw std::runtime_error("cannot start " + words(args) + ": " + std::strerror(err));
+  const pid_t child = ntp::testing::spawn_logged(args, out);
 
   double sent_at = 0;
   int pid = 0;
   int status = 0;
   while (::waitpid(child, &status, WNOHANG) != child) {
     if (sent_at == 0) {
-      const std::vector<nlohmann::json> metrics = read_lines(dir / "metrics.jsonl");
+      const std::vector<nlohmann::json> metrics = read_jsonl_lines(dir / "metrics.jsonl");
       if (metrics.size() >= rows) {
-        for (const nlohmann::json& e : read_lines(dir / "events.jsonl")) {
+        for (const nlohmann::json& e : read_jsonl_lines(dir / "events.jsonl")) {
           if (e.value("event", "") == "worker_started" && e["rank"] == rank) pid = e["pid"].get<int>();
         }
         std::this_thread::sleep_for(
@@ -142,7 +121,7 @@ Sample run_once(const fs::path& dir, int steps, int rank, int signal, std::size_
   }
   double detected = 0;
   double resumed = 0;
-  for (const nlohmann::json& e : read_lines(dir / "events.jsonl")) {
+  for (const nlohmann::json& e : read_jsonl_lines(dir / "events.jsonl")) {
     const std::string name = e.value("event", "");
     const double t = e.value("time", 0.0);
     if (name == "failure_detected" && t >= sent_at && detected == 0) detected = t;
@@ -153,7 +132,7 @@ Sample run_once(const fs::path& dir, int steps, int rank, int signal, std::size_
   s.phases["signal->redo done"] = resumed - sent_at + s.phases["redo_s"];
   std::vector<double> times;
   const std::int64_t redone = r["step"].get<std::int64_t>();
-  for (const nlohmann::json& m : read_lines(dir / "metrics.jsonl")) {
+  for (const nlohmann::json& m : read_jsonl_lines(dir / "metrics.jsonl")) {
     if (m["step"] != 0 && m["step"] != redone) times.push_back(m["step_time_s"].get<double>());
   }
   std::sort(times.begin(), times.end());

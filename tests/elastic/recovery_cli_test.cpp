@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
+#include "run_files.h"
 
 namespace {
 
@@ -39,22 +40,8 @@ TrainRun train(const fs::path& dir, const std::string& sets) {
   return {r.exit_code, r.out + r.err};
 }
 
-std::vector<nlohmann::json> read_lines(const fs::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  }
-  return lines;
-}
-
-std::vector<nlohmann::json> events_named(const fs::path& dir, const std::string& name) {
-  std::vector<nlohmann::json> out;
-  for (const nlohmann::json& e : read_lines(dir / "events.jsonl")) {
-    if (e.value("event", "") == name) out.push_back(e);
-  }
-  return out;
-}
+using ntp::testing::events_named;
+const auto read_lines = ntp::testing::read_jsonl_lines;
 
 // What a stalled run was doing: the last events of each rank.
 std::string stall_report(const fs::path& dir) {

@@ -26,7 +26,6 @@
 // NTP_SOAK_KEEP=1 (keep every run directory).
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,7 +48,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-extern char** environ;
+#include "run_files.h"
+
 
 namespace {
 
@@ -165,19 +165,7 @@ class LineTail {
   std::string partial_;
 };
 
-std::vector<nlohmann::json> read_lines(const fs::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    try {
-      lines.push_back(nlohmann::json::parse(line));
-    } catch (const std::exception&) {
-      lines.push_back({{"unparsable", line}});
-    }
-  }
-  return lines;
-}
+using ntp::testing::read_jsonl_lines;
 
 std::size_t count_rows(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -255,21 +243,6 @@ std::string shell_words(const std::vector<std::string>& args) {
   return text;
 }
 
-// Starts the command with stdout and stderr into `out`; returns its pid.
-pid_t spawn(const std::vector<std::string>& args, const fs::path& out) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int err = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) throw std::runtime_error("posix_spawnp timeout: " + std::string(std::strerror(err)));
-  return pid;
-}
 
 void classify(Outcome& o, int time_limit_s);
 
@@ -280,7 +253,7 @@ Outcome run_once(const RunPlan& plan, const fs::path& dir, int time_limit_s) {
   fs::remove_all(dir);
   const fs::path out_file = dir.string() + ".out";
   const auto start = Clock::now();
-  const pid_t child = spawn(train_command(dir, plan.steps, time_limit_s), out_file);
+  const pid_t child = ntp::testing::spawn_logged(train_command(dir, plan.steps, time_limit_s), out_file);
 
   LineTail events(dir / "events.jsonl");
   std::map<int, int> pids;   // rank -> pid, from worker_started
@@ -360,7 +333,7 @@ Outcome run_once(const RunPlan& plan, const fs::path& dir, int time_limit_s) {
 // Classification.
 
 bool rows_one_per_step(const fs::path& file, int steps, std::string& why) {
-  const std::vector<nlohmann::json> rows = read_lines(file);
+  const std::vector<nlohmann::json> rows = read_jsonl_lines(file);
   if (rows.size() != static_cast<std::size_t>(steps)) {
     why = file.filename().string() + " has " + std::to_string(rows.size()) + " rows for " + std::to_string(steps) +
           " steps";
@@ -377,7 +350,7 @@ bool rows_one_per_step(const fs::path& file, int steps, std::string& why) {
 }
 
 std::string last_events(const fs::path& dir, std::size_t n) {
-  const std::vector<nlohmann::json> events = read_lines(dir / "events.jsonl");
+  const std::vector<nlohmann::json> events = read_jsonl_lines(dir / "events.jsonl");
   std::string text;
   for (std::size_t i = events.size() > n ? events.size() - n : 0; i < events.size(); ++i) {
     text += "    " + events[i].dump() + "\n";
@@ -386,7 +359,7 @@ std::string last_events(const fs::path& dir, std::size_t n) {
 }
 
 void classify(Outcome& o, int time_limit_s) {
-  const std::vector<nlohmann::json> events = read_lines(o.dir / "events.jsonl");
+  const std::vector<nlohmann::json> events = read_jsonl_lines(o.dir / "events.jsonl");
   std::set<int> lost;  // every rank that ended by a signal or was fenced
   std::set<std::int64_t> proven;
   std::vector<std::int64_t> resumed;

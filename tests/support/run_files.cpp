@@ -1,0 +1,50 @@
+#include "run_files.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace ntp::testing {
+
+std::vector<nlohmann::json> read_jsonl_lines(const std::filesystem::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    try {
+      lines.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::parse_error&) {  // a line being written
+    }
+  }
+  return lines;
+}
+
+std::vector<nlohmann::json> events_named(const std::filesystem::path& run_dir, const std::string& name) {
+  std::vector<nlohmann::json> out;
+  for (const nlohmann::json& e : read_jsonl_lines(run_dir / "events.jsonl")) {
+    if (e.value("event", "") == name) out.push_back(e);
+  }
+  return out;
+}
+
+pid_t spawn_logged(const std::vector<std::string>& args, const std::filesystem::path& out) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int err = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) throw std::runtime_error("cannot start " + args.at(0) + ": " + std::strerror(err));
+  return pid;
+}
+
+}  // namespace ntp::testing

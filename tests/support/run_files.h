@@ -1,0 +1,27 @@
+#pragma once
+// What the tests and benchmarks that drive `ntp train` from the outside share:
+// reading the run directory's .jsonl files while workers still write them,
+// and starting a command with its output in a file (so that its worker pids
+// can be signalled while it runs).
+#include <sys/types.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ntp::testing {
+
+// The complete JSON lines of a .jsonl file; a line still being written (or
+// cut short) is skipped. A missing file reads as no lines.
+std::vector<nlohmann::json> read_jsonl_lines(const std::filesystem::path& path);
+
+// The events named `name` in RUN_DIR/events.jsonl.
+std::vector<nlohmann::json> events_named(const std::filesystem::path& run_dir, const std::string& name);
+
+// Starts `args` (looked up on PATH) with stdout and stderr into `out`; returns
+// its pid. Throws std::runtime_error naming the command when it cannot start.
+pid_t spawn_logged(const std::vector<std::string>& args, const std::filesystem::path& out);
+
+}  // namespace ntp::testing
