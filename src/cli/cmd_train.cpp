@@ -2,10 +2,48 @@
 // docs/config.md). With no arguments it runs the built-in demo.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+
+#include <fmt/format.h>
+
 #include "cli/command.h"
 #include "elastic/train_job.h"
+#include "train/checkpoint.h"
 
 namespace {
+
+// The settings a resumed run may change: where and how it runs, not what it
+// computes (model, data, optimizer and schedule must stay those of the
+// checkpoint, or the run would not continue the same training).
+bool may_change_on_resume(const std::string& key) {
+  for (const char* prefix : {"parallel.", "elastic.", "deadline.", "sync.", "power.", "run.", "test.",
+                             "train.checkpoint_", "train.keep_checkpoints", "train.micro_batch", "train.on_nan",
+                             "model.threads"}) {
+    if (key.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+// The configuration of `ntp train --resume PATH`: the checkpoint's, with the
+// overrides; run.resume names the checkpoint. Throws ConfigError naming a key
+// that must not change, CheckpointError naming what is wrong with PATH.
+ntp::train::Config resume_config(const std::string& path, std::vector<std::string> overrides) {
+  const std::filesystem::path checkpoint = std::filesystem::absolute(ntp::train::resolve_checkpoint(path));
+  const ntp::train::Checkpoint opened = ntp::train::Checkpoint::open(checkpoint);
+  const std::string saved_file = opened.config_file().string();
+  const ntp::train::Config saved = ntp::train::load_config(saved_file, {});
+  overrides.push_back(fmt::format("run.resume=\"{}\"", checkpoint.string()));
+  const ntp::train::Config config = ntp::train::load_config(saved_file, overrides);
+  for (const std::string& change : ntp::train::differing_keys(saved, config)) {
+    const std::string key = change.substr(0, change.find(':'));
+    if (!may_change_on_resume(key)) {
+      throw ntp::train::ConfigError(fmt::format("--resume: {} cannot change when resuming ({}): the checkpoint "
+                                                "continues the same model, data and optimizer",
+                                                key, change.substr(change.find(':') + 2)));
+    }
+  }
+  return config;
+}
 
 int run_train(int argc, char** argv) {
   CLI::App app{"Train a GPT with data parallelism over (nonuniform) tensor-parallel replicas.",
@@ -13,11 +51,15 @@ int run_train(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string run_dir;
+  std::string resume;
   bool verify = false;
   bool worker = false;
   app.add_option("--config", config_path, "run configuration (TOML); default: the built-in demo");
   app.add_option("--set", overrides, "override one key: --set train.lr=1e-3 (repeatable)");
   app.add_option("--run-dir", run_dir, "run directory (default: run.dir, else runs/<UTC time>)");
+  app.add_option("--resume", resume,
+                 "continue from a checkpoint: a run directory (its newest) or a checkpoint folder; at any "
+                 "layout (--set parallel.*); continues in the checkpoint's run directory");
   app.add_flag("--verify", verify,
                "after training, replay the schedule at TP = 1, DP = 1 and compare (exit 1 on fail)");
   // One rank of a multi-process run, as the launcher starts it.
@@ -28,13 +70,24 @@ int run_train(int argc, char** argv) {
     return app.exit(e) == 0 ? ntp::cli::kExitOk : ntp::cli::kExitBadInput;
   }
   if (worker) return ntp::elastic::run_train_worker(run_dir);
-  const bool demo = config_path.empty() && overrides.empty();
+  const bool demo = config_path.empty() && overrides.empty() && resume.empty();
   if (demo) overrides = ntp::elastic::demo_overrides();
+  if (!resume.empty() && !config_path.empty()) {
+    std::fprintf(stderr, "ntp train: --config cannot be combined with --resume: the checkpoint's configuration "
+                         "is used; change settings with --set\n");
+    return ntp::cli::kExitBadInput;
+  }
   ntp::train::Config config;
   try {
-    config = ntp::train::load_config(config_path, overrides);
+    config = resume.empty() ? ntp::train::load_config(config_path, overrides) : resume_config(resume, overrides);
+    if (!resume.empty() && run_dir.empty()) {
+      if (const auto owner = ntp::train::run_dir_of_checkpoint(config.run.resume)) run_dir = owner->string();
+    }
   } catch (const ntp::train::ConfigError& e) {
     std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
+    return ntp::cli::kExitBadInput;
+  } catch (const ntp::train::CheckpointError& e) {
+    std::fprintf(stderr, "ntp train: --resume: %s\n", e.what());
     return ntp::cli::kExitBadInput;
   }
   try {
@@ -48,6 +101,12 @@ int run_train(int argc, char** argv) {
   } catch (const ntp::train::ConfigError& e) {
     std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
     return ntp::cli::kExitBadInput;
+  } catch (const ntp::train::CheckpointError& e) {
+    std::fprintf(stderr, "ntp train: checkpoint: %s\n", e.what());
+    return ntp::cli::kExitBadInput;
+  } catch (const ntp::elastic::RunInterrupted& e) {
+    std::fprintf(stderr, "ntp train: %s\n", e.what());
+    return ntp::cli::kExitInterrupted;
   } catch (const ntp::elastic::PowerUnavailable& e) {
     std::fprintf(stderr, "ntp train: %s\n", e.what());
     return ntp::cli::kExitFailure;

@@ -17,6 +17,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitImpossible = 3;
+inline constexpr int kExitInterrupted = 130;  // stopped by SIGINT/SIGTERM after a checkpoint (128 + SIGINT)
 
 struct Command {
   std::string name;     // first word after `ntp`

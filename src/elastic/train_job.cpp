@@ -7,7 +7,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "comm/heartbeat.h"
@@ -20,10 +22,12 @@
 #include "elastic/membership.h"
 #include "elastic/worker.h"
 #include "elastic/recovery.h"
+#include "train/checkpoint.h"
 #include "train/ntp_trainer.h"
 #include "train/power_setup.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
+#include "train/schedule.h"
 
 namespace ntp::elastic {
 namespace {
@@ -84,15 +88,92 @@ bool recovered(const LaunchResult& result, const train::RunDir& run, std::int64_
   });
 }
 
-// Why the workers stopped, from the first run_stopped event; empty if none.
-std::string last_stop_reason(const train::RunDir& run) {
+// The first `name` event logged at or after `since` (unix seconds).
+std::optional<nlohmann::json> first_event(const train::RunDir& run, const std::string& name, double since) {
   try {
     for (const nlohmann::json& e : run.read_events()) {
-      if (e.value("event", "") == "run_stopped") return e.value("reason", "");
+      if (e.value("event", "") == name && e.value("time", 0.0) >= since) return e;
     }
   } catch (const std::exception&) {
   }
-  return "";
+  return std::nullopt;
+}
+
+// Why the workers stopped, from the first run_stopped event since `since`; empty if none.
+std::string last_stop_reason(const train::RunDir& run, double since) {
+  const std::optional<nlohmann::json> e = first_event(run, "run_stopped", since);
+  return e ? e->value("reason", "") : "";
+}
+
+// Makes the run directory ready to continue from a checkpoint after N steps:
+// every byte of the checkpoint is checked once; rows of steps >= N, the hash
+// files, trace fragments and store of the previous workers and abandoned
+// partial saves go; complete checkpoints past N (a future that is now
+// redone) are renamed step-M.discarded, not deleted.
+void prepare_restart(const train::RunDir& run, const std::filesystem::path& checkpoint_dir) {
+  const train::Checkpoint checkpoint = train::Checkpoint::open(checkpoint_dir);
+  checkpoint.verify_checksums();
+  const std::int64_t step = checkpoint.info().step;
+  run.truncate_jsonl_from_step("metrics.jsonl", step);
+  run.truncate_jsonl_from_step("schedule.jsonl", step);
+  for (const char* folder : {"hashes", "trace"}) std::filesystem::remove_all(run.path() / folder);
+  std::filesystem::remove_all(run.store_dir());
+  std::filesystem::create_directories(run.store_dir());
+  const std::filesystem::path root = run.path() / "checkpoints";
+  for (const std::filesystem::path& later : train::complete_checkpoints(root)) {
+    if (later.filename() == checkpoint_dir.filename()) continue;
+    if (train::Checkpoint::open(later).info().step > step) {
+      std::filesystem::rename(later, later.string() + ".discarded");
+    }
+  }
+  train::prune_checkpoints(root, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max());
+  run.event("run_resumed", {{"checkpoint", checkpoint_dir.string()}, {"step", step}});
+}
+
+// The configuration the workers restart with when in-job recovery is
+// impossible (elastic.fallback = "checkpoint"): the slots of workers lost to a
+// signal join parallel.failed, training starts from the newest checkpoint and
+// the injected failures are not injected again. Throws UnsupportedRequest
+// when no checkpoint exists or no replica can train.
+train::Config fallback_config(const train::Config& config, const LaunchResult& result, const train::RunDir& run,
+                              const std::string& reason, std::FILE* out) {
+  const std::optional<std::filesystem::path> checkpoint = train::newest_checkpoint(run.path() / "checkpoints");
+  if (!checkpoint) {
+    throw UnsupportedRequest(fmt::format("in-job recovery is impossible ({}) and there is no checkpoint to restart "
+                                         "from (logs in {})",
+                                         reason, run.log_dir().string()));
+  }
+  train::Config next = config;
+  const std::vector<train::RankPlace> places = train::job_places(config.parallel);
+  std::vector<int> lost;
+  for (const RankExit& r : result.ranks) {
+    if (r.exited || r.stopped_by_launcher) continue;  // ended on its own or stopped by us: healthy
+    lost.push_back(r.rank);
+    std::vector<std::int64_t>& failed = next.parallel.failed[places.at(static_cast<std::size_t>(r.rank)).replica];
+    failed.push_back(places.at(static_cast<std::size_t>(r.rank)).slot);
+    std::sort(failed.begin(), failed.end());
+  }
+  next.run.resume = checkpoint->string();
+  next.test.failures.clear();
+  next.test.chaos = 0;
+  next.test.kill_rank = -1;
+  next.test.kill_at_step = -1;
+  try {
+    if (train::job_places(next.parallel).empty()) throw train::ConfigError("no replica keeps parallel.min_tp slots");
+    train::validate(next);
+    train::check_job(next, run.path());
+  } catch (const std::exception& e) {
+    throw UnsupportedRequest(fmt::format("in-job recovery is impossible ({}) and a restart from {} is too: {}",
+                                         reason, checkpoint->string(), e.what()));
+  }
+  prepare_restart(run, *checkpoint);
+  run.write_config(train::to_toml(next));
+  const std::vector<std::int64_t> tp = train::split_input(next.parallel, next.train.global_batch).active;
+  run.event("fallback_restart", {{"reason", reason}, {"lost", lost}, {"checkpoint", checkpoint->string()},
+                                 {"ranks", train::job_places(next.parallel).size()}, {"tp", tp}});
+  std::fprintf(out, "in-job recovery impossible (%s): restarting from %s with TP %s\n", reason.c_str(),
+               checkpoint->string().c_str(), nlohmann::json(tp).dump().c_str());
+  return next;
 }
 
 // Each in-job recovery as the survivors logged it: the step redone, the new
@@ -284,11 +365,10 @@ class Fencer {
   std::set<int> restarted_;
 };
 
-// One process per active slot of every training replica, through the launcher;
-// the progress follows metrics.jsonl, which rank 0 appends to.
-std::vector<train::StepMetrics> train_with_workers(
-    const train::Config& config, const train::RunDir& run,
-    const std::function<void(const train::StepMetrics&)>& on_step) {
+// One launch of the workers of `config`, through the launcher; the progress
+// follows metrics.jsonl, which the writer rank appends to.
+LaunchResult launch_workers(const train::Config& config, const train::RunDir& run,
+                            const std::function<void(const train::StepMetrics&)>& on_step) {
   LaunchOptions options;
   options.nproc = static_cast<int>(train::job_places(config.parallel).size());
   options.store = "file:" + run.store_dir().string();
@@ -297,7 +377,11 @@ std::vector<train::StepMetrics> train_with_workers(
   options.log_dir = run.log_dir();
   options.straggler_timeout =
       std::chrono::milliseconds(static_cast<long>(config.deadline.straggler_s * 1000));
+  // On SIGINT/SIGTERM the workers finish the step in flight and save a checkpoint.
+  options.term_grace = std::chrono::milliseconds(static_cast<long>(
+      std::clamp(config.deadline.checkpoint_s, 5.0, 60.0) * 1000));
   train::JsonlTail tail(run.file("metrics.jsonl"));
+  tail.read_new();  // the steps a resumed run already has
   options.on_tick = [&] {
     for (const nlohmann::json& line : tail.read_new()) on_step(train::step_metrics_from_json(line));
   };
@@ -317,20 +401,39 @@ std::vector<train::StepMetrics> train_with_workers(
     options.restarts = [&] { return fencer->restarts(logged_steps); };
     options.restart_env["NTP_REJOIN"] = "1";
   }
-  const LaunchResult result = run_job(options, {run.file("events.jsonl"), stderr, "ntp train"});
-  if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
-  for (const RankExit& r : result.ranks) {
-    if (r.exited && r.code == kExitUnitsLost) {
-      throw UnsupportedRequest(fmt::format("in-job recovery is impossible: {} (logs in {})",
-                                           last_stop_reason(run), run.log_dir().string()));
+  return run_job(options, {run.file("events.jsonl"), stderr, "ntp train"});
+}
+
+// The workers' whole life: launches, and with elastic.recover relaunches from
+// the newest checkpoint when in-job recovery is impossible
+// (elastic.fallback). Returns every step's metrics.
+std::vector<train::StepMetrics> train_with_workers(
+    const train::Config& first, const train::RunDir& run, std::FILE* out,
+    const std::function<void(const train::StepMetrics&)>& on_step) {
+  train::Config config = first;
+  for (std::int64_t restarts = 0;; ++restarts) {
+    const double started = train::unix_time_s();
+    const LaunchResult result = launch_workers(config, run, on_step);
+    if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
+    if (first_event(run, "run_interrupted", started)) return run.read_metrics();
+    const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
+      return r.exited && r.code == kExitUnitsLost;
+    });
+    const std::string reason = last_stop_reason(run, started);
+    if (units_lost) {
+      if (config.elastic.fallback == train::FallbackPolicy::kCheckpoint && restarts < config.elastic.max_restarts) {
+        config = fallback_config(config, result, run, reason, out);
+        continue;
+      }
+      throw UnsupportedRequest(fmt::format("in-job recovery is impossible: {} (logs in {})", reason,
+                                           run.log_dir().string()));
     }
+    if (!result.ok() || config.elastic.recover) {
+      throw std::runtime_error(fmt::format("the workers failed{}{} (logs in {}):\n{}", reason.empty() ? "" : ": ",
+                                           reason, run.log_dir().string(), result.report()));
+    }
+    return run.read_metrics();
   }
-  if (!result.ok() || config.elastic.recover) {
-    const std::string reason = last_stop_reason(run);
-    throw std::runtime_error(fmt::format("the workers failed{}{} (logs in {}):\n{}", reason.empty() ? "" : ": ",
-                                         reason, run.log_dir().string(), result.report()));
-  }
-  return run.read_metrics();
 }
 
 // TP = DP = 1: the trainer runs in this process, on local rank 0's GPU.
@@ -400,14 +503,23 @@ std::filesystem::path choose_run_dir(const train::Config& config, const std::str
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
                              bool verify, std::FILE* out) {
   check_power(config, static_cast<int>(train::job_places(config.parallel).size()));
+  // --resume of a checkpoint inside a run directory continues that run.
+  const bool resuming = !config.run.resume.empty();
+  const bool continues = resuming && train::run_dir_of_checkpoint(config.run.resume) ==
+                                         std::filesystem::absolute(run_dir).lexically_normal();
+  if (resuming && !continues && verify) {
+    throw train::ConfigError(fmt::format("--verify replays a run from its first step: resume from a checkpoint "
+                                         "inside its run directory ({} is not)", config.run.resume));
+  }
   const bool existed = std::filesystem::exists(run_dir);
-  const train::RunDir run = train::RunDir::create(run_dir);
+  const train::RunDir run = continues ? train::RunDir::open(run_dir) : train::RunDir::create(run_dir);
   try {
     train::check_job(config, run_dir);
-  } catch (const train::ConfigError&) {
+  } catch (const std::exception&) {  // ConfigError, CheckpointError
     if (!existed) std::filesystem::remove_all(run_dir);  // nothing ran: leave nothing behind
     throw;
   }
+  if (resuming) prepare_restart(run, config.run.resume);
   run.write_config(train::to_toml(config));
   run.event("run_started", {{"job", describe_job(config)}, {"ranks", 1}});
   std::fprintf(out, "ntp train: %s\nrun directory: %s\n", describe_job(config).c_str(),
@@ -421,7 +533,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   std::vector<train::StepMetrics> metrics;
   try {
     metrics = train::job_places(config.parallel).size() == 1 ? train_in_process(config, run_dir, show)
-                                                            : train_with_workers(config, run, show);
+                                                            : train_with_workers(config, run, out, show);
   } catch (const std::exception& e) {
     // A failed run still says why, in events.jsonl and summary.json.
     progress.finish();
@@ -436,6 +548,14 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
     throw;
   }
   progress.finish();
+  if (const std::optional<nlohmann::json> stopped = first_event(run, "run_interrupted", start)) {
+    const std::int64_t steps = stopped->value("steps_done", std::int64_t{0});
+    const std::filesystem::path checkpoint = train::final_dir(run.path() / "checkpoints", steps);
+    run.write_summary({{"status", "interrupted"}, {"steps_done", steps}, {"checkpoint", checkpoint.string()},
+                       {"job", describe_job(config)}});
+    throw RunInterrupted(fmt::format("interrupted after {} steps; checkpoint {}; continue with: ntp train --resume {}",
+                                     steps, checkpoint.string(), run_dir.string()));
+  }
   TrainJobResult result{run_dir, train::summarize(metrics, train::unix_time_s() - start), {}};
   result.summary["job"] = describe_job(config);
   result.summary["status"] = "finished";

@@ -21,6 +21,13 @@ class UnsupportedRequest : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// SIGINT or SIGTERM stopped the run after the step in flight; a checkpoint of
+// that step was saved (`ntp train` exits 130, naming how to resume).
+class RunInterrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // power.mode = "nvml" but this host cannot control its GPUs' power limits
 // (no NVML, a GPU missing, or one that does not match power.tdp_w or
 // power.max_frac): found before any worker starts (exit code 1). A missing

@@ -13,6 +13,7 @@
 #include "comm/heartbeat.h"
 #include "elastic/recovery.h"
 #include "layout/errors.h"
+#include "train/checkpoint_saver.h"
 #include "train/faults.h"
 
 namespace ntp::elastic {
@@ -63,7 +64,7 @@ int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan&
     faults.fire(trainer, s, train::to_string(phase));
   });
   bool connected = false;
-  std::int64_t s = 0;
+  std::int64_t s = trainer.applied_step() + 1;  // 0, or the step after a checkpoint (run.resume)
   if (rejoining) {
     const RecoveryOutcome outcome = recovery.join();
     if (outcome.leaving) return 0;
@@ -80,6 +81,12 @@ int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan&
       if (s < config.train.steps) {
         trainer.step(s);
         ++s;
+        if (trainer.stop_requested()) {
+          // SIGINT/SIGTERM: the step's checkpoint is being saved; end once it is.
+          trainer.wait_for_checkpoint();
+          if (trainer.is_writer()) trainer.event("run_interrupted", {{"steps_done", s}});
+          return 0;
+        }
         if (trainer.join_pending()) s = recovery.grow().resume;
         continue;
       }
@@ -116,6 +123,7 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
     run_config.test.kill_rank = -1;
   }
   FaultPlan faults(run_config, options.rank, options.world_size);
+  const train::StopRequest stop;  // SIGINT/SIGTERM: finish the step, save, end
   try {
     const int code = run_loop(trainer, config, faults, rejoining);
     trainer.restore_power("exit");

@@ -31,6 +31,8 @@ const Choices<DataOrder> kOrders = {{"shuffled", DataOrder::kShuffled},
 const Choices<LrSchedule> kSchedules = {{"cosine", LrSchedule::kCosine},
                                         {"constant", LrSchedule::kConstant}};
 const Choices<NanPolicy> kNanPolicies = {{"stop", NanPolicy::kStop}, {"skip", NanPolicy::kSkip}};
+const Choices<FallbackPolicy> kFallbacks = {{"checkpoint", FallbackPolicy::kCheckpoint},
+                                            {"stop", FallbackPolicy::kStop}};
 const Choices<BatchPolicy> kPolicies = {{"proportional", BatchPolicy::kProportional},
                                         {"fixed", BatchPolicy::kFixed},
                                         {"constant-global", BatchPolicy::kConstantGlobal}};
@@ -254,6 +256,13 @@ const std::vector<KeyDef>& schema() {
       float_key("train.grad_clip", "global gradient-norm clip; 0 = off",
                 NTP_FIELD(train.grad_clip)),
       int_key("train.seed", "seed of init and of the shuffled order", NTP_FIELD(train.seed)),
+      int_key("train.checkpoint_every", "save a checkpoint every this many steps; 0 = not by step count",
+              NTP_FIELD(train.checkpoint_every)),
+      float_key("train.checkpoint_every_s",
+                "save a checkpoint when this many seconds passed since the last; 0 = not by time",
+                NTP_FIELD(train.checkpoint_every_s)),
+      int_key("train.keep_checkpoints", "complete checkpoints kept (the newest); at least 1",
+              NTP_FIELD(train.keep_checkpoints)),
       int_key("parallel.tp", "base TP degree n: slots per replica", NTP_FIELD(parallel.tp)),
       int_key("parallel.dp", "DP replicas", NTP_FIELD(parallel.dp)),
       failed_key(),
@@ -271,6 +280,8 @@ const std::vector<KeyDef>& schema() {
       float_key("deadline.straggler_s",
                 "after the first worker death, time the others get to exit before SIGTERM",
                 NTP_FIELD(deadline.straggler_s)),
+      float_key("deadline.checkpoint_s", "every part of a checkpoint must be written within this",
+                NTP_FIELD(deadline.checkpoint_s)),
       choice_key("power.mode", "off | simulated | nvml", kPowerModes, NTP_FIELD(power.mode)),
       float_key("power.tdp_w", "GPU default power limit (W): speed 1", NTP_FIELD(power.tdp_w)),
       float_key("power.max_frac", "per-GPU maximum limit as a multiple of power.tdp_w",
@@ -295,6 +306,12 @@ const std::vector<KeyDef>& schema() {
                NTP_FIELD(elastic.rejoin)),
       float_key("elastic.rejoin_after_s", "how long after a worker's loss it is started again",
                 NTP_FIELD(elastic.rejoin_after_s)),
+      choice_key("elastic.fallback",
+                 "a failure in-job recovery cannot handle: checkpoint (restart the workers from the "
+                 "newest checkpoint at the layout the survivors allow) | stop",
+                 kFallbacks, NTP_FIELD(elastic.fallback)),
+      int_key("elastic.max_restarts", "restarts from a checkpoint allowed in one run",
+              NTP_FIELD(elastic.max_restarts)),
       int_key("test.repair_at_step",
               "with elastic.rejoin: start lost workers again once this step is logged, instead of "
               "after elastic.rejoin_after_s; -1 = off",
@@ -319,6 +336,9 @@ const std::vector<KeyDef>& schema() {
               NTP_FIELD(test.kill_at_step)),
       string_key("run.dir", "run directory; empty = runs/<UTC time>", NTP_FIELD(run.dir)),
       int_key("run.trace_steps", "steps recorded in trace.json", NTP_FIELD(run.trace_steps)),
+      string_key("run.resume",
+                 "checkpoint folder to start from (set by ntp train --resume); empty = a fresh start",
+                 NTP_FIELD(run.resume)),
   };
   return keys;
 }
@@ -457,6 +477,11 @@ void validate_rest(const Config& c) {
   require(c.deadline.heartbeat_s > 0, "deadline.heartbeat_s", "must be > 0");
   require(c.deadline.straggler_s >= 0, "deadline.straggler_s", "must be >= 0");
   require(c.run.trace_steps >= 0, "run.trace_steps", "must be >= 0");
+  require(c.train.checkpoint_every >= 0, "train.checkpoint_every", "must be >= 0");
+  require(c.train.checkpoint_every_s >= 0, "train.checkpoint_every_s", "must be >= 0");
+  require(c.train.keep_checkpoints >= 1, "train.keep_checkpoints", "must be >= 1");
+  require(c.deadline.checkpoint_s > 0, "deadline.checkpoint_s", "must be > 0");
+  require(c.elastic.max_restarts >= 0, "elastic.max_restarts", "must be >= 0");
   require(c.elastic.settle_s >= 0, "elastic.settle_s", "must be >= 0");
   require(c.elastic.max_recoveries >= 0, "elastic.max_recoveries", "must be >= 0");
   // The agreement after a failure must outlast a member still blocked in a
@@ -508,6 +533,7 @@ std::string to_string(DataOrder order) { return name_of(kOrders, order); }
 std::string to_string(LrSchedule schedule) { return name_of(kSchedules, schedule); }
 std::string to_string(BatchPolicy policy) { return name_of(kPolicies, policy); }
 std::string to_string(NanPolicy policy) { return name_of(kNanPolicies, policy); }
+std::string to_string(FallbackPolicy policy) { return name_of(kFallbacks, policy); }
 
 std::vector<std::int64_t> ParallelConfig::active_slots(std::int64_t replica) const {
   std::vector<std::int64_t> slots;
@@ -587,6 +613,16 @@ std::string to_toml(const Config& config) {
       section = key.doc.name.substr(0, dot);
     }
     out += fmt::format("{} = {}\n", key.doc.name.substr(dot + 1), key.value(config));
+  }
+  return out;
+}
+
+std::vector<std::string> differing_keys(const Config& a, const Config& b) {
+  std::vector<std::string> out;
+  for (const KeyDef& key : schema()) {
+    const std::string before = key.value(a);
+    const std::string after = key.value(b);
+    if (before != after) out.push_back(fmt::format("{}: {} -> {}", key.doc.name, before, after));
   }
   return out;
 }

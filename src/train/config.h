@@ -25,11 +25,14 @@ enum class LrSchedule { kCosine, kConstant };
 enum class BatchPolicy { kProportional, kFixed, kConstantGlobal };
 // What a non-finite loss or gradient norm does (train.on_nan).
 enum class NanPolicy { kStop, kSkip };
+// What a failure that in-job recovery cannot handle does (elastic.fallback).
+enum class FallbackPolicy { kCheckpoint, kStop };
 
 std::string to_string(DataOrder order);
 std::string to_string(LrSchedule schedule);
 std::string to_string(BatchPolicy policy);
 std::string to_string(NanPolicy policy);
+std::string to_string(FallbackPolicy policy);
 
 struct ModelConfig {
   std::string preset = "tiny";
@@ -64,6 +67,12 @@ struct OptimConfig {  // the [train] table
   NanPolicy on_nan = NanPolicy::kStop;
   double grad_clip = 1.0;  // 0 = off
   std::int64_t seed = 1337;
+  // Checkpoints (train/checkpoint.h): every this many steps (0 = not by
+  // count), every this many seconds (0 = not by time); always after the last
+  // step and on SIGINT/SIGTERM. The newest keep_checkpoints complete ones stay.
+  std::int64_t checkpoint_every = 0;
+  double checkpoint_every_s = 600.0;
+  std::int64_t keep_checkpoints = 2;
   bool operator==(const OptimConfig&) const = default;
 };
 
@@ -89,6 +98,7 @@ struct DeadlineConfig {
   double rendezvous_s = 60.0;  // store rendezvous and group construction
   double heartbeat_s = 5.0;    // a rank silent this long is declared dead
   double straggler_s = 10.0;   // after the first worker death, wait this long for the rest
+  double checkpoint_s = 300.0; // a checkpoint's parts must all be written within this
   bool operator==(const DeadlineConfig&) const = default;
 };
 
@@ -113,6 +123,11 @@ struct ElasticConfig {
   // for "the GPU is back") and rejoins at a step boundary.
   bool rejoin = false;
   double rejoin_after_s = 5.0;
+  // A failure in-job recovery cannot handle (every holder of some units lost):
+  // restart the workers from the newest checkpoint at the layout the
+  // survivors allow, at most max_restarts times; or stop.
+  FallbackPolicy fallback = FallbackPolicy::kCheckpoint;
+  std::int64_t max_restarts = 3;
   bool operator==(const ElasticConfig&) const = default;
 };
 
@@ -138,6 +153,7 @@ struct TestConfig {
 struct RunConfig {
   std::string dir;  // empty = runs/<UTC time stamp>
   std::int64_t trace_steps = 3;  // steps recorded in trace.json
+  std::string resume;            // checkpoint folder to start from (ntp train --resume)
   bool operator==(const RunConfig&) const = default;
 };
 
@@ -179,5 +195,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // The fully resolved configuration as TOML (every key, in schema order).
 std::string to_toml(const Config& config);
+
+// The keys whose values differ between two configurations, in schema order,
+// each as "key: <a's value> -> <b's value>".
+std::vector<std::string> differing_keys(const Config& a, const Config& b);
 
 }  // namespace ntp::train

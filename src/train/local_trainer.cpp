@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "model/llmc_checkpoint.h"
+#include "train/checkpoint_saver.h"
 #include "train/dataset.h"
 #include "train/lr_schedule.h"
 #include "train/power_setup.h"
@@ -83,7 +84,33 @@ StepMetrics LocalTrainer::step(std::int64_t step,
   return m;
 }
 
+void LocalTrainer::load_checkpoint(const Checkpoint& checkpoint) {
+  checkpoint.check_model(setup_.gpt);
+  checkpoint.load(model_->layout(), model_->params(), optimizer_->m().span(), optimizer_->v().span());
+  optimizer_->set_steps(checkpoint.info().optimizer_steps);
+}
+
+CheckpointPart LocalTrainer::snapshot() const {
+  return snapshot_part(model_->layout(), model_->params(), optimizer_->m().span(), optimizer_->v().span(), true);
+}
+
 namespace {
+
+// Saves the state after `steps_done` steps: the one rank writes the one part.
+void save_checkpoint(const Config& config, const LocalTrainer& trainer, CheckpointSaver& saver,
+                     std::int64_t steps_done) {
+  const double start = unix_time_s();
+  saver.wait();
+  SaveJob job;
+  job.info = checkpoint_info(config, trainer.setup().gpt, trainer.setup().seq_len, steps_done,
+                             trainer.optimizer_steps(), config.parallel, 0);
+  job.part = trainer.snapshot();
+  job.copy_s = unix_time_s() - start;
+  job.assemble = true;
+  job.writers = {0};
+  job.config_toml = checkpoint_config_toml(config, config.parallel);
+  saver.save(std::move(job));
+}
 
 // The run's steps, with the power plan of its one configuration in force.
 std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, RankPowerRun& power,
@@ -91,6 +118,16 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
   const std::vector<std::int64_t> shares = power.configure(config.parallel, config.train.global_batch);
   const double run_start = unix_time_s();
   LocalTrainer trainer(config, run.path());
+  std::int64_t first = 0;
+  if (!config.run.resume.empty()) {
+    const Checkpoint checkpoint = Checkpoint::open(config.run.resume);
+    trainer.load_checkpoint(checkpoint);
+    first = checkpoint.info().step;
+    run.event("checkpoint_loaded", {{"rank", 0}, {"path", config.run.resume}, {"step", first},
+                                    {"seconds", unix_time_s() - run_start}});
+  }
+  CheckpointSaver saver(config, run);
+  const StopRequest stop;
   run.event("model_ready", {{"model", model::to_string(trainer.setup().gpt)},
                             {"parameters", model::parameter_count(trainer.setup().gpt)},
                             {"seq_len", trainer.setup().seq_len},
@@ -102,7 +139,7 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
   const std::int64_t first_traced = config.train.steps > 1 ? 1 : 0;
   TraceRecorder trace(0, "rank 0: replica 0 slot 0", run_start);
   std::vector<StepMetrics> metrics;
-  for (std::int64_t s = 0; s < config.train.steps; ++s) {
+  for (std::int64_t s = first; s < config.train.steps; ++s) {
     const auto samples = assign_samples(schedule.step_samples(s), shares);
     run.append_schedule(s, schedule.epoch_of(s), samples);
     const bool traced = s >= first_traced && s < first_traced + config.run.trace_steps;
@@ -113,7 +150,17 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
     run.append_metrics(m);
     metrics.push_back(m);
     if (on_step) on_step(m);
+    const bool last = s + 1 == config.train.steps;
+    if (StopRequest::signal() != 0 || last || saver.step_due(s + 1) || saver.time_due()) {
+      save_checkpoint(config, trainer, saver, s + 1);
+    }
+    if (StopRequest::signal() != 0 && !last) {
+      saver.wait();
+      run.event("run_interrupted", {{"rank", 0}, {"steps_done", s + 1}});
+      return metrics;
+    }
   }
+  saver.wait();
   model::write_llmc_checkpoint(run.file("model.bin").string(), trainer.setup().gpt, trainer.params());
   if (config.run.trace_steps > 0) {
     trace.write(run.path() / "trace" / "rank-0.json");

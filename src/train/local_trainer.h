@@ -22,6 +22,7 @@
 #include "model/optimizer.h"
 #include "model/token_data.h"
 #include "tensor/context.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/metrics.h"
 #include "train/model_setup.h"
@@ -52,6 +53,12 @@ class LocalTrainer {
   StepMetrics step(std::int64_t step, const std::vector<std::vector<std::int64_t>>& samples,
                    TraceRecorder* trace = nullptr, StepUpdate update = StepUpdate::kApply);
 
+  // The whole training state (parameters, both moments, AdamW's step count)
+  // from a checkpoint of any layout, and its host copy as one part.
+  void load_checkpoint(const Checkpoint& checkpoint);
+  CheckpointPart snapshot() const;
+  std::int64_t optimizer_steps() const { return optimizer_->steps(); }
+
  private:
   Config config_;
   model::TokenData data_;
@@ -65,7 +72,10 @@ class LocalTrainer {
 
 // Runs a single-process training (parallel.tp = parallel.dp = 1) in the run
 // directory: schedule.jsonl, metrics.jsonl, events, trace.json, model.bin
-// (llm.c checkpoint of the final parameters); calls on_step after each step.
+// (llm.c checkpoint of the final parameters), checkpoints; starts after the
+// checkpoint in run.resume if set; calls on_step after each step. On SIGINT
+// or SIGTERM it saves a checkpoint after the step in flight and returns early
+// (a run_interrupted event says so).
 // With power.mode != off the process's GPU (`gpu`: NVML index or UUID, for
 // nvml) is planned and restored like a worker's (one healthy replica: its
 // default limit). Returns the per-step metrics.

@@ -17,6 +17,8 @@
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "train/dataset.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_saver.h"
 #include "train/grad_norm.h"
 #include "train/group_handle.h"
 #include "train/lr_schedule.h"
@@ -77,8 +79,10 @@ struct CommitRecord {
   NormPart norm;
   std::int64_t replica = 0;
   bool join_pending = false;
+  bool checkpoint_due = false;  // the writer's clock says train.checkpoint_every_s passed
+  bool stop = false;            // this rank received SIGINT or SIGTERM
 
-  static constexpr int kWords = 7 + NormPart::kWords;
+  static constexpr int kWords = 9 + NormPart::kWords;
   void write(std::int64_t* out) const {
     std::memcpy(out + 0, &loss_sum, 8);
     out[1] = reshard_bytes;
@@ -87,7 +91,9 @@ struct CommitRecord {
     std::memcpy(out + 4, &elapsed_s, 8);
     out[5] = replica;
     out[6] = join_pending ? 1 : 0;
-    norm.write(out + 7);
+    out[7] = checkpoint_due ? 1 : 0;
+    out[8] = stop ? 1 : 0;
+    norm.write(out + 9);
   }
   static CommitRecord read(const std::int64_t* in) {
     CommitRecord r;
@@ -98,7 +104,9 @@ struct CommitRecord {
     std::memcpy(&r.elapsed_s, in + 4, 8);
     r.replica = in[5];
     r.join_pending = in[6] != 0;
-    r.norm = NormPart::read(in + 7);
+    r.checkpoint_due = in[7] != 0;
+    r.stop = in[8] != 0;
+    r.norm = NormPart::read(in + 9);
     return r;
   }
 };
@@ -115,6 +123,8 @@ struct CommitTotals {
   double elapsed_s = 0;
   double grad_norm = 0;
   bool join_pending = false;
+  bool checkpoint_due = false;
+  bool stop = false;
 };
 
 CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t ranks) {
@@ -129,6 +139,8 @@ CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t r
     t.exposed_sync_s = std::max(t.exposed_sync_s, rec.exposed_sync_s);
     t.elapsed_s = std::max(t.elapsed_s, rec.elapsed_s);
     t.join_pending = t.join_pending || rec.join_pending;
+    t.checkpoint_due = t.checkpoint_due || rec.checkpoint_due;
+    t.stop = t.stop || rec.stop;
     if (norm_replica < 0) norm_replica = rec.replica;
     if (rec.replica == norm_replica) norm.add(rec.norm);
   }
@@ -193,6 +205,7 @@ struct NtpTrainer::Impl {
   std::unique_ptr<model::AdamW> optimizer;
   std::unique_ptr<model::ParameterLayout> full;
   std::unique_ptr<OverlappedSync> sync;
+  std::unique_ptr<CheckpointSaver> saver;
   std::vector<std::int64_t> shares;
   TraceRecorder compute;
   TraceRecorder comm_trace;
@@ -242,6 +255,8 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
   x.optimizer = std::make_unique<model::AdamW>(adamw_config(config.train), x.model->layout());
   if (mutation_ == Mutation::kLnFrozen) x.optimizer->freeze_for_test("h0.ln1_w");
   x.full = std::make_unique<model::ParameterLayout>(x.setup.gpt, model::Shard::full(x.setup.gpt));
+  x.saver = std::make_unique<CheckpointSaver>(config_, x.run);
+  if (!config.run.resume.empty()) load_checkpoint(config.run.resume);
   x.run.event("rank_ready", {{"rank", options.rank},
                              {"replica", me_.replica},
                              {"slot", me_.slot},
@@ -384,6 +399,8 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   mine_rec.norm = grad_norm_part(*x.model);
   mine_rec.replica = me_.replica;
   mine_rec.join_pending = is_writer() && options_.join_pending && options_.join_pending(members_);
+  mine_rec.checkpoint_due = is_writer() && x.saver->time_due();
+  mine_rec.stop = StopRequest::signal() != 0;
   std::vector<std::int64_t> record(CommitRecord::kWords);
   mine_rec.write(record.data());
   std::vector<std::int64_t> all(record.size() * members_.size());
@@ -427,7 +444,50 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
     x.run.append_schedule(s, m.epoch, parts);
     x.run.append_metrics(m);
   }
+  stop_requested_ = t.stop;
+  if (t.stop || t.checkpoint_due || x.saver->step_due(s + 1) || s + 1 == config_.train.steps) {
+    save_checkpoint(s + 1);
+  }
   return m;
+}
+
+void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
+  Impl& x = *impl_;
+  const int writer_replica = places_.at(static_cast<std::size_t>(writer_rank_)).replica;
+  SaveJob job;
+  job.info = checkpoint_info(config_, x.setup.gpt, x.setup.seq_len, steps_done, x.optimizer->steps(), parallel_,
+                             epoch_);
+  job.epoch = epoch_;
+  job.rank = options_.rank;
+  job.assemble = is_writer();
+  // One replica holds every unit once: its ranks write, TP rank 0 also the replicated tensors.
+  for (int r : members_) {
+    if (places_.at(static_cast<std::size_t>(r)).replica == writer_replica) job.writers.push_back(r);
+  }
+  if (me_.replica != writer_replica && !job.assemble) return;
+  const double start = unix_time_s();
+  x.saver->wait();  // one save in flight
+  if (me_.replica == writer_replica) {
+    job.part = snapshot_part(x.model->layout(), x.model->params(), x.optimizer->m().span(),
+                             x.optimizer->v().span(), x.tp.rank() == 0);
+  }
+  job.copy_s = unix_time_s() - start;
+  if (job.assemble) job.config_toml = checkpoint_config_toml(config_, parallel_);
+  x.saver->save(std::move(job));
+}
+
+void NtpTrainer::wait_for_checkpoint() { impl_->saver->wait(); }
+
+void NtpTrainer::load_checkpoint(const std::filesystem::path& dir) {
+  Impl& x = *impl_;
+  const double start = unix_time_s();
+  const Checkpoint checkpoint = Checkpoint::open(dir);
+  checkpoint.check_model(x.setup.gpt);
+  checkpoint.load(x.model->layout(), x.model->params(), x.optimizer->m().span(), x.optimizer->v().span());
+  x.optimizer->set_steps(checkpoint.info().optimizer_steps);
+  applied_ = checkpoint.info().step - 1;
+  event("checkpoint_loaded", {{"path", dir.string()}, {"step", checkpoint.info().step},
+                              {"seconds", unix_time_s() - start}});
 }
 
 void NtpTrainer::apply_update(std::int64_t s, double grad_norm, bool skipped) {
@@ -527,6 +587,7 @@ void NtpTrainer::mutate_samples(std::int64_t s, std::vector<std::int64_t>& mine)
 
 void NtpTrainer::finish() {
   Impl& x = *impl_;
+  x.saver->wait();
   if (mutation_ == Mutation::kUnitDrift) {
     for (const model::TensorSpec& spec : x.model->layout().tensors()) {
       if (spec.kind == model::UnitKind::kReplicated || spec.count == 0) continue;
@@ -592,6 +653,31 @@ layout::JobConfig job_config(const ParallelConfig& p, std::int64_t units) {
   return c;
 }
 
+namespace {
+
+// The checkpoint of run.resume fits the configured model and schedule.
+void check_resume(const Config& config, const ModelSetup& setup) {
+  const Checkpoint checkpoint = Checkpoint::open(config.run.resume);
+  checkpoint.check_model(setup.gpt);
+  const CheckpointInfo& info = checkpoint.info();
+  const auto differs = [&](const char* key, const std::string& saved, const std::string& now) {
+    if (saved != now) {
+      throw CheckpointError(fmt::format("{}: saved with {} = {}, the run has {}", checkpoint.dir().string(), key,
+                                        saved, now));
+    }
+  };
+  differs("seq_len", std::to_string(info.seq_len), std::to_string(setup.seq_len));
+  differs("train.seed", std::to_string(info.seed), std::to_string(config.train.seed));
+  differs("data.order", info.order, to_string(config.data.order));
+  differs("train.global_batch", std::to_string(info.global_batch), std::to_string(config.train.global_batch));
+  if (info.step > config.train.steps) {
+    throw CheckpointError(fmt::format("{}: holds {} steps, more than train.steps = {}", checkpoint.dir().string(),
+                                      info.step, config.train.steps));
+  }
+}
+
+}  // namespace
+
 void check_job(const Config& config, const std::filesystem::path& run_dir) {
   const model::TokenData data = open_dataset(config.data, run_dir);
   const ModelSetup setup = resolve_model(config.model, data.max_token());
@@ -601,6 +687,7 @@ void check_job(const Config& config, const std::filesystem::path& run_dir) {
         "train.global_batch: {} sequences per step, but the data holds only {} sequences of {} tokens",
         config.train.global_batch, samples, setup.seq_len));
   }
+  if (!config.run.resume.empty()) check_resume(config, setup);
   const std::pair<const char*, std::int64_t> kinds[] = {
       {"heads", setup.gpt.heads}, {"FFN neurons", setup.gpt.ffn()}, {"vocabulary rows", setup.gpt.padded_vocab}};
   for (const auto& [kind, units] : kinds) {

@@ -139,6 +139,11 @@ class NtpTrainer {
   const std::optional<StepMetrics>& last_metrics() const { return last_metrics_; }
   // Whether the last committed step carried a rejoin request (see WorkerOptions).
   bool join_pending() const { return join_pending_; }
+  // Whether the last committed step carried a stop request (SIGINT/SIGTERM
+  // on some rank): its checkpoint is being saved; the job should end.
+  bool stop_requested() const { return stop_requested_; }
+  // Blocks until this rank's checkpoint save in flight ended.
+  void wait_for_checkpoint();
   // Called at every phase of every step (fault injection).
   void set_fault_point(std::function<void(std::int64_t, StepPhase)> fn) { fault_point_ = std::move(fn); }
 
@@ -192,6 +197,11 @@ class NtpTrainer {
   void mutate_samples(std::int64_t s, std::vector<std::int64_t>& mine) const;
   // The local update of step s, once its commit is known.
   void apply_update(std::int64_t s, double grad_norm, bool skipped);
+  // Copies this rank's part of the checkpoint after `steps_done` steps and
+  // writes it in the background (train/checkpoint_saver.h).
+  void save_checkpoint(std::int64_t steps_done);
+  // Loads the units this rank holds from a checkpoint (run.resume).
+  void load_checkpoint(const std::filesystem::path& dir);
 
   const Config& config_;
   WorkerOptions options_;
@@ -204,6 +214,7 @@ class NtpTrainer {
   std::int64_t pending_commit_ = -1;
   CommitOutcome last_commit_;
   bool join_pending_ = false;
+  bool stop_requested_ = false;
   int writer_rank_ = 0;
   std::optional<StepMetrics> last_metrics_;
   std::optional<std::vector<std::vector<std::int64_t>>> last_parts_;

@@ -1,0 +1,54 @@
+// `ntp export CHECKPOINT --llmc model.bin`: write a checkpoint's parameters as
+// the llm.c GPT-2 checkpoint (fp32; the format model.init_from reads).
+// CHECKPOINT is a checkpoint folder or a run directory (its newest). Exit 0,
+// 1 on an I/O failure, 2 on a bad or incomplete checkpoint (named).
+#include <cstdio>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/command.h"
+#include "model/llmc_checkpoint.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+int run_export(int argc, char** argv) {
+  CLI::App app{"Write a checkpoint's parameters in another format.", "ntp export"};
+  std::string source;
+  std::string llmc;
+  bool check = true;
+  app.add_option("checkpoint", source, "a checkpoint folder, or a run directory (its newest checkpoint)")
+      ->required();
+  app.add_option("--llmc", llmc, "write the llm.c GPT-2 checkpoint (fp32) to this file")->required();
+  app.add_flag("!--no-checksums", check, "skip reading every byte to compare the checksums");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? ntp::cli::kExitOk : ntp::cli::kExitBadInput;
+  }
+  try {
+    const ntp::train::Checkpoint checkpoint = ntp::train::Checkpoint::open(ntp::train::resolve_checkpoint(source));
+    if (check) checkpoint.verify_checksums();
+    const ntp::model::GptConfig& gpt = checkpoint.info().model;
+    const ntp::model::ParameterLayout full(gpt, ntp::model::Shard::full(gpt));
+    std::vector<float> params(static_cast<std::size_t>(full.size()));
+    std::vector<float> m(params.size());
+    std::vector<float> v(params.size());
+    checkpoint.load(full, params, m, v);
+    ntp::model::write_llmc_checkpoint(llmc, gpt, params);
+    std::printf("wrote %s: %s, step %lld (from %s)\n", llmc.c_str(), ntp::model::to_string(gpt).c_str(),
+                static_cast<long long>(checkpoint.info().step), checkpoint.dir().string().c_str());
+    return ntp::cli::kExitOk;
+  } catch (const ntp::train::CheckpointError& e) {
+    std::fprintf(stderr, "ntp export: %s\n", e.what());
+    return ntp::cli::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ntp export: %s\n", e.what());
+    return ntp::cli::kExitFailure;
+  }
+}
+
+}  // namespace
+
+NTP_REGISTER_COMMAND("export", "write a checkpoint's parameters as an llm.c GPT-2 checkpoint", run_export);

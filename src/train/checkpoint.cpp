@@ -1,0 +1,484 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "model/binary_file.h"
+#include "train/run_dir.h"
+
+namespace ntp::train {
+namespace {
+
+constexpr std::uint64_t kFnvPrime = 1099511628211ull;
+constexpr int kFormatVersion = 1;
+constexpr std::array<const char*, 3> kStateNames = {"parameters", "first moment", "second moment"};
+
+// Where each tensor of a part sits in one state block of the part (floats).
+struct PartLayout {
+  std::vector<std::int64_t> offset;  // per tensor of the layout; -1 = not in the part
+  std::int64_t floats = 0;           // of one state block
+};
+
+PartLayout part_layout(const model::ParameterLayout& layout, bool replicated) {
+  PartLayout out;
+  for (const model::TensorSpec& spec : layout.tensors()) {
+    const bool included = spec.kind != model::UnitKind::kReplicated || replicated;
+    out.offset.push_back(included ? out.floats : -1);
+    if (included) out.floats += spec.count;
+  }
+  return out;
+}
+
+const layout::IntervalSet& units_of(const model::Shard& shard, model::UnitKind kind) {
+  switch (kind) {
+    case model::UnitKind::kHead:
+      return shard.heads;
+    case model::UnitKind::kNeuron:
+      return shard.neurons;
+    case model::UnitKind::kVocab:
+      return shard.vocab;
+    case model::UnitKind::kReplicated:
+      break;
+  }
+  throw std::logic_error("replicated tensors have no unit set");
+}
+
+nlohmann::json intervals_json(const layout::IntervalSet& set) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const layout::Interval& i : set.intervals()) out.push_back({i.start, i.end});
+  return out;
+}
+
+layout::IntervalSet intervals_from_json(const nlohmann::json& j) {
+  layout::IntervalSet set;
+  for (const nlohmann::json& pair : j) set.add(pair.at(0).get<std::int64_t>(), pair.at(1).get<std::int64_t>());
+  return set;
+}
+
+nlohmann::json model_json(const model::GptConfig& c) {
+  return {{"vocab", c.vocab},   {"padded_vocab", c.padded_vocab}, {"layers", c.layers},
+          {"d_model", c.d_model}, {"heads", c.heads},             {"max_seq", c.max_seq}};
+}
+
+model::GptConfig model_from_json(const nlohmann::json& j) {
+  model::GptConfig c;
+  c.vocab = j.at("vocab");
+  c.padded_vocab = j.at("padded_vocab");
+  c.layers = j.at("layers");
+  c.d_model = j.at("d_model");
+  c.heads = j.at("heads");
+  c.max_seq = j.at("max_seq");
+  return c;
+}
+
+[[noreturn]] void io_fail(const std::filesystem::path& path, const std::string& what) {
+  throw CheckpointError(fmt::format("{}: {} ({})", path.string(), what, std::strerror(errno)));
+}
+
+void fsync_dir(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) io_fail(dir, "cannot open the folder to sync it");
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// "step-12" -> 12; anything else -> -1.
+std::int64_t step_of_name(const std::string& name) {
+  if (name.rfind("step-", 0) != 0 || name.size() == 5) return -1;
+  const std::string digits = name.substr(5);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  return std::stoll(digits);
+}
+
+void read_at(int fd, const std::filesystem::path& path, std::uint64_t offset, void* dst, std::uint64_t bytes) {
+  auto* out = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, out, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) io_fail(path, "cannot read");
+    if (n == 0) throw CheckpointError(fmt::format("{}: ends at byte {}, before its recorded size", path.string(), offset));
+    out += n;
+    offset += static_cast<std::uint64_t>(n);
+    bytes -= static_cast<std::uint64_t>(n);
+  }
+}
+
+// Each kind's units must be held by exactly one part, and the replicated
+// tensors by exactly one.
+void check_coverage(const std::vector<PartRecord>& parts, const model::GptConfig& gpt,
+                    const std::filesystem::path& manifest) {
+  const std::pair<model::UnitKind, std::int64_t> kinds[] = {{model::UnitKind::kHead, gpt.heads},
+                                                            {model::UnitKind::kNeuron, gpt.ffn()},
+                                                            {model::UnitKind::kVocab, gpt.padded_vocab}};
+  for (const auto& [kind, count] : kinds) {
+    layout::IntervalSet seen;
+    for (const PartRecord& p : parts) {
+      const layout::IntervalSet& held = units_of(p.shard, kind);
+      if (!seen.intersect(held).empty()) {
+        throw CheckpointError(fmt::format("{}: {} units {} are held by two parts (one is {})", manifest.string(),
+                                          model::to_string(kind), seen.intersect(held).to_string(), p.file));
+      }
+      seen.add(held);
+    }
+    if (seen != layout::IntervalSet::range(0, count)) {
+      throw CheckpointError(fmt::format("{}: the parts hold {} units {}, the model has [0,{})", manifest.string(),
+                                        model::to_string(kind), seen.to_string(), count));
+    }
+  }
+  const auto replicated = std::count_if(parts.begin(), parts.end(), [](const PartRecord& p) { return p.replicated; });
+  if (replicated != 1) {
+    throw CheckpointError(fmt::format("{}: {} parts carry the replicated tensors, expected 1", manifest.string(),
+                                      replicated));
+  }
+}
+
+}  // namespace
+
+std::uint64_t checksum_bytes(std::uint64_t h, const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, p + i, 8);
+    h = (h ^ word) * kFnvPrime;
+  }
+  for (; i < bytes; ++i) h = (h ^ p[i]) * kFnvPrime;
+  return h;
+}
+
+CheckpointPart snapshot_part(const model::ParameterLayout& layout, std::span<const float> params,
+                             std::span<const float> m, std::span<const float> v, bool replicated) {
+  CheckpointPart part;
+  part.shard = layout.shard();
+  part.replicated = replicated;
+  const PartLayout at = part_layout(layout, replicated);
+  part.values.resize(static_cast<std::size_t>(3 * at.floats));
+  const std::span<const float> states[3] = {params, m, v};
+  float* out = part.values.data();
+  for (const std::span<const float>& state : states) {
+    const auto& tensors = layout.tensors();
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      if (at.offset[t] < 0) continue;
+      std::copy_n(state.begin() + tensors[t].offset, tensors[t].count, out + at.offset[t]);
+    }
+    out += at.floats;
+  }
+  return part;
+}
+
+nlohmann::json PartRecord::to_json() const {
+  return {{"file", file},
+          {"bytes", bytes},
+          {"checksum", fmt::format("{:016x}", checksum)},
+          {"heads", intervals_json(shard.heads)},
+          {"neurons", intervals_json(shard.neurons)},
+          {"vocab", intervals_json(shard.vocab)},
+          {"replicated", replicated}};
+}
+
+PartRecord PartRecord::from_json(const nlohmann::json& j, const std::string& where) {
+  try {
+    PartRecord p;
+    p.file = j.at("file").get<std::string>();
+    if (p.file.find('/') != std::string::npos || p.file.empty()) {
+      throw CheckpointError(fmt::format("{}: part file name '{}' is not a plain name", where, p.file));
+    }
+    p.bytes = j.at("bytes").get<std::uint64_t>();
+    p.checksum = std::stoull(j.at("checksum").get<std::string>(), nullptr, 16);
+    p.shard = {intervals_from_json(j.at("heads")), intervals_from_json(j.at("neurons")),
+               intervals_from_json(j.at("vocab"))};
+    p.replicated = j.at("replicated").get<bool>();
+    return p;
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("{}: malformed part record: {}", where, e.what()));
+  }
+}
+
+PartRecord write_part(const std::filesystem::path& dir, int rank, const CheckpointPart& part) {
+  PartRecord record;
+  record.file = fmt::format("rank-{}.bin", rank);
+  record.bytes = part.values.size() * sizeof(float);
+  record.checksum = checksum_bytes(kChecksumBasis, part.values.data(), record.bytes);
+  record.shard = part.shard;
+  record.replicated = part.replicated;
+  try {
+    model::BinaryWriter out((dir / record.file).string());  // temp + fsync + rename
+    out.write(part.values.data(), record.bytes);
+    out.close();
+  } catch (const std::exception& e) {
+    throw CheckpointError(e.what());
+  }
+  write_file_atomic(dir / fmt::format("rank-{}.json", rank), record.to_json().dump() + "\n");
+  return record;
+}
+
+std::filesystem::path partial_dir(const std::filesystem::path& root, std::int64_t step, std::uint64_t epoch) {
+  return root / fmt::format("step-{}.partial-e{}", step, epoch);
+}
+
+std::filesystem::path final_dir(const std::filesystem::path& root, std::int64_t step) {
+  return root / fmt::format("step-{}", step);
+}
+
+std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const std::filesystem::path& final,
+                                  const CheckpointInfo& info, const std::vector<int>& writers,
+                                  const std::string& config_toml, std::chrono::milliseconds deadline) {
+  const auto give_up = std::chrono::steady_clock::now() + deadline;
+  std::vector<PartRecord> parts;
+  for (int rank : writers) {
+    const std::filesystem::path record = partial / fmt::format("rank-{}.json", rank);
+    while (!std::filesystem::exists(record)) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        throw CheckpointError(fmt::format("{}: rank {} did not write its part within deadline.checkpoint_s",
+                                          partial.string(), rank));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::ifstream in(record);
+    parts.push_back(PartRecord::from_json(nlohmann::json::parse(in), record.string()));
+  }
+  write_file_atomic(partial / "config.toml", config_toml);
+  nlohmann::json manifest = {{"format", "ntp-checkpoint"},
+                             {"version", kFormatVersion},
+                             {"step", info.step},
+                             {"optimizer_steps", info.optimizer_steps},
+                             {"model", model_json(info.model)},
+                             {"seq_len", info.seq_len},
+                             {"schedule", {{"seed", info.seed}, {"order", info.order},
+                                           {"global_batch", info.global_batch}, {"next_step", info.step}}},
+                             {"saved_by", info.saved_by},
+                             {"time", unix_time_s()},
+                             {"parts", nlohmann::json::array()}};
+  std::uint64_t bytes = 0;
+  for (const PartRecord& p : parts) {
+    manifest["parts"].push_back(p.to_json());
+    bytes += p.bytes;
+  }
+  for (int rank : writers) std::filesystem::remove(partial / fmt::format("rank-{}.json", rank));
+  write_file_atomic(partial / "manifest.json", manifest.dump(2) + "\n");
+  fsync_dir(partial);
+  if (std::filesystem::exists(final)) {
+    std::filesystem::remove_all(partial);  // saved before a recovery redid the step: the same state
+    return bytes;
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, final, ec);
+  if (ec) throw CheckpointError(fmt::format("{}: cannot rename to {}: {}", partial.string(), final.string(), ec.message()));
+  fsync_dir(final.parent_path());
+  return bytes;
+}
+
+std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::path& root) {
+  std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::int64_t step = step_of_name(entry.path().filename().string());
+    if (step >= 0 && std::filesystem::exists(entry.path() / "manifest.json")) found.emplace_back(step, entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::filesystem::path> out;
+  for (auto& [step, path] : found) out.push_back(std::move(path));
+  return out;
+}
+
+std::optional<std::filesystem::path> newest_checkpoint(const std::filesystem::path& root) {
+  std::vector<std::filesystem::path> all = complete_checkpoints(root);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+void prune_checkpoints(const std::filesystem::path& root, std::int64_t keep, std::int64_t partial_upto) {
+  const std::vector<std::filesystem::path> complete = complete_checkpoints(root);
+  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max<std::int64_t>(keep, 1)) < complete.size(); ++i) {
+    std::filesystem::remove_all(complete[i]);
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::size_t mark = name.find(".partial");
+    if (mark == std::string::npos) continue;
+    const std::int64_t step = step_of_name(name.substr(0, mark));
+    if (step >= 0 && step <= partial_upto) std::filesystem::remove_all(entry.path());
+  }
+}
+
+Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
+  const std::filesystem::path manifest_path = dir / "manifest.json";
+  if (!std::filesystem::is_directory(dir)) {
+    throw CheckpointError(fmt::format("{}: not a checkpoint folder", dir.string()));
+  }
+  if (!std::filesystem::exists(manifest_path)) {
+    throw CheckpointError(fmt::format("{}: missing (an incomplete checkpoint: its save did not finish)",
+                                      manifest_path.string()));
+  }
+  Checkpoint c;
+  c.dir_ = dir;
+  nlohmann::json m;
+  try {
+    std::ifstream in(manifest_path);
+    m = nlohmann::json::parse(in);
+    if (m.at("format") != "ntp-checkpoint") throw CheckpointError("not an ntp checkpoint manifest");
+    if (m.at("version") != kFormatVersion) {
+      throw CheckpointError(fmt::format("format version {}, this build reads {}", m.at("version").dump(), kFormatVersion));
+    }
+    CheckpointInfo& i = c.info_;
+    i.step = m.at("step");
+    i.optimizer_steps = m.at("optimizer_steps");
+    i.model = model_from_json(m.at("model"));
+    i.seq_len = m.at("seq_len");
+    i.seed = m.at("schedule").at("seed");
+    i.order = m.at("schedule").at("order");
+    i.global_batch = m.at("schedule").at("global_batch");
+    i.saved_by = m.value("saved_by", nlohmann::json::object());
+    for (const nlohmann::json& p : m.at("parts")) c.parts_.push_back(PartRecord::from_json(p, manifest_path.string()));
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(fmt::format("{}: {}", manifest_path.string(), e.what()));
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("{}: malformed manifest: {}", manifest_path.string(), e.what()));
+  }
+  check_coverage(c.parts_, c.info_.model, manifest_path);
+  if (!std::filesystem::exists(c.config_file())) {
+    throw CheckpointError(fmt::format("{}: missing", c.config_file().string()));
+  }
+  for (const PartRecord& p : c.parts_) {
+    const std::filesystem::path file = dir / p.file;
+    std::error_code ec;
+    const std::uintmax_t size = std::filesystem::file_size(file, ec);
+    if (ec) throw CheckpointError(fmt::format("{}: missing ({})", file.string(), ec.message()));
+    if (size != p.bytes) {
+      throw CheckpointError(fmt::format("{}: {} bytes, the manifest records {} (truncated or replaced)", file.string(),
+                                        size, p.bytes));
+    }
+    const model::ParameterLayout layout(c.info_.model, p.shard);
+    const std::uint64_t expected = 3 * sizeof(float) * static_cast<std::uint64_t>(part_layout(layout, p.replicated).floats);
+    if (p.bytes != expected) {
+      throw CheckpointError(fmt::format("{}: the manifest records {} bytes, its units need {}", file.string(), p.bytes,
+                                        expected));
+    }
+  }
+  return c;
+}
+
+void Checkpoint::verify_checksums() const {
+  std::vector<char> buffer(std::size_t{8} << 20);
+  for (const PartRecord& p : parts_) {
+    const std::filesystem::path file = dir_ / p.file;
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) io_fail(file, "cannot open");
+    std::uint64_t h = kChecksumBasis;
+    std::uint64_t done = 0;
+    try {
+      while (done < p.bytes) {
+        const std::uint64_t n = std::min<std::uint64_t>(buffer.size(), p.bytes - done);
+        read_at(fd, file, done, buffer.data(), n);
+        h = checksum_bytes(h, buffer.data(), n);
+        done += n;
+      }
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    if (h != p.checksum) {
+      throw CheckpointError(fmt::format("{}: checksum {:016x}, the manifest records {:016x} (corrupted)",
+                                        file.string(), h, p.checksum));
+    }
+  }
+}
+
+void Checkpoint::check_model(const model::GptConfig& gpt) const {
+  const model::GptConfig& saved = info_.model;
+  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> fields[] = {
+      {"vocab", {saved.vocab, gpt.vocab}},       {"padded_vocab", {saved.padded_vocab, gpt.padded_vocab}},
+      {"layers", {saved.layers, gpt.layers}},    {"d_model", {saved.d_model, gpt.d_model}},
+      {"heads", {saved.heads, gpt.heads}},       {"max_seq", {saved.max_seq, gpt.max_seq}}};
+  for (const auto& [name, values] : fields) {
+    if (values.first != values.second) {
+      throw CheckpointError(fmt::format("{}: model {} is {}, the configured model has {}",
+                                        (dir_ / "manifest.json").string(), name, values.first, values.second));
+    }
+  }
+}
+
+void Checkpoint::load(const model::ParameterLayout& layout, std::span<float> params, std::span<float> m,
+                      std::span<float> v) const {
+  const std::span<float> states[3] = {params, m, v};
+  for (const PartRecord& p : parts_) {
+    const model::ParameterLayout part(info_.model, p.shard);
+    const PartLayout at = part_layout(part, p.replicated);
+    const std::filesystem::path file = dir_ / p.file;
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) io_fail(file, "cannot open");
+    try {
+      for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
+        const model::TensorSpec& want = layout.tensors()[t];
+        const model::TensorSpec& have = part.tensors()[t];
+        if (at.offset[t] < 0) continue;
+        // The run of `want`'s elements this part holds: all of a replicated
+        // tensor, or the intersection of the unit sets, interval by interval.
+        std::vector<std::pair<std::int64_t, std::int64_t>> runs;  // (source, destination) element offsets
+        std::vector<std::int64_t> lengths;
+        if (want.kind == model::UnitKind::kReplicated) {
+          runs.emplace_back(0, 0);
+          lengths.push_back(want.count);
+        } else {
+          const layout::IntervalSet common = want.units.intersect(have.units);
+          for (const layout::Interval& i : common.intervals()) {
+            runs.emplace_back(have.units.offset_of(i.start) * want.unit_size, want.units.offset_of(i.start) * want.unit_size);
+            lengths.push_back(i.size() * want.unit_size);
+          }
+        }
+        for (std::size_t s = 0; s < 3; ++s) {
+          for (std::size_t r = 0; r < runs.size(); ++r) {
+            const std::uint64_t source =
+                (static_cast<std::uint64_t>(s) * at.floats + at.offset[t] + runs[r].first) * sizeof(float);
+            float* dst = states[s].data() + want.offset + runs[r].second;
+            read_at(fd, file, source, dst, static_cast<std::uint64_t>(lengths[r]) * sizeof(float));
+          }
+        }
+      }
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+  }
+}
+
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
+  if (!std::filesystem::exists(path)) throw CheckpointError(fmt::format("{}: no such file or folder", path.string()));
+  if (!std::filesystem::is_directory(path)) {
+    throw CheckpointError(fmt::format("{}: not a folder (expected a run directory or a checkpoint folder)", path.string()));
+  }
+  if (std::filesystem::exists(path / "manifest.json")) return path;
+  if (step_of_name(path.filename().string()) >= 0 || path.filename().string().find(".partial") != std::string::npos) {
+    throw CheckpointError(fmt::format("{}: no manifest.json: the save of this checkpoint did not finish",
+                                      path.string()));
+  }
+  const std::optional<std::filesystem::path> newest = newest_checkpoint(path / "checkpoints");
+  if (!newest) {
+    throw CheckpointError(fmt::format("{}: no complete checkpoint in {}", path.string(), (path / "checkpoints").string()));
+  }
+  return *newest;
+}
+
+std::optional<std::filesystem::path> run_dir_of_checkpoint(const std::filesystem::path& checkpoint) {
+  const std::filesystem::path abs = std::filesystem::absolute(checkpoint).lexically_normal();
+  const std::filesystem::path parent = (abs.filename().empty() ? abs.parent_path() : abs).parent_path();
+  if (parent.filename() != "checkpoints") return std::nullopt;
+  const std::filesystem::path run = parent.parent_path();
+  if (!std::filesystem::exists(run / "config.toml")) return std::nullopt;
+  return run;
+}
+
+}  // namespace ntp::train

@@ -1,0 +1,153 @@
+#pragma once
+// Layout-independent checkpoints (format: docs/train.md, "Checkpoints").
+//
+//   <run>/checkpoints/step-<N>/   the state after N steps (steps 0..N-1 applied)
+//     manifest.json               written last: its presence marks the checkpoint complete
+//     config.toml                 the resolved configuration of the run that saved it
+//     rank-<r>.bin                a part: the units writer rank r held, in its part layout
+//
+// State is keyed by global unit ids, not by ranks: a part names the unit sets
+// (heads, FFN neurons, vocabulary rows) it holds, and the parts of one
+// checkpoint hold every unit exactly once (the ranks of one replica), plus
+// the replicated tensors once. Any layout can read it back: a rank reads only
+// the byte ranges of the units its slot holds (unit-major storage makes each
+// held interval one contiguous run).
+//
+// A part's bytes: the parameters, then AdamW's first moment, then its second,
+// each as the tensors of ParameterLayout(model, part shard) in layout order
+// (replicated tensors only in the part that carries them), little-endian fp32.
+//
+// Writing is split so the trainer stalls only for the host copy:
+// snapshot_part() copies (the stall), write_part() and complete_checkpoint()
+// run in the background (checkpoint_saver.h). A save is atomic: parts go to
+// step-<N>.partial-e<epoch>/, the manifest is written last and the folder is
+// renamed to step-<N>; a crash during a save leaves an ignored .partial
+// folder and the previous checkpoint intact.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/parameters.h"
+
+namespace ntp::train {
+
+// A checkpoint that cannot be used: names the file and what is wrong.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One part's state copied out of a rank's buffers.
+struct CheckpointPart {
+  model::Shard shard;
+  bool replicated = false;    // carries the replicated tensors
+  std::vector<float> values;  // params | m | v, each in the part layout
+};
+
+// The host copy of the units `layout` holds (every one of them), with the
+// replicated tensors if `replicated`. `m` and `v` are laid out like `params`.
+CheckpointPart snapshot_part(const model::ParameterLayout& layout, std::span<const float> params,
+                             std::span<const float> m, std::span<const float> v, bool replicated);
+
+// What the manifest says about a part file.
+struct PartRecord {
+  std::string file;  // "rank-3.bin"
+  std::uint64_t bytes = 0;
+  std::uint64_t checksum = 0;
+  model::Shard shard;
+  bool replicated = false;
+  nlohmann::json to_json() const;
+  static PartRecord from_json(const nlohmann::json& j, const std::string& where);
+};
+
+// FNV-1a (64 bit) over the bytes taken as little-endian 64-bit words (a
+// shorter tail byte by byte): one multiply per 8 bytes.
+std::uint64_t checksum_bytes(std::uint64_t h, const void* data, std::size_t bytes);
+inline constexpr std::uint64_t kChecksumBasis = 1469598103934665603ull;
+
+// Writes <dir>/rank-<rank>.bin (fsync'd) and then <dir>/rank-<rank>.json (its
+// PartRecord, atomically): the json's presence says the part is complete.
+PartRecord write_part(const std::filesystem::path& dir, int rank, const CheckpointPart& part);
+
+// What a checkpoint records beside the state.
+struct CheckpointInfo {
+  std::int64_t step = 0;             // steps applied; a resume runs this step next
+  std::int64_t optimizer_steps = 0;  // AdamW's bias-correction count
+  model::GptConfig model;
+  std::int64_t seq_len = 0;
+  // The sample schedule is a pure function of (seed, order, batch, step), so
+  // its position is `step`; there is no other random state.
+  std::int64_t seed = 0;
+  std::string order;
+  std::int64_t global_batch = 0;
+  nlohmann::json saved_by;  // the layout and epoch of the job that saved it
+};
+
+// The folder names of a save in progress and of its result.
+std::filesystem::path partial_dir(const std::filesystem::path& root, std::int64_t step, std::uint64_t epoch);
+std::filesystem::path final_dir(const std::filesystem::path& root, std::int64_t step);
+
+// Waits until every rank of `writers` completed its part in `partial` (at most
+// `deadline`), then writes config.toml and manifest.json, fsyncs and renames
+// the folder to `final`. Throws CheckpointError when a part is missing at the
+// deadline (the partial folder is left for prune_checkpoints). An existing
+// `final` (the same step saved before a recovery redid it) is kept and the new
+// copy dropped. Returns the total bytes.
+std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const std::filesystem::path& final,
+                                  const CheckpointInfo& info, const std::vector<int>& writers,
+                                  const std::string& config_toml, std::chrono::milliseconds deadline);
+
+// The complete checkpoints under `root`, oldest first (by step).
+std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::path& root);
+// The newest complete checkpoint under `root`, if any.
+std::optional<std::filesystem::path> newest_checkpoint(const std::filesystem::path& root);
+// Removes all but the newest `keep` complete checkpoints, and the partial
+// folders (abandoned saves) of steps up to `partial_upto`; a later step's
+// partial folder may be a save still in flight on another rank.
+void prune_checkpoints(const std::filesystem::path& root, std::int64_t keep, std::int64_t partial_upto);
+
+// A complete checkpoint, opened for reading.
+class Checkpoint {
+ public:
+  // Parses the manifest and checks that the parts cover every unit exactly
+  // once and that each file exists with its recorded size. Throws
+  // CheckpointError naming the file.
+  static Checkpoint open(const std::filesystem::path& dir);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const CheckpointInfo& info() const { return info_; }
+  const std::vector<PartRecord>& parts() const { return parts_; }
+  std::filesystem::path config_file() const { return dir_ / "config.toml"; }
+
+  // Reads every byte of every file once and compares the checksums.
+  void verify_checksums() const;
+  // Throws CheckpointError naming the first model field that differs.
+  void check_model(const model::GptConfig& model) const;
+  // Fills the parameters and moments of every tensor `layout` holds from the
+  // parts that hold its units; reads nothing else.
+  void load(const model::ParameterLayout& layout, std::span<float> params, std::span<float> m,
+            std::span<float> v) const;
+
+ private:
+  std::filesystem::path dir_;
+  CheckpointInfo info_;
+  std::vector<PartRecord> parts_;
+};
+
+// The checkpoint an argument names: a checkpoint folder (it has
+// manifest.json) or a run directory (its newest complete checkpoint). Throws
+// CheckpointError saying what was looked for.
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
+
+// The run directory a checkpoint belongs to (<run>/checkpoints/step-N), if it
+// lies inside one.
+std::optional<std::filesystem::path> run_dir_of_checkpoint(const std::filesystem::path& checkpoint);
+
+}  // namespace ntp::train

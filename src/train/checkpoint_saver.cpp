@@ -1,0 +1,132 @@
+#include "train/checkpoint_saver.h"
+
+#include <signal.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "train/schedule.h"
+
+namespace ntp::train {
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void remember_stop(int sig) { g_stop_signal = sig; }
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
+}
+
+struct sigaction g_previous[2];
+
+}  // namespace
+
+CheckpointInfo checkpoint_info(const Config& config, const model::GptConfig& model, std::int64_t seq_len,
+                               std::int64_t steps_done, std::int64_t optimizer_steps,
+                               const ParallelConfig& parallel, std::uint64_t epoch) {
+  CheckpointInfo info;
+  info.step = steps_done;
+  info.optimizer_steps = optimizer_steps;
+  info.model = model;
+  info.seq_len = seq_len;
+  info.seed = config.train.seed;
+  info.order = to_string(config.data.order);
+  info.global_batch = config.train.global_batch;
+  info.saved_by = {{"dp", parallel.dp},
+                   {"tp", parallel.tp},
+                   {"epoch", epoch},
+                   {"tp_active", split_input(parallel, config.train.global_batch).active}};
+  return info;
+}
+
+std::string checkpoint_config_toml(Config config, const ParallelConfig& parallel) {
+  config.parallel = parallel;
+  config.run.resume.clear();
+  // Failures injected into the run that saved it are not injected again.
+  config.test.failures.clear();
+  config.test.chaos = 0;
+  config.test.kill_rank = -1;
+  config.test.kill_at_step = -1;
+  return to_toml(config);
+}
+
+CheckpointSaver::CheckpointSaver(const Config& config, const RunDir& run)
+    : config_(config), run_(run), last_save_(std::chrono::steady_clock::now()) {}
+
+CheckpointSaver::~CheckpointSaver() { wait(); }
+
+bool CheckpointSaver::step_due(std::int64_t steps_done) const {
+  return config_.train.checkpoint_every > 0 && steps_done % config_.train.checkpoint_every == 0;
+}
+
+bool CheckpointSaver::time_due() const {
+  return config_.train.checkpoint_every_s > 0 &&
+         std::chrono::steady_clock::now() - last_save_ >= ms(config_.train.checkpoint_every_s);
+}
+
+void CheckpointSaver::save(SaveJob job) {
+  wait();
+  last_save_ = std::chrono::steady_clock::now();
+  thread_ = std::thread([this, job = std::move(job)] { write(job); });
+}
+
+void CheckpointSaver::wait() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void CheckpointSaver::write(const SaveJob& job) const {
+  const double start = unix_time_s();
+  const std::filesystem::path partial = partial_dir(root(), job.info.step, job.epoch);
+  try {
+    std::filesystem::create_directories(partial);
+    if (job.part) {
+      const PartRecord record = write_part(partial, job.rank, *job.part);
+      run_.event("checkpoint_part_written", {{"rank", job.rank},
+                                             {"step", job.info.step},
+                                             {"bytes", record.bytes},
+                                             {"copy_s", job.copy_s},
+                                             {"write_s", unix_time_s() - start}});
+    }
+    if (!job.assemble) return;
+    const std::filesystem::path final = final_dir(root(), job.info.step);
+    const std::uint64_t bytes = complete_checkpoint(partial, final, job.info, job.writers, job.config_toml,
+                                                    ms(config_.deadline.checkpoint_s));
+    prune_checkpoints(root(), config_.train.keep_checkpoints, job.info.step);
+    const double seconds = unix_time_s() - start;
+    run_.event("checkpoint_saved", {{"rank", job.rank},
+                                    {"step", job.info.step},
+                                    {"path", final.string()},
+                                    {"bytes", bytes},
+                                    {"parts", job.writers.size()},
+                                    {"seconds", seconds},
+                                    {"mb_per_s", seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0},
+                                    {"copy_s", job.copy_s}});
+  } catch (const std::exception& e) {
+    // Training goes on; the previous checkpoint stays the newest.
+    run_.event("checkpoint_failed", {{"rank", job.rank}, {"step", job.info.step}, {"reason", e.what()}});
+    std::fprintf(stderr, "rank %d: checkpoint of step %lld failed: %s\n", job.rank,
+                 static_cast<long long>(job.info.step), e.what());
+  }
+}
+
+StopRequest::StopRequest() {
+  g_stop_signal = 0;
+  struct sigaction action {};
+  action.sa_handler = remember_stop;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &action, &g_previous[0]);
+  ::sigaction(SIGTERM, &action, &g_previous[1]);
+}
+
+StopRequest::~StopRequest() {
+  ::sigaction(SIGINT, &g_previous[0], nullptr);
+  ::sigaction(SIGTERM, &g_previous[1], nullptr);
+}
+
+int StopRequest::signal() { return g_stop_signal; }
+
+}  // namespace ntp::train
