@@ -90,6 +90,7 @@ void CheckpointSaver::write(const SaveJob& job) const {
                                              {"copy_s", job.copy_s},
                                              {"write_s", unix_time_s() - start}});
     }
+    if (job.after_part) job.after_part();
     if (!job.assemble) return;
     const std::filesystem::path final = final_dir(root(), job.info.step);
     const std::uint64_t bytes = complete_checkpoint(partial, final, job.info, job.writers, job.config_toml,

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <filesystem>
 #include <string>
@@ -34,6 +35,7 @@ struct SaveJob {
   bool assemble = false;               // this rank completes the manifest
   std::vector<int> writers;            // the ranks whose parts make the checkpoint
   std::string config_toml;
+  std::function<void()> after_part;  // fault injection: called once the part is written
 };
 
 // The manifest fields of a checkpoint after `steps_done` steps of `config`'s

@@ -318,7 +318,7 @@ const std::vector<KeyDef>& schema() {
               NTP_FIELD(test.repair_at_step)),
       string_key("test.failures",
                  "failure injection: 'RANK@STEP:PHASE[:KILL|STOP]; ...' (phases: start, forward, "
-                 "backward, sync, commit, optimizer, recovery)",
+                 "backward, sync, commit, optimizer, recovery, checkpoint)",
                  NTP_FIELD(test.failures)),
       int_key("test.chaos", "failure injection: this many random failures (test.chaos_seed)",
               NTP_FIELD(test.chaos)),

@@ -50,7 +50,7 @@ FaultSpec parse_one(const std::string& entry) {
   f.phase = parts[1];
   if (std::find(kFaultPhases.begin(), kFaultPhases.end(), f.phase) == kFaultPhases.end()) {
     throw std::invalid_argument(fmt::format("'{}': unknown phase '{}' (start, forward, backward, sync, "
-                                            "commit, optimizer, recovery)",
+                                            "commit, optimizer, recovery, checkpoint)",
                                             entry, f.phase));
   }
   if (parts.size() == 3) {
@@ -72,8 +72,10 @@ FaultSpec parse_one(const std::string& entry) {
 
 }  // namespace
 
-const std::vector<std::string> kFaultPhases = {"start", "forward", "backward", "sync",
-                                               "commit", "optimizer", "recovery"};
+// "checkpoint" (last): in the save made after the step, once this rank's
+// part is written and before the manifest; random faults never pick it.
+const std::vector<std::string> kFaultPhases = {"start",     "forward",   "backward", "sync",
+                                               "commit",    "optimizer", "recovery", "checkpoint"};
 
 std::vector<FaultSpec> parse_faults(const std::string& text) {
   std::vector<FaultSpec> out;
@@ -95,7 +97,7 @@ std::vector<FaultSpec> chaos_faults(std::int64_t count, std::uint64_t seed, int 
     FaultSpec f;
     f.rank = order[static_cast<std::size_t>(i)];
     f.step = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(steps - 1));
-    f.phase = kFaultPhases[rng() % kFaultPhases.size()];
+    f.phase = kFaultPhases[rng() % (kFaultPhases.size() - 1)];
     f.signal = rng() % 2 == 0 ? SIGKILL : SIGSTOP;
     out.push_back(f);
   }

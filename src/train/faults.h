@@ -7,8 +7,9 @@
 //
 // RANK@STEP:PHASE[:SIGNAL]. PHASE is one of start, forward, backward, sync,
 // commit (after the commit collective, before the local update), optimizer
-// (inside the update) or recovery (during the first recovery the rank takes
-// part in at or after STEP). SIGNAL is KILL (default) or STOP; HANG: no
+// (inside the update), recovery (during the first recovery the rank takes
+// part in at or after STEP) or checkpoint (in the background save made after
+// STEP, between this rank's part and the manifest). SIGNAL is KILL (default) or STOP; HANG: no
 // signal, the rank's main thread blocks forever while its heartbeat goes on
 // (a wedged process: only the collective deadlines and the survivors'
 // agreement can find it); or, at commit

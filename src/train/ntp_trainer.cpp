@@ -164,6 +164,8 @@ const char* to_string(StepPhase phase) {
       return "commit";
     case StepPhase::kOptimizer:
       return "optimizer";
+    case StepPhase::kCheckpoint:
+      return "checkpoint";
   }
   return "?";
 }
@@ -472,6 +474,9 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
                              x.optimizer->v().span(), x.tp.rank() == 0);
   }
   job.copy_s = unix_time_s() - start;
+  job.after_part = [this, s = steps_done - 1] {
+    if (fault_point_) fault_point_(s, StepPhase::kCheckpoint);
+  };
   if (job.assemble) job.config_toml = checkpoint_config_toml(config_, parallel_);
   x.saver->save(std::move(job));
 }

@@ -81,7 +81,9 @@ struct WorkerOptions {
 };
 
 // Where a step is when a fault point fires (fault injection, test.failures).
-enum class StepPhase { kStart, kForward, kBackward, kSync, kCommit, kOptimizer };
+// kCheckpoint: in the background save after the step, between this rank's
+// part and the manifest.
+enum class StepPhase { kStart, kForward, kBackward, kSync, kCommit, kOptimizer, kCheckpoint };
 const char* to_string(StepPhase phase);
 
 // The step a non-finite loss or gradient norm was seen in (train.on_nan = "stop").

@@ -1,0 +1,239 @@
+// Checkpoints as a user meets them: a run stopped at step 12 resumes from its
+// step-10 checkpoint at another layout and ends where the uninterrupted run
+// ends (every step's loss, --verify); a worker killed in the middle of a save
+// leaves the previous checkpoint usable; Ctrl-C leaves a checkpoint that
+// resumes; a failure in-job recovery cannot handle restarts from the newest
+// checkpoint; broken input is refused naming what is wrong. Every run has a
+// hard time limit.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "run_files.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kTimeLimitS = 150;
+const std::string kModel =
+    " --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2 --set run.trace_steps=0"
+    " --set train.global_batch=8 --set train.steps=20 --set train.lr=1e-3 --set train.checkpoint_every=5"
+    " --set deadline.collective_s=10 --set deadline.rendezvous_s=30 --set deadline.heartbeat_s=1.5";
+
+struct CliResult {
+  int code = -1;  // 137: killed at the time limit
+  std::string output;
+};
+
+CliResult ntp(const std::string& args) {
+  const ntp::testing::CliRun r =
+      ntp::testing::run_cli("timeout -s KILL " + std::to_string(kTimeLimitS) + " " + std::string(NTP_BINARY), args);
+  return {r.exit_code, r.out + r.err};
+}
+
+std::vector<double> losses(const fs::path& run) {
+  std::vector<double> out;
+  for (const nlohmann::json& row : ntp::testing::read_jsonl_lines(run / "metrics.jsonl")) {
+    EXPECT_EQ(row["step"].get<std::size_t>(), out.size()) << run;
+    out.push_back(row["loss"].get<double>());
+  }
+  return out;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+class CheckpointCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ntp_ckpt_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // The reference: dp 2 x tp 4, 20 steps, no interruption.
+  std::vector<double> uninterrupted() {
+    const CliResult r = ntp("train --run-dir " + (dir_ / "reference").string() + kModel +
+                      " --set parallel.dp=2 --set parallel.tp=4");
+    EXPECT_EQ(r.code, 0) << r.output;
+    return losses(dir_ / "reference");
+  }
+
+  // The same job stopped by a worker killed at the start of step 12 (no
+  // in-job recovery): checkpoints step-5 and step-10 remain.
+  fs::path stopped_at_12(const std::string& name) {
+    const fs::path run = dir_ / name;
+    const CliResult r = ntp("train --run-dir " + run.string() + kModel +
+                      " --set parallel.dp=2 --set parallel.tp=4 --set 'test.failures=\"5@12:start\"'");
+    EXPECT_NE(r.code, 137) << "the stopped run hung:\n" << r.output;
+    EXPECT_EQ(r.code, 1) << r.output;
+    return run;
+  }
+
+  fs::path dir_;
+};
+
+// Every loss of the resumed run is the uninterrupted run's: the first ten
+// bit for bit (the same run), the rest within reassociation noise when the
+// layout changed, bit for bit when it did not.
+void expect_same_training(const std::vector<double>& want, const std::vector<double>& got, bool same_layout) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t s = 0; s < want.size(); ++s) {
+    if (s < 10 || same_layout) {
+      EXPECT_EQ(got[s], want[s]) << "step " << s;
+    } else {
+      EXPECT_NEAR(got[s], want[s], 1e-5 * std::abs(want[s])) << "step " << s;
+    }
+  }
+}
+
+TEST_F(CheckpointCliTest, ResumedAtAnyLayoutTheRunEndsWhereTheUninterruptedOneDoes) {
+  const std::vector<double> reference = uninterrupted();
+  const struct {
+    const char* name;
+    const char* layout;
+  } cases[] = {
+      {"same_layout", ""},
+      {"tp3_failed_slot", " --set 'parallel.failed={0=[1]}'"},
+      {"dp3", " --set parallel.dp=3"},
+      {"tp1", " --set parallel.tp=1"},
+      {"one_process", " --set parallel.tp=1 --set parallel.dp=1"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path run = stopped_at_12(c.name);
+    ASSERT_TRUE(fs::exists(run / "checkpoints" / "step-10" / "manifest.json"));
+    const CliResult resumed = ntp("train --resume " + run.string() + c.layout + " --verify");
+    ASSERT_NE(resumed.code, 137) << "the resumed run hung:\n" << resumed.output;
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("\"verify\":\"pass\""), std::string::npos) << resumed.output;
+    expect_same_training(reference, losses(run), std::string(c.layout).empty());
+    EXPECT_EQ(ntp::testing::events_named(run, "run_resumed").size(), 1u);
+  }
+}
+
+TEST_F(CheckpointCliTest, AWorkerKilledWhileSavingLeavesThePreviousCheckpoint) {
+  // Rank 0 writes and assembles; it dies in the save after step 9 (step-10),
+  // after its part and before the manifest.
+  const fs::path run = dir_ / "killed_in_save";
+  const CliResult r = ntp("train --run-dir " + run.string() + kModel +
+                    " --set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"0@9:checkpoint\"'");
+  ASSERT_NE(r.code, 137) << r.output;
+  ASSERT_EQ(r.code, 1) << r.output;
+  EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-10"));
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-5" / "manifest.json"));
+  const CliResult partial = ntp("train --resume " + (run / "checkpoints" / "step-10.partial-e0").string());
+  EXPECT_EQ(partial.code, 2) << partial.output;
+  EXPECT_NE(partial.output.find("did not finish"), std::string::npos) << partial.output;
+  const CliResult resumed = ntp("train --resume " + run.string() + " --verify");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("\"verify\":\"pass\""), std::string::npos) << resumed.output;
+  EXPECT_EQ(ntp::testing::events_named(run, "run_resumed").at(0)["step"], 5);
+  EXPECT_EQ(losses(run).size(), 20u);
+}
+
+TEST_F(CheckpointCliTest, CtrlCSavesACheckpointThatResumes) {
+  const fs::path run = dir_ / "interrupted";
+  std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
+                                   "--run-dir", run.string()};
+  for (const char* set : {"model.layers=1", "model.seq_len=32", "train.micro_batch=2", "train.steps=200",
+                                 "train.global_batch=8", "parallel.dp=2", "parallel.tp=2", "run.trace_steps=0"}) {
+    args.push_back("--set");
+    args.push_back(set);
+  }
+  // `timeout` forwards SIGINT to ntp train, as a terminal's Ctrl-C would reach it.
+  const pid_t child = ntp::testing::spawn_logged(args, dir_ / "interrupted.out");
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ntp::testing::read_jsonl_lines(run / "metrics.jsonl").size() < 3) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "no third step within 60 s\n"
+                                                         << read_file(dir_ / "interrupted.out");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(child, SIGINT);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const std::string output = read_file(dir_ / "interrupted.out");
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  ASSERT_EQ(WEXITSTATUS(status), 130) << output;
+  EXPECT_NE(output.find("--resume"), std::string::npos) << output;
+  const std::size_t done = losses(run).size();
+  ASSERT_GE(done, 3u);
+  ASSERT_LT(done, 200u);
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / ("step-" + std::to_string(done)) / "manifest.json"));
+  const nlohmann::json summary = nlohmann::json::parse(read_file(run / "summary.json"));
+  EXPECT_EQ(summary["status"], "interrupted");
+  const CliResult resumed = ntp("train --resume " + run.string() + " --set train.steps=200 --verify");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("\"verify\":\"pass\""), std::string::npos) << resumed.output;
+  EXPECT_EQ(losses(run).size(), 200u);
+}
+
+TEST_F(CheckpointCliTest, EveryHolderOfAUnitLostRestartsFromTheCheckpoint) {
+  // Slot 0 of both replicas dies at step 9: no survivor holds their units.
+  const std::string job = kModel +
+                          " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true"
+                          " --set elastic.settle_s=0.2 --set 'test.failures=\"0@9:start; 2@9:start\"'";
+  const fs::path run = dir_ / "fallback";
+  const CliResult r = ntp("train --run-dir " + run.string() + job + " --verify");
+  ASSERT_NE(r.code, 137) << r.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"verify\":\"pass\""), std::string::npos) << r.output;
+  const std::vector<nlohmann::json> restarts = ntp::testing::events_named(run, "fallback_restart");
+  ASSERT_EQ(restarts.size(), 1u) << r.output;
+  EXPECT_EQ(restarts[0]["tp"], nlohmann::json::array({1, 1}));
+  EXPECT_EQ(ntp::testing::events_named(run, "run_resumed").at(0)["step"], 5);
+  EXPECT_EQ(losses(run).size(), 20u);
+
+  const CliResult stop = ntp("train --run-dir " + (dir_ / "fallback_stop").string() + job +
+                       " --set elastic.fallback=stop");
+  EXPECT_EQ(stop.code, 3) << stop.output;
+  EXPECT_NE(stop.output.find("in-job recovery is impossible"), std::string::npos) << stop.output;
+}
+
+TEST_F(CheckpointCliTest, BadInputIsRefusedNamingWhatIsWrong) {
+  const fs::path run = dir_ / "small";
+  ASSERT_EQ(ntp("train --run-dir " + run.string() + kModel + " --set train.steps=6 --set parallel.tp=2").code, 0);
+  const auto refused = [&](const std::string& args, const std::string& needle) {
+    const CliResult r = ntp(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+  };
+  refused("train --resume " + (dir_ / "nowhere").string(), "no such file");
+  refused("train --resume " + run.string() + " --set train.lr=0.5", "train.lr cannot change");
+  refused("train --resume " + run.string() + " --config " + (run / "config.toml").string(), "--config cannot");
+  refused("train --resume " + (dir_).string(), "no complete checkpoint");
+  // The export of the final checkpoint is the run's model.bin, byte for byte.
+  ASSERT_EQ(ntp("export " + run.string() + " --llmc " + (dir_ / "export.bin").string()).code, 0);
+  EXPECT_EQ(read_file(dir_ / "export.bin"), read_file(run / "model.bin"));
+  // A corrupted part: found before any worker starts.
+  const fs::path part = run / "checkpoints" / "step-6" / "rank-1.bin";
+  {
+    std::fstream f(part, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(64);
+    f.put('\x7f');
+  }
+  refused("train --resume " + run.string() + "", "rank-1.bin: checksum");
+  refused("export " + run.string() + " --llmc " + (dir_ / "bad.bin").string(), "rank-1.bin: checksum");
+}
+
+}  // namespace

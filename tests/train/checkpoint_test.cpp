@@ -1,0 +1,237 @@
+// Checkpoints written from one unit assignment and read at another must give
+// back every parameter and moment bit for bit; every broken checkpoint (a
+// truncated, corrupted or missing file, an unfinished save, another model, a
+// manifest that loses or doubles units) must be rejected naming the file.
+#include "train/checkpoint.h"
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+using ntp::layout::IntervalSet;
+using ntp::model::ParameterLayout;
+using ntp::model::Shard;
+using ntp::train::Checkpoint;
+using ntp::train::CheckpointError;
+
+ntp::model::GptConfig small_model() {
+  ntp::model::GptConfig c;
+  c.vocab = 90;
+  c.padded_vocab = 96;
+  c.layers = 2;
+  c.d_model = 24;
+  c.heads = 3;
+  c.max_seq = 8;
+  return c;
+}
+
+// The full model's parameters and moments, random.
+struct FullState {
+  std::vector<float> params, m, v;
+};
+
+FullState random_state(const ParameterLayout& full, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  FullState s;
+  for (std::vector<float>* x : {&s.params, &s.m, &s.v}) {
+    x->resize(static_cast<std::size_t>(full.size()));
+    for (float& value : *x) value = normal(rng);
+  }
+  return s;
+}
+
+// `parts` random, non-contiguous shards that together hold every unit once.
+std::vector<Shard> random_split(const ntp::model::GptConfig& c, int parts, std::mt19937_64& rng) {
+  std::vector<Shard> out(static_cast<std::size_t>(parts));
+  const auto deal = [&](std::int64_t units, IntervalSet Shard::*member) {
+    std::uniform_int_distribution<int> pick(0, parts - 1);
+    for (std::int64_t u = 0; u < units; ++u) (out[static_cast<std::size_t>(pick(rng))].*member).add(u, u + 1);
+  };
+  deal(c.heads, &Shard::heads);
+  deal(c.ffn(), &Shard::neurons);
+  deal(c.padded_vocab, &Shard::vocab);
+  return out;
+}
+
+// Writes a checkpoint of `state` as the parts of `split` (rank = index).
+fs::path save(const fs::path& root, const ntp::model::GptConfig& c, const FullState& state,
+              const std::vector<Shard>& split, std::int64_t step) {
+  const ParameterLayout full(c, Shard::full(c));
+  const fs::path partial = ntp::train::partial_dir(root, step, 0);
+  fs::create_directories(partial);
+  std::vector<int> writers;
+  for (std::size_t r = 0; r < split.size(); ++r) {
+    const ParameterLayout layout(c, split[r]);
+    std::vector<float> p(static_cast<std::size_t>(layout.size())), m(p.size()), v(p.size());
+    ntp::model::scatter_from_full(full, state.params, layout, p);
+    ntp::model::scatter_from_full(full, state.m, layout, m);
+    ntp::model::scatter_from_full(full, state.v, layout, v);
+    ntp::train::write_part(partial, static_cast<int>(r), ntp::train::snapshot_part(layout, p, m, v, r == 0));
+    writers.push_back(static_cast<int>(r));
+  }
+  ntp::train::CheckpointInfo info;
+  info.step = step;
+  info.optimizer_steps = step;
+  info.model = c;
+  info.seq_len = c.max_seq;
+  info.order = "shuffled";
+  const fs::path final = ntp::train::final_dir(root, step);
+  ntp::train::complete_checkpoint(partial, final, info, writers, "# config\n", std::chrono::seconds(5));
+  return final;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("ntp_checkpoint_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+};
+
+TEST_F(CheckpointTest, AnyLayoutReadsBackEveryValueBitForBit) {
+  const ntp::model::GptConfig c = small_model();
+  const ParameterLayout full(c, Shard::full(c));
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 6; ++trial) {
+    const FullState state = random_state(full, 100 + static_cast<std::uint64_t>(trial));
+    const int writers = 1 + trial % 4;
+    const fs::path dir = save(root_, c, state, random_split(c, writers, rng), 10 + trial);
+    const Checkpoint checkpoint = Checkpoint::open(dir);
+    checkpoint.verify_checksums();
+    EXPECT_EQ(checkpoint.info().step, 10 + trial);
+    for (const Shard& target : random_split(c, 1 + (trial + 2) % 5, rng)) {
+      const ParameterLayout layout(c, target);
+      std::vector<float> want(static_cast<std::size_t>(layout.size()));
+      std::vector<float> p(want.size(), -1), m(want.size(), -1), v(want.size(), -1);
+      checkpoint.load(layout, p, m, v);
+      for (const auto& [have, source] : {std::pair{&p, &state.params}, {&m, &state.m}, {&v, &state.v}}) {
+        ntp::model::scatter_from_full(full, *source, layout, want);
+        ASSERT_EQ(0, std::memcmp(have->data(), want.data(), want.size() * sizeof(float)))
+            << "trial " << trial << ": " << writers << " parts read at " << target.heads.to_string();
+      }
+    }
+  }
+}
+
+TEST_F(CheckpointTest, BrokenCheckpointsAreRejectedNamingTheFile) {
+  const ntp::model::GptConfig c = small_model();
+  const ParameterLayout full(c, Shard::full(c));
+  std::mt19937_64 rng(3);
+  const fs::path dir = save(root_, c, random_state(full, 1), random_split(c, 2, rng), 4);
+  const fs::path part = dir / "rank-1.bin";
+  const auto expect_error = [](const std::function<void()>& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "accepted; expected an error with '" << needle << "'";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  // One flipped bit: the sizes agree, the checksum does not.
+  {
+    std::fstream f(part, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x10);
+    f.seekp(100);
+    f.write(&byte, 1);
+  }
+  expect_error([&] { Checkpoint::open(dir).verify_checksums(); }, "rank-1.bin: checksum");
+  // Truncated.
+  fs::resize_file(part, fs::file_size(part) - 4);
+  expect_error([&] { Checkpoint::open(dir); }, "rank-1.bin:");
+  // Missing.
+  fs::remove(part);
+  expect_error([&] { Checkpoint::open(dir); }, "rank-1.bin: missing");
+  // Another model shape.
+  const fs::path other = save(root_, c, random_state(full, 2), random_split(c, 1, rng), 8);
+  ntp::model::GptConfig bigger = c;
+  bigger.heads = 4;
+  expect_error([&] { Checkpoint::open(other).check_model(bigger); }, "heads is 3");
+  // A save that did not finish: no manifest.
+  fs::create_directories(root_ / "step-12.partial-e0");
+  expect_error([&] { ntp::train::resolve_checkpoint(root_ / "step-12.partial-e0"); }, "did not finish");
+  fs::remove(other / "manifest.json");
+  expect_error([&] { Checkpoint::open(other); }, "incomplete");
+}
+
+TEST_F(CheckpointTest, AManifestThatLosesOrDoublesUnitsIsRejected) {
+  const ntp::model::GptConfig c = small_model();
+  const ParameterLayout full(c, Shard::full(c));
+  std::mt19937_64 rng(5);
+  const fs::path dir = save(root_, c, random_state(full, 3), random_split(c, 2, rng), 2);
+  std::ifstream in(dir / "manifest.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  in.close();
+  const auto rewrite_and_open = [&](const nlohmann::json& manifest) {
+    std::ofstream(dir / "manifest.json") << manifest.dump();
+    Checkpoint::open(dir);
+  };
+  nlohmann::json lost = good;
+  lost["parts"][1]["heads"] = nlohmann::json::array();
+  lost["parts"][0]["heads"] = nlohmann::json::array();
+  EXPECT_THROW(rewrite_and_open(lost), CheckpointError);
+  nlohmann::json doubled = good;
+  doubled["parts"][1]["vocab"] = {{0, c.padded_vocab}};
+  EXPECT_THROW(rewrite_and_open(doubled), CheckpointError);
+  nlohmann::json two_replicated = good;
+  two_replicated["parts"][1]["replicated"] = true;
+  EXPECT_THROW(rewrite_and_open(two_replicated), CheckpointError);
+  rewrite_and_open(good);  // the untouched manifest still opens
+}
+
+TEST_F(CheckpointTest, AMissingPartEndsTheSaveAtItsDeadline) {
+  const fs::path partial = ntp::train::partial_dir(root_, 3, 1);
+  fs::create_directories(partial);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    ntp::train::complete_checkpoint(partial, ntp::train::final_dir(root_, 3), {}, {0, 1}, "",
+                                    std::chrono::milliseconds(200));
+    FAIL() << "completed without its parts";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 did not write its part"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_FALSE(fs::exists(ntp::train::final_dir(root_, 3)));
+}
+
+TEST_F(CheckpointTest, PruningKeepsTheNewestAndSavesStillInFlight) {
+  const ntp::model::GptConfig c = small_model();
+  const ParameterLayout full(c, Shard::full(c));
+  std::mt19937_64 rng(9);
+  for (int step : {5, 10, 15}) save(root_, c, random_state(full, 4), random_split(c, 1, rng), step);
+  fs::create_directories(ntp::train::partial_dir(root_, 12, 0));  // abandoned
+  fs::create_directories(ntp::train::partial_dir(root_, 20, 0));  // another rank's save in flight
+  ntp::train::prune_checkpoints(root_, 2, 15);
+  const std::vector<fs::path> left = ntp::train::complete_checkpoints(root_);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0].filename(), "step-10");
+  EXPECT_EQ(left[1].filename(), "step-15");
+  EXPECT_FALSE(fs::exists(ntp::train::partial_dir(root_, 12, 0)));
+  EXPECT_TRUE(fs::exists(ntp::train::partial_dir(root_, 20, 0)));
+  EXPECT_EQ(ntp::train::newest_checkpoint(root_)->filename(), "step-15");
+}
+
+TEST(CheckpointChecksum, ChangesWithAnyBitAndTheTail) {
+  std::vector<unsigned char> bytes(37, 0x5a);
+  const std::uint64_t h = ntp::train::checksum_bytes(ntp::train::kChecksumBasis, bytes.data(), bytes.size());
+  for (std::size_t i : {std::size_t{0}, std::size_t{17}, std::size_t{36}}) {
+    bytes[i] ^= 1;
+    EXPECT_NE(h, ntp::train::checksum_bytes(ntp::train::kChecksumBasis, bytes.data(), bytes.size())) << i;
+    bytes[i] ^= 1;
+  }
+}
+
+}  // namespace
