@@ -411,9 +411,17 @@ std::vector<train::StepMetrics> train_with_workers(
     const train::Config& first, const train::RunDir& run, std::FILE* out,
     const std::function<void(const train::StepMetrics&)>& on_step) {
   train::Config config = first;
+  double restarted_at = 0;  // the last fallback restart, until its first step is logged
+  const auto show = [&](const train::StepMetrics& m) {
+    if (restarted_at > 0) {
+      run.event("fallback_step_done", {{"step", m.step}, {"seconds", train::unix_time_s() - restarted_at}});
+      restarted_at = 0;
+    }
+    on_step(m);
+  };
   for (std::int64_t restarts = 0;; ++restarts) {
     const double started = train::unix_time_s();
-    const LaunchResult result = launch_workers(config, run, on_step);
+    const LaunchResult result = launch_workers(config, run, show);
     if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
     if (first_event(run, "run_interrupted", started)) return run.read_metrics();
     const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
@@ -423,6 +431,7 @@ std::vector<train::StepMetrics> train_with_workers(
     if (units_lost) {
       if (config.elastic.fallback == train::FallbackPolicy::kCheckpoint && restarts < config.elastic.max_restarts) {
         config = fallback_config(config, result, run, reason, out);
+        restarted_at = train::unix_time_s();
         continue;
       }
       throw UnsupportedRequest(fmt::format("in-job recovery is impossible: {} (logs in {})", reason,

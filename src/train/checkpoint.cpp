@@ -155,8 +155,10 @@ std::uint64_t checksum_bytes(std::uint64_t h, const void* data, std::size_t byte
 }
 
 CheckpointPart snapshot_part(const model::ParameterLayout& layout, std::span<const float> params,
-                             std::span<const float> m, std::span<const float> v, bool replicated) {
+                             std::span<const float> m, std::span<const float> v, bool replicated,
+                             std::vector<float> reuse) {
   CheckpointPart part;
+  part.values = std::move(reuse);
   part.shard = layout.shard();
   part.replicated = replicated;
   const PartLayout at = part_layout(layout, replicated);

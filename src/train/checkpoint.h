@@ -53,8 +53,11 @@ struct CheckpointPart {
 
 // The host copy of the units `layout` holds (every one of them), with the
 // replicated tensors if `replicated`. `m` and `v` are laid out like `params`.
+// `reuse`: the buffer of an earlier part, so that a save touches no fresh
+// pages (the copy is the stall training sees).
 CheckpointPart snapshot_part(const model::ParameterLayout& layout, std::span<const float> params,
-                             std::span<const float> m, std::span<const float> v, bool replicated);
+                             std::span<const float> m, std::span<const float> v, bool replicated,
+                             std::vector<float> reuse = {});
 
 // What the manifest says about a part file.
 struct PartRecord {

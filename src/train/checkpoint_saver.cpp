@@ -70,14 +70,14 @@ bool CheckpointSaver::time_due() const {
 void CheckpointSaver::save(SaveJob job) {
   wait();
   last_save_ = std::chrono::steady_clock::now();
-  thread_ = std::thread([this, job = std::move(job)] { write(job); });
+  thread_ = std::thread([this, job = std::move(job)]() mutable { write(job); });
 }
 
 void CheckpointSaver::wait() {
   if (thread_.joinable()) thread_.join();
 }
 
-void CheckpointSaver::write(const SaveJob& job) const {
+void CheckpointSaver::write(SaveJob& job) {
   const double start = unix_time_s();
   const std::filesystem::path partial = partial_dir(root(), job.info.step, job.epoch);
   try {
@@ -87,10 +87,12 @@ void CheckpointSaver::write(const SaveJob& job) const {
       run_.event("checkpoint_part_written", {{"rank", job.rank},
                                              {"step", job.info.step},
                                              {"bytes", record.bytes},
+                                             {"wait_s", job.wait_s},
                                              {"copy_s", job.copy_s},
                                              {"write_s", unix_time_s() - start}});
     }
     if (job.after_part) job.after_part();
+    spare_ = std::move(job.part->values);
     if (!job.assemble) return;
     const std::filesystem::path final = final_dir(root(), job.info.step);
     const std::uint64_t bytes = complete_checkpoint(partial, final, job.info, job.writers, job.config_toml,

@@ -31,7 +31,8 @@ struct SaveJob {
   std::uint64_t epoch = 0;
   int rank = 0;
   std::optional<CheckpointPart> part;  // this rank's units; none when it writes nothing
-  double copy_s = 0;                   // the stall: how long the host copy took
+  double wait_s = 0;                   // the stall: waiting for the previous save,
+  double copy_s = 0;                   // and the host copy
   bool assemble = false;               // this rank completes the manifest
   std::vector<int> writers;            // the ranks whose parts make the checkpoint
   std::string config_toml;
@@ -64,14 +65,18 @@ class CheckpointSaver {
   void save(SaveJob job);
   // Blocks until the save in flight ended; its outcome is in events.jsonl.
   void wait();
+  // The buffer of the last part written, to copy the next part into (call
+  // after wait()).
+  std::vector<float> take_buffer() { return std::move(spare_); }
 
  private:
-  void write(const SaveJob& job) const;
+  void write(SaveJob& job);
 
   const Config& config_;
   RunDir run_;
   std::chrono::steady_clock::time_point last_save_;
   std::thread thread_;
+  std::vector<float> spare_;  // owned by the save thread while it runs
 };
 
 // Installs SIGINT and SIGTERM handlers that only record the request, so the

@@ -90,8 +90,9 @@ void LocalTrainer::load_checkpoint(const Checkpoint& checkpoint) {
   optimizer_->set_steps(checkpoint.info().optimizer_steps);
 }
 
-CheckpointPart LocalTrainer::snapshot() const {
-  return snapshot_part(model_->layout(), model_->params(), optimizer_->m().span(), optimizer_->v().span(), true);
+CheckpointPart LocalTrainer::snapshot(std::vector<float> reuse) const {
+  return snapshot_part(model_->layout(), model_->params(), optimizer_->m().span(), optimizer_->v().span(), true,
+                       std::move(reuse));
 }
 
 namespace {
@@ -102,10 +103,11 @@ void save_checkpoint(const Config& config, const LocalTrainer& trainer, Checkpoi
   const double start = unix_time_s();
   saver.wait();
   SaveJob job;
+  job.wait_s = unix_time_s() - start;
   job.info = checkpoint_info(config, trainer.setup().gpt, trainer.setup().seq_len, steps_done,
                              trainer.optimizer_steps(), config.parallel, 0);
-  job.part = trainer.snapshot();
-  job.copy_s = unix_time_s() - start;
+  job.part = trainer.snapshot(saver.take_buffer());
+  job.copy_s = unix_time_s() - start - job.wait_s;
   job.assemble = true;
   job.writers = {0};
   job.config_toml = checkpoint_config_toml(config, config.parallel);

@@ -56,7 +56,7 @@ class LocalTrainer {
   // The whole training state (parameters, both moments, AdamW's step count)
   // from a checkpoint of any layout, and its host copy as one part.
   void load_checkpoint(const Checkpoint& checkpoint);
-  CheckpointPart snapshot() const;
+  CheckpointPart snapshot(std::vector<float> reuse = {}) const;
   std::int64_t optimizer_steps() const { return optimizer_->steps(); }
 
  private:

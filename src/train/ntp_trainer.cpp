@@ -469,11 +469,12 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
   if (me_.replica != writer_replica && !job.assemble) return;
   const double start = unix_time_s();
   x.saver->wait();  // one save in flight
+  job.wait_s = unix_time_s() - start;
   if (me_.replica == writer_replica) {
     job.part = snapshot_part(x.model->layout(), x.model->params(), x.optimizer->m().span(),
-                             x.optimizer->v().span(), x.tp.rank() == 0);
+                             x.optimizer->v().span(), x.tp.rank() == 0, x.saver->take_buffer());
   }
-  job.copy_s = unix_time_s() - start;
+  job.copy_s = unix_time_s() - start - job.wait_s;
   job.after_part = [this, s = steps_done - 1] {
     if (fault_point_) fault_point_(s, StepPhase::kCheckpoint);
   };
