@@ -587,6 +587,21 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
                    r["agreement_s"].get<double>(), r["transfer_s"].get<double>(), r["redo_s"].get<double>());
     }
   }
+  // Restarts from a checkpoint (elastic.fallback), from their events.
+  nlohmann::json restarts = nlohmann::json::array();
+  for (const nlohmann::json& e : train::read_jsonl(run.file("events.jsonl"))) {
+    if (e.value("time", 0.0) < start) continue;
+    if (e.value("event", "") == "fallback_restart") {
+      restarts.push_back({{"checkpoint", e["checkpoint"]}, {"lost", e["lost"]}, {"tp", e["tp"]}});
+    }
+    if (e.value("event", "") == "fallback_step_done" && !restarts.empty()) {
+      restarts.back()["first_step_s"] = e["seconds"];
+      std::fprintf(out, "restarted from %s with tp %s: %.3f s to the first step\n",
+                   restarts.back()["checkpoint"].get<std::string>().c_str(), restarts.back()["tp"].dump().c_str(),
+                   e["seconds"].get<double>());
+    }
+  }
+  if (!restarts.empty()) result.summary["restarts"] = restarts;
   run.event("run_finished", {{"steps", metrics.size()}});
   run.write_summary(result.summary);
   print_summary(out, result.summary, run_dir);

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -103,9 +104,12 @@ std::filesystem::path final_dir(const std::filesystem::path& root, std::int64_t 
 // deadline (the partial folder is left for prune_checkpoints). An existing
 // `final` (the same step saved before a recovery redid it) is kept and the new
 // copy dropped. Returns the total bytes.
+// `abandoned` (polled while waiting; may be empty) ends the wait early with
+// the same error: a writer was lost and the job reconfigured.
 std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const std::filesystem::path& final,
                                   const CheckpointInfo& info, const std::vector<int>& writers,
-                                  const std::string& config_toml, std::chrono::milliseconds deadline);
+                                  const std::string& config_toml, std::chrono::milliseconds deadline,
+                                  const std::function<bool()>& abandoned = {});
 
 // The complete checkpoints under `root`, oldest first (by step).
 std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::path& root);

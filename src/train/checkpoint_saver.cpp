@@ -82,6 +82,7 @@ void CheckpointSaver::write(SaveJob& job) {
   const std::filesystem::path partial = partial_dir(root(), job.info.step, job.epoch);
   try {
     std::filesystem::create_directories(partial);
+    if (job.before_part) job.before_part();
     if (job.part) {
       const PartRecord record = write_part(partial, job.rank, *job.part);
       run_.event("checkpoint_part_written", {{"rank", job.rank},
@@ -91,12 +92,11 @@ void CheckpointSaver::write(SaveJob& job) {
                                              {"copy_s", job.copy_s},
                                              {"write_s", unix_time_s() - start}});
     }
-    if (job.after_part) job.after_part();
     spare_ = std::move(job.part->values);
     if (!job.assemble) return;
     const std::filesystem::path final = final_dir(root(), job.info.step);
     const std::uint64_t bytes = complete_checkpoint(partial, final, job.info, job.writers, job.config_toml,
-                                                    ms(config_.deadline.checkpoint_s));
+                                                    ms(config_.deadline.checkpoint_s), job.abandoned);
     prune_checkpoints(root(), config_.train.keep_checkpoints, job.info.step);
     const double seconds = unix_time_s() - start;
     run_.event("checkpoint_saved", {{"rank", job.rank},

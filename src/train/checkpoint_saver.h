@@ -36,7 +36,8 @@ struct SaveJob {
   bool assemble = false;               // this rank completes the manifest
   std::vector<int> writers;            // the ranks whose parts make the checkpoint
   std::string config_toml;
-  std::function<void()> after_part;  // fault injection: called once the part is written
+  std::function<void()> before_part;  // fault injection: called before the part is written
+  std::function<bool()> abandoned;   // true once waiting for the other parts is pointless
 };
 
 // The manifest fields of a checkpoint after `steps_done` steps of `config`'s

@@ -72,8 +72,8 @@ FaultSpec parse_one(const std::string& entry) {
 
 }  // namespace
 
-// "checkpoint" (last): in the save made after the step, once this rank's
-// part is written and before the manifest; random faults never pick it.
+// "checkpoint" (last): in the save made after the step, before this rank's
+// part is written; random faults never pick it.
 const std::vector<std::string> kFaultPhases = {"start",     "forward",   "backward", "sync",
                                                "commit",    "optimizer", "recovery", "checkpoint"};
 

@@ -9,7 +9,7 @@
 // commit (after the commit collective, before the local update), optimizer
 // (inside the update), recovery (during the first recovery the rank takes
 // part in at or after STEP) or checkpoint (in the background save made after
-// STEP, between this rank's part and the manifest). SIGNAL is KILL (default) or STOP; HANG: no
+// STEP, before this rank's part is written). SIGNAL is KILL (default) or STOP; HANG: no
 // signal, the rank's main thread blocks forever while its heartbeat goes on
 // (a wedged process: only the collective deadlines and the survivors'
 // agreement can find it); or, at commit

@@ -295,6 +295,7 @@ void NtpTrainer::adopt(const ParallelConfig& next, std::uint64_t epoch) {
   Impl& x = *impl_;
   parallel_ = next;
   epoch_ = epoch;
+  live_epoch_ = epoch;
   members_ = training_ranks(parallel_);
   if (!trains_now()) return;
   x.layout = plan_rank(parallel_, x.setup.gpt, me_);
@@ -475,7 +476,10 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
                              x.optimizer->v().span(), x.tp.rank() == 0, x.saver->take_buffer());
   }
   job.copy_s = unix_time_s() - start - job.wait_s;
-  job.after_part = [this, s = steps_done - 1] {
+  // A writer lost during the save: the survivors reconfigure, and the parts
+  // of this epoch's save will never all exist.
+  job.abandoned = [this, epoch = epoch_] { return live_epoch_.load() != epoch; };
+  job.before_part = [this, s = steps_done - 1] {
     if (fault_point_) fault_point_(s, StepPhase::kCheckpoint);
   };
   if (job.assemble) job.config_toml = checkpoint_config_toml(config_, parallel_);

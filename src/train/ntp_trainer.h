@@ -20,6 +20,7 @@
 // drives it through drop_groups(), move_state(), reconfigure() and the writer
 // role. Everything derived from membership — the configuration, epoch,
 // layouts, groups, the batch split — is rebuilt by reconfigure().
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -81,8 +82,8 @@ struct WorkerOptions {
 };
 
 // Where a step is when a fault point fires (fault injection, test.failures).
-// kCheckpoint: in the background save after the step, between this rank's
-// part and the manifest.
+// kCheckpoint: in the background save after the step, before this rank's
+// part is written.
 enum class StepPhase { kStart, kForward, kBackward, kSync, kCommit, kOptimizer, kCheckpoint };
 const char* to_string(StepPhase phase);
 
@@ -211,6 +212,7 @@ class NtpTrainer {
   RankPlace me_;
   ParallelConfig parallel_;
   std::uint64_t epoch_ = 0;
+  std::atomic<std::uint64_t> live_epoch_{0};  // epoch_, for the checkpoint thread
   std::vector<int> members_;
   std::int64_t applied_ = -1;
   std::int64_t pending_commit_ = -1;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -152,6 +153,26 @@ TEST_F(CheckpointCliTest, AWorkerKilledWhileSavingLeavesThePreviousCheckpoint) {
   EXPECT_EQ(losses(run).size(), 20u);
 }
 
+TEST_F(CheckpointCliTest, AWriterStoppedBeforeItsPartDoesNotHoldUpTraining) {
+  // Rank 1 (a writer) is SIGSTOPped before its part of step-5: it is fenced,
+  // the job recovers in-job, the writer rank gives up that save at once (not
+  // after deadline.checkpoint_s) and the later checkpoints are complete.
+  const fs::path run = dir_ / "stopped_writer";
+  const CliResult r = ntp("train --run-dir " + run.string() + kModel +
+                          " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true"
+                          " --set elastic.settle_s=0.2 --set 'test.failures=\"1@4:checkpoint:STOP\"' --verify");
+  ASSERT_NE(r.code, 137) << "stalled:\n" << r.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"verify\":\"pass\""), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-5"));
+  for (const char* step : {"step-15", "step-20"}) {
+    EXPECT_TRUE(fs::exists(run / "checkpoints" / step / "manifest.json")) << step;
+  }
+  const std::vector<nlohmann::json> failed = ntp::testing::events_named(run, "checkpoint_failed");
+  ASSERT_FALSE(failed.empty());
+  EXPECT_NE(failed[0]["reason"].get<std::string>().find("abandoned"), std::string::npos) << failed[0];
+}
+
 TEST_F(CheckpointCliTest, CtrlCSavesACheckpointThatResumes) {
   const fs::path run = dir_ / "interrupted";
   std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
@@ -208,6 +229,35 @@ TEST_F(CheckpointCliTest, EveryHolderOfAUnitLostRestartsFromTheCheckpoint) {
                        " --set elastic.fallback=stop");
   EXPECT_EQ(stop.code, 3) << stop.output;
   EXPECT_NE(stop.output.find("in-job recovery is impossible"), std::string::npos) << stop.output;
+}
+
+TEST_F(CheckpointCliTest, EveryRankSavesTheStepsTheCountTheClockAndTheEndAskFor) {
+  const std::string job = kModel + " --set parallel.dp=2 --set parallel.tp=2 --set train.steps=6"
+                                   " --set train.keep_checkpoints=10";
+  // By count: after steps 5 and 6 (the end); by time (a tiny interval): after every step.
+  const fs::path by_count = dir_ / "by_count";
+  ASSERT_EQ(ntp("train --run-dir " + by_count.string() + job + " --set train.checkpoint_every_s=0").code, 0);
+  const fs::path by_time = dir_ / "by_time";
+  ASSERT_EQ(ntp("train --run-dir " + by_time.string() + job +
+                " --set train.checkpoint_every=0 --set train.checkpoint_every_s=0.001")
+                .code,
+            0);
+  const auto saved = [](const fs::path& run) {
+    std::vector<std::int64_t> steps;
+    for (const nlohmann::json& e : ntp::testing::events_named(run, "checkpoint_saved")) {
+      EXPECT_EQ(e["parts"], 2) << e;  // the two ranks of the writer's replica
+      steps.push_back(e["step"].get<std::int64_t>());
+    }
+    std::sort(steps.begin(), steps.end());
+    return steps;
+  };
+  EXPECT_EQ(saved(by_count), (std::vector<std::int64_t>{5, 6}));
+  EXPECT_EQ(saved(by_time), (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
+  std::size_t complete = 0;
+  for (const auto& entry : fs::directory_iterator(by_time / "checkpoints")) {
+    complete += fs::exists(entry.path() / "manifest.json") ? 1 : 0;
+  }
+  EXPECT_EQ(complete, 6u);
 }
 
 TEST_F(CheckpointCliTest, BadInputIsRefusedNamingWhatIsWrong) {
