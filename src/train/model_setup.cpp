@@ -87,7 +87,7 @@ tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads =
       keys.threads > 0 ? static_cast<int>(keys.threads) : std::max(1, cores / ranks_on_host);
-  return {threads, threads};
+  return {threads, keys.gemm};
 }
 
 }  // namespace ntp::train

@@ -348,7 +348,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   std::size_t next = 0;
   const std::vector<std::int64_t> micros =
       micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch);
-  x.sync->begin(x.model->grads(), s);
+  x.sync->begin(x.model->grad_buffer(), s);  // each range is read once backward reports it ready
   model::BackwardHooks hooks;
   hooks.grads_ready = [&x](std::size_t first, std::size_t last) { x.sync->grads_ready(first, last); };
   for (std::size_t k = 0; k < micros.size(); ++k) {
