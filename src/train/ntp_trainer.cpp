@@ -594,7 +594,7 @@ layout::JobConfig job_config(const ParallelConfig& p, std::int64_t units) {
 
 void check_job(const Config& config, const std::filesystem::path& run_dir) {
   const model::TokenData data = open_dataset(config.data, run_dir);
-  const ModelSetup setup = resolve_model(config.model, data.max_token());
+  const ModelSetup setup = resolve_model(config.model, data.max_token(), CheckpointRead::kHeaderOnly);
   const std::int64_t samples = samples_in(data.size(), setup.seq_len);
   if (samples < config.train.global_batch) {
     throw ConfigError(fmt::format(
