@@ -249,7 +249,8 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
                              {"heads", x.layout.shard.heads.to_string()},
                              {"neurons", x.layout.shard.neurons.to_string()},
                              {"vocab", x.layout.shard.vocab.to_string()},
-                             {"sync_group", x.layout.views.heads.sync_group}});
+                             {"sync_group", x.layout.views.heads.sync_group},
+                             {"threads", x.ctx->describe()}});
 }
 
 NtpTrainer::~NtpTrainer() = default;
