@@ -1,12 +1,13 @@
 // One training step (zero_grad, forward, fused loss, backward, fused AdamW) of
-// the GPT-2 presets at TP = 1, batch 4 x sequence 64, next to OpenBLAS sgemm
-// on the same machine in the same run. Reports tokens/s, model FLOP/s (per
-// token 6 * parameters + 6 * layers * d_model * seq, llm.c's count) as a
-// fraction of the measured sgemm FLOP/s, and the process's peak RSS. Both
+// the GPT-2 presets at TP = 1, batch 4 x sequence 64, on each GEMM backend,
+// next to the fastest sgemm on the machine (oneDNN's, on the same pool) in the
+// same run. Reports tokens/s, model FLOP/s (per token 6 * parameters + 6 *
+// layers * d_model * seq, llm.c's count) as a fraction of the measured sgemm
+// FLOP/s, the non-GEMM share of the step and the process's peak RSS. Both
 // rates are also given per second of process CPU time (all threads), which
 // stays meaningful when other jobs share the cores (the load average is printed).
 //
-//   model_bench [--blas-threads=N] [--pool-threads=N] [benchmark flags]
+//   model_bench [--threads=N] [benchmark flags]
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
@@ -29,8 +30,8 @@ namespace {
 
 using namespace ntp;
 
-tensor::ThreadSetup g_threads{2, 2};
-tensor::Context* g_ctx = nullptr;
+int g_threads = 2;
+tensor::Context* g_peak_ctx = nullptr;  // oneDNN: the fastest sgemm here
 
 double process_cpu_seconds() {
   timespec ts{};
@@ -58,16 +59,16 @@ struct Rate {
 };
 
 // sgemm FLOP/s on a large square product (OpenBLAS near its peak).
-Rate measure_sgemm_flops(std::int64_t n, double min_seconds) {
+Rate measure_sgemm_flops(tensor::Context& ctx, std::int64_t n, double min_seconds) {
   tensor::Buffer a(n * n), b(n * n), c(n * n);
   for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = b.data()[i] = 1e-3f * static_cast<float>(i % 97);
-  tensor::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm up
+  tensor::gemm(ctx, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm up
   int reps = 0;
   const double cpu_start = process_cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
   double seconds = 0.0;
   while (seconds < min_seconds) {
-    tensor::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    tensor::gemm(ctx, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     ++reps;
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -76,18 +77,20 @@ Rate measure_sgemm_flops(std::int64_t n, double min_seconds) {
 }
 
 
-void BM_Sgemm(benchmark::State& state) {
+void BM_Sgemm(benchmark::State& state, tensor::GemmBackend backend) {
   const std::int64_t n = state.range(0);
+  tensor::Context ctx({g_threads, backend});
   Rate rate;
-  for (auto _ : state) rate = measure_sgemm_flops(n, 1.0);
+  for (auto _ : state) rate = measure_sgemm_flops(ctx, n, 1.0);
   state.counters["GFLOP/s"] = rate.per_second / 1e9;
   state.counters["GFLOP/cpu_s"] = rate.per_cpu_second / 1e9;
 }
 
-void BM_TrainStep(benchmark::State& state, const std::string& preset) {
+void BM_TrainStep(benchmark::State& state, const std::string& preset, tensor::GemmBackend backend) {
   const model::GptConfig config = model::preset(preset);
   const std::int64_t B = 4, T = 64;
-  model::Model m(config, model::Shard::full(config), *g_ctx);
+  tensor::Context ctx({g_threads, backend});
+  model::Model m(config, model::Shard::full(config), ctx);
   m.init(1);
   model::AdamWConfig opt_config;
   opt_config.lr = 1e-4f;
@@ -110,15 +113,18 @@ void BM_TrainStep(benchmark::State& state, const std::string& preset) {
   double loss = train_step();  // warm-up: first-touch of the activations
   // Each timed step is followed by ~0.5 s of sgemm (timing paused), so the
   // two rates are measured interleaved, under the same machine load.
-  double step_cpu = 0.0, sgemm_flop = 0.0, sgemm_wall = 0.0, sgemm_cpu = 0.0;
+  double step_cpu = 0.0, step_wall = 0.0, sgemm_flop = 0.0, sgemm_wall = 0.0, sgemm_cpu = 0.0;
+  const double gemm_before = ctx.gemm_seconds();
   for (auto _ : state) {
     const double cpu0 = process_cpu_seconds();
+    const auto step0 = std::chrono::steady_clock::now();
     loss = train_step();
+    step_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - step0).count();
     step_cpu += process_cpu_seconds() - cpu0;
     state.PauseTiming();
     const auto wall0 = std::chrono::steady_clock::now();
     const double cpu1 = process_cpu_seconds();
-    const Rate r = measure_sgemm_flops(2048, 0.5);
+    const Rate r = measure_sgemm_flops(*g_peak_ctx, 2048, 0.5);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     sgemm_flop += r.per_second * wall;
     sgemm_wall += wall;
@@ -136,6 +142,7 @@ void BM_TrainStep(benchmark::State& state, const std::string& preset) {
       benchmark::Counter(tokens * flops_per_token / 1e9, benchmark::Counter::kIsRate);
   state.counters["sgemm_GFLOP/s"] = peak.per_second / 1e9;
   state.counters["cpu_fraction"] = tokens * flops_per_token / cpu_seconds / peak.per_cpu_second;
+  state.counters["non_gemm_share"] = 1.0 - (ctx.gemm_seconds() - gemm_before) / step_wall;
   state.counters["params_M"] = params / 1e6;
   state.counters["peak_rss_MiB"] = peak_rss_mib();
   state.counters["loss"] = loss;
@@ -152,10 +159,11 @@ class FractionReporter : public benchmark::ConsoleReporter {
       const auto peak = run.counters.find("sgemm_GFLOP/s");
       if (model_rate == run.counters.end() || peak == run.counters.end()) continue;
       // Rate counters are already divided by the measured time in the reporter's copy.
-      std::printf("  %s: %.1f%% of sgemm FLOP/s (%.1f%% per CPU second), %.0f tokens/s, "
-                  "%.3f s/step, peak RSS %.0f MiB\n",
+      std::printf("  %s: %.1f%% of sgemm FLOP/s (%.1f%% per CPU second), non-GEMM %.1f%% of "
+                  "the step, %.0f tokens/s, %.3f s/step, peak RSS %.0f MiB\n",
                   run.benchmark_name().c_str(), 100.0 * model_rate->second / peak->second,
                   100.0 * static_cast<double>(run.counters.at("cpu_fraction")),
+                  100.0 * static_cast<double>(run.counters.at("non_gemm_share")),
                   static_cast<double>(run.counters.at("tokens/s")),
                   static_cast<double>(run.iterations) > 0
                       ? run.real_accumulated_time / static_cast<double>(run.iterations)
@@ -180,20 +188,30 @@ int parse_flag(int& argc, char** argv, const char* name, int fallback) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  g_threads.blas_threads = parse_flag(argc, argv, "blas-threads", 2);
-  g_threads.pool_threads = parse_flag(argc, argv, "pool-threads", 2);
-  tensor::Context ctx(g_threads);
-  g_ctx = &ctx;
-  std::printf("threads: %s\nload average at start: %s\n", ctx.describe().c_str(),
-              load_average().c_str());
+  g_threads = parse_flag(argc, argv, "threads", 2);
+  tensor::Context peak_ctx({g_threads, tensor::GemmBackend::kOneDnn});
+  g_peak_ctx = &peak_ctx;
+  const tensor::Context blas_ctx({g_threads, tensor::GemmBackend::kOpenBlas});
+  std::printf("threads: %s\n         %s\nload average at start: %s\n", peak_ctx.describe().c_str(),
+              blas_ctx.describe().c_str(), load_average().c_str());
   benchmark::Initialize(&argc, argv);
-  benchmark::RegisterBenchmark("sgemm", BM_Sgemm)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisecond);
+  for (const auto backend : {tensor::GemmBackend::kOneDnn, tensor::GemmBackend::kOpenBlas}) {
+    const std::string name(tensor::gemm_backend_name(backend));
+    benchmark::RegisterBenchmark(("sgemm/" + name).c_str(), BM_Sgemm, backend)
+        ->Arg(2048)
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
   for (const char* preset : {"small", "gpt2"}) {
-    benchmark::RegisterBenchmark((std::string("train_step/") + preset + "/B4xT64").c_str(),
-                                 BM_TrainStep, std::string(preset))
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(4)
-        ->UseRealTime();
+    for (const auto backend : {tensor::GemmBackend::kOneDnn, tensor::GemmBackend::kOpenBlas}) {
+      benchmark::RegisterBenchmark((std::string("train_step/") + preset + "/B4xT64/" +
+                                    std::string(tensor::gemm_backend_name(backend)))
+                                       .c_str(),
+                                   BM_TrainStep, std::string(preset), backend)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(4)
+          ->UseRealTime();
+    }
   }
   FractionReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

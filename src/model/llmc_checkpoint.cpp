@@ -99,16 +99,29 @@ std::vector<float> from_llmc_order(const GptConfig& config, std::span<const floa
   return out;
 }
 
-LlmcCheckpoint read_llmc_checkpoint(const std::string& path) {
-  BinaryReader in(path);
-  const std::vector<std::int32_t> header = in.header("checkpoint");
-  LlmcCheckpoint ckpt;
-  ckpt.config = config_from_header(path, header);
-  const auto count = static_cast<std::uint64_t>(parameter_count(ckpt.config));
-  if (count * sizeof(float) + kHeaderInts * 4 > in.size())  // before allocating for a bad header
+namespace {
+// The header's model, checked against the file's size before anything is
+// allocated for the parameters.
+GptConfig read_checked_header(BinaryReader& in, const std::string& path) {
+  const GptConfig config = config_from_header(path, in.header("checkpoint"));
+  const auto count = static_cast<std::uint64_t>(parameter_count(config));
+  if (count * sizeof(float) + kHeaderInts * 4 > in.size())
     fail_file(path, "parameters", "truncated: header promises " + std::to_string(count) +
                                       " floats, file has " + std::to_string(in.size()) + " bytes");
-  std::vector<float> llmc(count);
+  return config;
+}
+}  // namespace
+
+GptConfig read_llmc_config(const std::string& path) {
+  BinaryReader in(path);
+  return read_checked_header(in, path);
+}
+
+LlmcCheckpoint read_llmc_checkpoint(const std::string& path) {
+  BinaryReader in(path);
+  LlmcCheckpoint ckpt;
+  ckpt.config = read_checked_header(in, path);
+  std::vector<float> llmc(static_cast<std::size_t>(parameter_count(ckpt.config)));
   in.read(llmc.data(), llmc.size(), "parameters");
   in.expect_end("parameters");
   ckpt.params = from_llmc_order(ckpt.config, llmc);

@@ -24,6 +24,9 @@ struct LlmcCheckpoint {
 
 // Throws std::runtime_error "<path>: <field>: <why>" for a malformed or truncated file.
 LlmcCheckpoint read_llmc_checkpoint(const std::string& path);
+// The header's model alone (the file's size checked against it): what a check
+// before the ranks start needs, without reading the parameters.
+GptConfig read_llmc_config(const std::string& path);
 void write_llmc_checkpoint(const std::string& path, const GptConfig& config,
                            std::span<const float> full_params);
 

@@ -1,6 +1,8 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "model/init.h"
 #include "model/vocab_parallel.h"
@@ -14,6 +16,7 @@
 namespace ntp::model {
 
 using tensor::Buffer;
+using tensor::Into;
 using tensor::WeightLayout;
 
 // Offsets of one block's tensors in the flat buffers (params and grads alike).
@@ -26,6 +29,7 @@ struct Model::BlockOffsets {
 // arrays are [layers][...].
 struct Model::Activations {
   std::int64_t batch = 0, seq = 0, n = 0;  // n = batch * seq rows
+  std::int64_t capacity = 0;               // the largest batch the buffers hold
   std::vector<std::int64_t> token_col, target_col;
   Buffer encoded;                   // [n, C]
   Buffer ln1, ln1_mean, ln1_rstd;   // [L, n, C], [L, n]
@@ -78,6 +82,7 @@ void Model::adopt(const Shard& next, Buffer values) {
   layout_ = std::move(layout);
   params_ = std::move(values);
   grads_ = Buffer(params_.size());
+  grads_pending_zero_ = false;
   blocks_.clear();
   for (int l = 0; l < layout_->config().layers; ++l) {
     const std::size_t first = layout_->layer_range(l).first;
@@ -115,20 +120,43 @@ std::vector<float> Model::gather_full() {
   return values;
 }
 
-void Model::zero_grad() { grads_.zero(); }
+void Model::zero_grad() { grads_pending_zero_ = true; }
+
+std::span<float> Model::settled_grads() const {
+  if (std::exchange(grads_pending_zero_, false)) grads_.zero();
+  return grads_.span();
+}
+
+// Every gradient tensor that backward() accumulates into rather than writes
+// with a GEMM: the biases, the LayerNorms and wpe (a few MB for GPT-2).
+void Model::zero_accumulated_grads() {
+  std::vector<std::int64_t> gemm_written = {(*layout_)["wte"].offset};
+  for (const BlockOffsets& o : blocks_) gemm_written.insert(gemm_written.end(), {o.qkv_w, o.proj_wt, o.fc1_w, o.fc2_wt});
+  for (const TensorSpec& t : layout_->tensors()) {
+    if (std::find(gemm_written.begin(), gemm_written.end(), t.offset) != gemm_written.end()) continue;
+    std::fill_n(grads_.data() + t.offset, t.count, 0.0f);
+  }
+}
 
 void Model::all_reduce(float* data, std::int64_t count) {
   if (tp_ != nullptr) tp_->all_reduce(data, static_cast<std::size_t>(count));
 }
 
 void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
-  if (acts_ && acts_->batch == batch && acts_->seq == seq) return;
+  // Per-layer arrays are indexed by the current n, so buffers sized for a larger
+  // micro-batch serve a smaller one (a step's remainder micro-batch) as they are.
+  if (acts_ && acts_->seq == seq && batch <= acts_->capacity) {
+    acts_->batch = batch;
+    acts_->n = batch * seq;
+    return;
+  }
   const Dims d = dims_of(*layout_);
   const std::int64_t L = config().layers;
   const std::int64_t n = batch * seq;
   const auto sz = [](std::int64_t count) { return Buffer(static_cast<std::size_t>(count)); };
   auto a = std::make_unique<Activations>();
   a->batch = batch;
+  a->capacity = batch;
   a->seq = seq;
   a->n = n;
   a->encoded = sz(n * d.C);
@@ -186,7 +214,7 @@ LossStats Model::forward(const Batch& batch) {
   tensor::layernorm_forward(ctx_, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last,
                             p + (*layout_)["lnf_w"].offset, p + (*layout_)["lnf_b"].offset, n, d.C);
   // Tied LM head: the rank's vocabulary rows of wte, column-parallel.
-  tensor::matmul_forward(a.logits.data(), a.lnf.data(), p + (*layout_)["wte"].offset, nullptr, n,
+  tensor::matmul_forward(ctx_, a.logits.data(), a.lnf.data(), p + (*layout_)["wte"].offset, nullptr, n,
                          d.C, d.vocab_rows, WeightLayout::kOutIn);
   const float scale = loss_scale_ != 0.0f ? loss_scale_ : 1.0f / static_cast<float>(n);
   vocab_parallel_cross_entropy(ctx_, a.losses.data(), a.logits.data(), a.target_col,
@@ -216,19 +244,19 @@ void Model::forward_block(int l, const float* residual) {
 
   tensor::layernorm_forward(ctx_, ln1, a.ln1_mean.data() + l * n, a.ln1_rstd.data() + l * n,
                             residual, p + o.ln1_w, p + o.ln1_b, n, d.C);
-  tensor::matmul_forward(qkv, ln1, p + o.qkv_w, p + o.qkv_b, n, d.C, d.qkv, WeightLayout::kOutIn);
+  tensor::matmul_forward(ctx_, qkv, ln1, p + o.qkv_w, p + o.qkv_b, n, d.C, d.qkv, WeightLayout::kOutIn);
   tensor::attention_forward(ctx_, atty, att, qkv, {a.batch, a.seq, d.heads, d.hd});
-  tensor::matmul_forward(a.partial.data(), atty, p + o.proj_wt, nullptr, n, d.attn, d.C,
+  tensor::matmul_forward(ctx_, a.partial.data(), atty, p + o.proj_wt, nullptr, n, d.attn, d.C,
                          WeightLayout::kInOut);
   all_reduce(a.partial.data(), n * d.C);
   tensor::residual_forward(ctx_, res2, residual, a.partial.data(), p + o.proj_b, n, d.C);
 
   tensor::layernorm_forward(ctx_, ln2, a.ln2_mean.data() + l * n, a.ln2_rstd.data() + l * n, res2,
                             p + o.ln2_w, p + o.ln2_b, n, d.C);
-  tensor::matmul_forward(fch, ln2, p + o.fc1_w, p + o.fc1_b, n, d.C, d.neurons,
+  tensor::matmul_forward(ctx_, fch, ln2, p + o.fc1_w, p + o.fc1_b, n, d.C, d.neurons,
                          WeightLayout::kOutIn);
   tensor::gelu_forward(ctx_, fch_gelu, fch, n * d.neurons);
-  tensor::matmul_forward(a.partial.data(), fch_gelu, p + o.fc2_wt, nullptr, n, d.neurons, d.C,
+  tensor::matmul_forward(ctx_, a.partial.data(), fch_gelu, p + o.fc2_wt, nullptr, n, d.neurons, d.C,
                          WeightLayout::kInOut);
   all_reduce(a.partial.data(), n * d.C);
   tensor::residual_forward(ctx_, res3, res2, a.partial.data(), p + o.fc2_b, n, d.C);
@@ -247,12 +275,17 @@ void Model::backward(const BackwardHooks& hooks) {
   const auto notify = [&](std::size_t first, std::size_t last) {
     if (hooks.grads_ready) hooks.grads_ready(first, last);
   };
+  if (std::exchange(grads_pending_zero_, false)) {
+    zero_accumulated_grads();
+    weight_grads_ = Into::kOverwrite;
+  } else {
+    weight_grads_ = Into::kAdd;
+  }
 
   // LM head (tied): the input gradient is partial per rank, hence the all-reduce.
-  a.dln.zero();
-  tensor::matmul_backward(a.dln.data(), g + lay["wte"].offset, nullptr, a.logits.data(),
+  tensor::matmul_backward(ctx_, a.dln.data(), g + lay["wte"].offset, nullptr, a.logits.data(),
                           a.lnf.data(), p + lay["wte"].offset, n, d.C, d.vocab_rows,
-                          WeightLayout::kOutIn);
+                          WeightLayout::kOutIn, {Into::kOverwrite, weight_grads_});
   all_reduce(a.dln.data(), n * d.C);
   a.dres.zero();
   const float* last = a.res3.data() + (c.layers - 1) * n * d.C;
@@ -289,28 +322,25 @@ void Model::backward_block(int l, const float* residual) {
   float* dres = a.dres.data();  // gradient of the residual stream, flows through unchanged
 
   // MLP: res3 = res2 + fc2(gelu(fc1(ln2(res2)))) + fc2_b
-  a.dgelu.zero();
-  tensor::matmul_backward(a.dgelu.data(), g + o.fc2_wt, g + o.fc2_b, dres, fch_gelu, p + o.fc2_wt,
-                          n, d.neurons, d.C, WeightLayout::kInOut);
+  const tensor::BackwardInto into{Into::kOverwrite, weight_grads_};
+  tensor::matmul_backward(ctx_, a.dgelu.data(), g + o.fc2_wt, g + o.fc2_b, dres, fch_gelu, p + o.fc2_wt,
+                          n, d.neurons, d.C, WeightLayout::kInOut, into);
   a.dfch.zero();
   tensor::gelu_backward(ctx_, a.dfch.data(), fch, a.dgelu.data(), n * d.neurons);
-  a.dln.zero();
-  tensor::matmul_backward(a.dln.data(), g + o.fc1_w, g + o.fc1_b, a.dfch.data(), ln2, p + o.fc1_w,
-                          n, d.C, d.neurons, WeightLayout::kOutIn);
+  tensor::matmul_backward(ctx_, a.dln.data(), g + o.fc1_w, g + o.fc1_b, a.dfch.data(), ln2, p + o.fc1_w,
+                          n, d.C, d.neurons, WeightLayout::kOutIn, into);
   all_reduce(a.dln.data(), n * d.C);
   tensor::layernorm_backward(ctx_, dres, g + o.ln2_w, g + o.ln2_b, a.dln.data(), res2, p + o.ln2_w,
                              a.ln2_mean.data() + l * n, a.ln2_rstd.data() + l * n, n, d.C);
 
   // Attention: res2 = residual + proj(attn(qkv(ln1(residual)))) + proj_b
-  a.datty.zero();
-  tensor::matmul_backward(a.datty.data(), g + o.proj_wt, g + o.proj_b, dres, atty, p + o.proj_wt,
-                          n, d.attn, d.C, WeightLayout::kInOut);
+  tensor::matmul_backward(ctx_, a.datty.data(), g + o.proj_wt, g + o.proj_b, dres, atty, p + o.proj_wt,
+                          n, d.attn, d.C, WeightLayout::kInOut, into);
   a.dqkv.zero();
   tensor::attention_backward(ctx_, a.dqkv.data(), a.datty.data(), qkv, att,
                              {a.batch, a.seq, d.heads, d.hd});
-  a.dln.zero();
-  tensor::matmul_backward(a.dln.data(), g + o.qkv_w, g + o.qkv_b, a.dqkv.data(), ln1, p + o.qkv_w,
-                          n, d.C, d.qkv, WeightLayout::kOutIn);
+  tensor::matmul_backward(ctx_, a.dln.data(), g + o.qkv_w, g + o.qkv_b, a.dqkv.data(), ln1, p + o.qkv_w,
+                          n, d.C, d.qkv, WeightLayout::kOutIn, into);
   all_reduce(a.dln.data(), n * d.C);
   tensor::layernorm_backward(ctx_, dres, g + o.ln1_w, g + o.ln1_b, a.dln.data(), residual,
                              p + o.ln1_w, a.ln1_mean.data() + l * n, a.ln1_rstd.data() + l * n, n,

@@ -25,6 +25,7 @@
 #include "model/shard.h"
 #include "tensor/buffer.h"
 #include "tensor/context.h"
+#include "tensor/matmul.h"
 
 namespace ntp::model {
 
@@ -63,8 +64,12 @@ class Model {
 
   std::span<float> params() { return params_.span(); }
   std::span<const float> params() const { return params_.span(); }
-  std::span<float> grads() { return grads_.span(); }
-  std::span<const float> grads() const { return grads_.span(); }
+  // The gradients; a zero_grad() not yet overtaken by backward() is applied first.
+  std::span<float> grads() { return settled_grads(); }
+  std::span<const float> grads() const { return settled_grads(); }
+  // The gradient buffer as it is, a pending zero_grad() not applied: for a
+  // consumer that reads each tensor only once backward() reports it ready.
+  std::span<float> grad_buffer() { return grads_.span(); }
   std::span<float> param(const std::string& name);  // one tensor's view
   std::span<float> grad(const std::string& name);
 
@@ -84,6 +89,9 @@ class Model {
   // Runs the forward pass and the fused softmax / cross-entropy, whose
   // gradient is kept for backward(). Every TP rank must call it with the same batch.
   LossStats forward(const Batch& batch);
+  // Gradients become zero. Lazily: the next backward() overwrites them (its
+  // weight GEMMs run with beta 0, the small tensors are cleared), which spares
+  // clearing the whole buffer every step.
   void zero_grad();
   void backward(const BackwardHooks& hooks = {});
 
@@ -104,13 +112,17 @@ class Model {
   void backward_block(int layer, const float* residual);
   void all_reduce(float* data, std::int64_t count);
   void ensure_activations(std::int64_t batch, std::int64_t seq);
+  std::span<float> settled_grads() const;
+  void zero_accumulated_grads();
 
   tensor::Context& ctx_;
   comm::Group* tp_;
   std::unique_ptr<ParameterLayout> layout_;
   std::vector<BlockOffsets> blocks_;
   tensor::Buffer params_;
-  tensor::Buffer grads_;
+  mutable tensor::Buffer grads_;
+  mutable bool grads_pending_zero_ = false;  // zero_grad() not yet applied
+  tensor::Into weight_grads_ = tensor::Into::kAdd;  // this backward's weight GEMMs
   std::unique_ptr<Activations> acts_;
   float loss_scale_ = 0.0f;
   bool have_forward_ = false;

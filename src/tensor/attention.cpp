@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
-#include "tensor/fast_math.h"
+#include "tensor/simd/loops.h"
 
 namespace ntp::tensor {
 
@@ -27,12 +26,6 @@ struct Slice {
   }
 };
 
-float dot(const float* a, const float* b, std::int64_t n) {
-  float acc = 0.0f;
-  for (std::int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
 }  // namespace
 
 void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
@@ -40,6 +33,7 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
   const Slice sl{shape};
   const std::int64_t hd = shape.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const simd::Loops& L = simd::loops();
   ctx.pool().parallel_for(shape.batch * shape.heads, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t bh = begin; bh < end; ++bh) {
       const std::int64_t b = bh / shape.heads;
@@ -47,24 +41,12 @@ void attention_forward(Context& ctx, float* out, float* att, const float* qkv,
       for (std::int64_t t = 0; t < shape.seq; ++t) {
         const float* q = qkv + sl.qkv_at(b, t, h);
         float* p = att + sl.att_at(b, h, t);
-        float max = -std::numeric_limits<float>::infinity();
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          p[t2] = dot(q, qkv + sl.qkv_at(b, t2, h) + hd, hd) * scale;
-          max = std::max(max, p[t2]);
-        }
-        float sum = 0.0f;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          p[t2] = fast_exp(p[t2] - max);
-          sum += p[t2];
-        }
-        const float inv = 1.0f / sum;
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) p[t2] = L.dot(q, qkv + sl.qkv_at(b, t2, h) + hd, hd) * scale;
+        const float sum = L.exp_shifted_sum(p, L.max(p, t + 1), t + 1);
+        L.scale(p, 1.0f / sum, t + 1);
         float* o = out + sl.out_at(b, t, h);
         std::fill(o, o + hd, 0.0f);
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          p[t2] *= inv;
-          const float* v = qkv + sl.qkv_at(b, t2, h) + 2 * hd;
-          for (std::int64_t i = 0; i < hd; ++i) o[i] += p[t2] * v[i];
-        }
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) L.axpy(o, p[t2], qkv + sl.qkv_at(b, t2, h) + 2 * hd, hd);
       }
     }
   });
@@ -75,6 +57,7 @@ void attention_backward(Context& ctx, float* dqkv, const float* dout, const floa
   const Slice sl{shape};
   const std::int64_t hd = shape.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const simd::Loops& L = simd::loops();
   ctx.pool().parallel_for(shape.batch * shape.heads, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> dpre(static_cast<std::size_t>(shape.seq));
     for (std::int64_t bh = begin; bh < end; ++bh) {
@@ -87,10 +70,9 @@ void attention_backward(Context& ctx, float* dqkv, const float* dout, const floa
         float weighted = 0.0f;  // sum_t2 p * dp
         for (std::int64_t t2 = 0; t2 <= t; ++t2) {
           const std::int64_t base = sl.qkv_at(b, t2, h) + 2 * hd;
-          dpre[t2] = dot(dy, qkv + base, hd);
+          dpre[t2] = L.dot(dy, qkv + base, hd);
           weighted += p[t2] * dpre[t2];
-          float* dv = dqkv + base;
-          for (std::int64_t i = 0; i < hd; ++i) dv[i] += p[t2] * dy[i];
+          L.axpy(dqkv + base, p[t2], dy, hd);
         }
         // Softmax backward, then the scaled q·k scores.
         const float* q = qkv + sl.qkv_at(b, t, h);
@@ -98,12 +80,8 @@ void attention_backward(Context& ctx, float* dqkv, const float* dout, const floa
         for (std::int64_t t2 = 0; t2 <= t; ++t2) {
           const float ds = p[t2] * (dpre[t2] - weighted) * scale;
           const std::int64_t kbase = sl.qkv_at(b, t2, h) + hd;
-          const float* k = qkv + kbase;
-          float* dk = dqkv + kbase;
-          for (std::int64_t i = 0; i < hd; ++i) {
-            dq[i] += ds * k[i];
-            dk[i] += ds * q[i];
-          }
+          L.axpy(dq, ds, qkv + kbase, hd);
+          L.axpy(dqkv + kbase, ds, q, hd);
         }
       }
     }

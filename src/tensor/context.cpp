@@ -3,28 +3,32 @@
 #include <cblas.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <stdexcept>
 
 namespace ntp::tensor {
 
 namespace {
 ThreadSetup checked(ThreadSetup setup) {
-  if (setup.blas_threads < 1) throw std::invalid_argument("threads: blas_threads must be >= 1");
-  if (setup.pool_threads < 1) throw std::invalid_argument("threads: pool_threads must be >= 1");
+  if (setup.threads < 1) throw std::invalid_argument("threads: threads must be >= 1");
   return setup;
+}
+
+// OpenBLAS's thread count is process-wide; the pool splits every GEMM, so
+// OpenBLAS itself runs on the calling thread. Set once: ranks may run as threads
+// of one process, and a concurrent set would race with their GEMMs.
+void make_openblas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 }  // namespace
 
-Context::Context(ThreadSetup setup, bool apply_blas)
-    : setup_(checked(setup)), pool_(setup_.pool_threads) {
-  if (apply_blas) openblas_set_num_threads(setup_.blas_threads);
+Context::Context(ThreadSetup setup) : setup_(checked(setup)), pool_(setup_.threads) {
+  make_openblas_single_threaded();
 }
 
 std::string Context::describe() const {
-  const int parallel = openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
-  const char* kind = parallel == 0 ? "sequential" : parallel == 1 ? "pthreads" : "openmp";
-  return std::string("OpenBLAS [") + openblas_get_config() + "] " +
-         std::to_string(openblas_get_num_threads()) + " threads (" + kind + "); pool " +
+  return "gemm " + describe_gemm_backend(setup_.gemm) + ", one call per pool thread; pool " +
          std::to_string(pool_.threads()) + " threads; cores online " +
          std::to_string(sysconf(_SC_NPROCESSORS_ONLN));
 }

@@ -1,32 +1,39 @@
 #pragma once
-// The execution context of the CPU kernels: how many threads OpenBLAS uses for
-// GEMMs and how many the pool uses for every other loop. A CUDA backend would
-// put its stream and handles here; the kernel signatures would not change.
+// The execution context of the CPU kernels: one pool of threads that runs the
+// GEMMs (each split into one single-threaded library call per thread) and every
+// other loop, and the sgemm library the GEMMs use. One pool means no library
+// thread spins on a core the pool needs. A CUDA backend would put its stream and
+// handles here; the kernel signatures would not change.
 #include <string>
 
+#include "tensor/gemm_backend.h"
 #include "tensor/thread_pool.h"
 
 namespace ntp::tensor {
 
 struct ThreadSetup {
-  int blas_threads = 1;  // OpenBLAS threads (process-wide: set per process, not per rank thread)
-  int pool_threads = 1;  // threads for the non-GEMM loops, the caller included
+  int threads = 1;  // pool threads for GEMMs and every other loop, the caller included
+  GemmBackend gemm = GemmBackend::kOneDnn;
 };
 
 class Context {
  public:
-  // Applies setup.blas_threads to OpenBLAS unless apply_blas is false (ranks
-  // run as threads of one process share OpenBLAS and set it once).
-  explicit Context(ThreadSetup setup, bool apply_blas = true);
+  explicit Context(ThreadSetup setup);
 
   ThreadPool& pool() { return pool_; }
   const ThreadSetup& setup() const { return setup_; }
-  // "OpenBLAS <config>: 2 threads (pthreads); pool: 2 threads; cores online: 2"
+  GemmBackend gemm_backend() const { return setup_.gemm; }
+  // Wall-clock seconds spent in gemm() on this context so far (the rest of a
+  // step is the non-GEMM kernels, the sync and the framework).
+  double gemm_seconds() const { return gemm_seconds_; }
+  void add_gemm_seconds(double seconds) { gemm_seconds_ += seconds; }
+  // "gemm oneDNN 2.6.3, avx512_core_bf16, one call per pool thread; pool 2 threads; cores online 2"
   std::string describe() const;
 
  private:
   ThreadSetup setup_;
   ThreadPool pool_;
+  double gemm_seconds_ = 0.0;  // only the thread that owns the context calls gemm()
 };
 
 }  // namespace ntp::tensor

@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
-#include "tensor/fast_math.h"
+#include "tensor/simd/loops.h"
 
 namespace ntp::tensor {
 
@@ -13,9 +12,7 @@ void crossentropy_local_max(Context& ctx, float* row_max, const float* logits,
   ctx.pool().parallel_for(shape.rows, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const float* row = logits + i * shape.cols;
-      float m = -std::numeric_limits<float>::infinity();
-      for (std::int64_t j = 0; j < shape.valid; ++j) m = std::max(m, row[j]);
-      row_max[i] = m;
+      row_max[i] = simd::loops().max(row, shape.valid);
     }
   });
 }
@@ -27,12 +24,8 @@ void crossentropy_local_sums(Context& ctx, float* sums, float* logits,
     for (std::int64_t i = begin; i < end; ++i) {
       float* row = logits + i * shape.cols;
       sums[shape.rows + i] = target_col[i] >= 0 ? row[target_col[i]] : 0.0f;
-      float s = 0.0f;
-      for (std::int64_t j = 0; j < shape.valid; ++j) {
-        row[j] = fast_exp(row[j] - row_max[i]);  // kept: finish() needs no second exp
-        s += row[j];
-      }
-      sums[i] = s;
+      // The exponentials are kept: finish() needs no second exp.
+      sums[i] = simd::loops().exp_shifted_sum(row, row_max[i], shape.valid);
     }
   });
 }
@@ -46,7 +39,7 @@ void crossentropy_finish(Context& ctx, float* losses, float* logits,
       const float inv_sum = 1.0f / sums[i];
       losses[i] = std::log(sums[i]) + row_max[i] - sums[shape.rows + i];
       const float scale = inv_sum * dloss_scale;
-      for (std::int64_t j = 0; j < shape.valid; ++j) row[j] *= scale;
+      simd::loops().scale(row, scale, shape.valid);
       std::fill(row + shape.valid, row + shape.cols, 0.0f);
       if (target_col[i] >= 0) row[target_col[i]] -= dloss_scale;
     }

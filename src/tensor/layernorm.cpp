@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tensor/simd/loops.h"
+
 namespace ntp::tensor {
 
 namespace {
@@ -14,12 +16,8 @@ void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const
   ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const float* x = inp + i * dim;
-      float m = 0.0f;
-      for (std::int64_t j = 0; j < dim; ++j) m += x[j];
-      m /= static_cast<float>(dim);
-      float var = 0.0f;
-      for (std::int64_t j = 0; j < dim; ++j) var += (x[j] - m) * (x[j] - m);
-      var /= static_cast<float>(dim);
+      const float m = simd::loops().sum(x, dim) / static_cast<float>(dim);
+      const float var = simd::loops().centered_sum_squares(x, m, dim) / static_cast<float>(dim);
       const float s = 1.0f / std::sqrt(var + kEps);
       float* y = out + i * dim;
       for (std::int64_t j = 0; j < dim; ++j) y[j] = (x[j] - m) * s * weight[j] + bias[j];

@@ -1,30 +1,59 @@
 #include "tensor/matmul.h"
 
-#include <cblas.h>
-
 #include <algorithm>
+#include <chrono>
 
 namespace ntp::tensor {
 
-void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t k_out, std::int64_t inner,
-          float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
-          float beta, float* c, std::int64_t ldc) {
+namespace {
+
+// Block boundaries fall on multiples of 16 elements (64 bytes), so every
+// block's rows or columns start cache-line aligned when the whole matrix does.
+constexpr std::int64_t kBlockAlign = 16;
+
+std::int64_t block_begin(std::int64_t extent, std::int64_t blocks, std::int64_t index) {
+  const std::int64_t units = (extent + kBlockAlign - 1) / kBlockAlign;
+  return std::min(extent, units * index / blocks * kBlockAlign);
+}
+
+}  // namespace
+
+void gemm(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t k_out,
+          std::int64_t inner, float alpha, const float* a, std::int64_t lda, const float* b,
+          std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   if (m == 0 || k_out == 0) return;  // a rank may hold no units of a kind
   if (inner == 0) {
     // Nothing to multiply: C = beta * C, which BLAS would do, but with empty
     // operands some BLAS builds reject the leading dimensions.
+    // Beta 0 ignores C's old values, NaN included.
     for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < k_out; ++j) c[i * ldc + j] *= beta;
+      for (std::int64_t j = 0; j < k_out; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : c[i * ldc + j] * beta;
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(k_out), static_cast<blasint>(inner), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-              static_cast<blasint>(ldc));
+  const auto start = std::chrono::steady_clock::now();
+  const GemmBackend backend = ctx.gemm_backend();
+  const bool by_rows = m >= k_out;
+  const std::int64_t extent = by_rows ? m : k_out;
+  const std::int64_t blocks =
+      std::min<std::int64_t>(ctx.pool().threads(), (extent + kBlockAlign - 1) / kBlockAlign);
+  ctx.pool().parallel_for(blocks, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t block = first; block < last; ++block) {
+      const std::int64_t begin = block_begin(extent, blocks, block);
+      const std::int64_t size = block_begin(extent, blocks, block + 1) - begin;
+      if (size == 0) continue;
+      if (by_rows) {  // rows of C are rows of op(a)
+        backend_sgemm(backend, trans_a, trans_b, size, k_out, inner, alpha,
+                      trans_a ? a + begin : a + begin * lda, lda, b, ldb, beta, c + begin * ldc, ldc);
+      } else {  // columns of C are columns of op(b)
+        backend_sgemm(backend, trans_a, trans_b, m, size, inner, alpha, a, lda,
+                      trans_b ? b + begin * ldb : b + begin, ldb, beta, c + begin, ldc);
+      }
+    }
+  });
+  ctx.add_gemm_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight, const float* bias,
                     std::int64_t n, std::int64_t in_dim, std::int64_t out_dim, WeightLayout layout) {
   float beta = 0.0f;
   if (bias != nullptr) {  // start from the bias so the GEMM adds onto it in one pass
@@ -32,27 +61,28 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     beta = 1.0f;
   }
   if (layout == WeightLayout::kOutIn) {
-    gemm(false, true, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, in_dim, beta, out, out_dim);
+    gemm(ctx, false, true, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, in_dim, beta, out, out_dim);
   } else {
-    gemm(false, false, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, out_dim, beta, out, out_dim);
+    gemm(ctx, false, false, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, out_dim, beta, out, out_dim);
   }
 }
 
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, std::int64_t n, std::int64_t in_dim,
-                     std::int64_t out_dim, WeightLayout layout) {
+                     std::int64_t out_dim, WeightLayout layout, BackwardInto into) {
   const bool out_in = layout == WeightLayout::kOutIn;
+  const auto beta = [](Into mode) { return mode == Into::kAdd ? 1.0f : 0.0f; };
   if (dinp != nullptr) {  // dinp[n, in] += dout[n, out] · Wᵀ
-    gemm(false, !out_in, n, in_dim, out_dim, 1.0f, dout, out_dim, weight,
-         out_in ? in_dim : out_dim, 1.0f, dinp, in_dim);
+    gemm(ctx, false, !out_in, n, in_dim, out_dim, 1.0f, dout, out_dim, weight,
+         out_in ? in_dim : out_dim, beta(into.dinp), dinp, in_dim);
   }
   if (dweight != nullptr) {
     if (out_in) {  // dW[out, in] += doutᵀ · inp
-      gemm(true, false, out_dim, in_dim, n, 1.0f, dout, out_dim, inp, in_dim, 1.0f, dweight,
-           in_dim);
+      gemm(ctx, true, false, out_dim, in_dim, n, 1.0f, dout, out_dim, inp, in_dim,
+           beta(into.dweight), dweight, in_dim);
     } else {  // dW[in, out] += inpᵀ · dout
-      gemm(true, false, in_dim, out_dim, n, 1.0f, inp, in_dim, dout, out_dim, 1.0f, dweight,
-           out_dim);
+      gemm(ctx, true, false, in_dim, out_dim, n, 1.0f, inp, in_dim, dout, out_dim,
+           beta(into.dweight), dweight, out_dim);
     }
   }
   if (dbias != nullptr) bias_backward(dbias, dout, n, out_dim);

@@ -1,26 +1,41 @@
 #pragma once
-// Linear layers through OpenBLAS sgemm. A weight is stored either with one row
+// Linear layers through the Context's sgemm library, split across its pool. A weight is stored either with one row
 // per output (kOutIn: column-parallel layers, whose units are output rows) or
 // with one row per input (kInOut: row-parallel layers stored transposed, whose
 // units are input rows). Backward kernels accumulate (+=), as in llm.c.
 #include <cstdint>
+
+#include "tensor/context.h"
 
 namespace ntp::tensor {
 
 enum class WeightLayout { kOutIn, kInOut };
 
 // out[n, out_dim] = inp[n, in_dim] · W + bias (bias may be null).
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight, const float* bias,
                     std::int64_t n, std::int64_t in_dim, std::int64_t out_dim, WeightLayout layout);
 
+// What a backward GEMM does with the old values of its output: add onto them,
+// or overwrite them (a GEMM with beta 0), which spares clearing a buffer first
+// and gives the same bits as adding onto zeros.
+enum class Into { kAdd, kOverwrite };
+struct BackwardInto {
+  Into dinp = Into::kAdd;
+  Into dweight = Into::kAdd;
+};
+
 // dinp += dout · Wᵀ, dweight += (inpᵀ · dout in the weight's layout), dbias += column sums
-// of dout. Any of dinp, dweight, dbias may be null to skip it.
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+// of dout (dinp and dweight overwritten instead where `into` says so). Any of
+// dinp, dweight, dbias may be null to skip it.
+void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, std::int64_t n, std::int64_t in_dim,
-                     std::int64_t out_dim, WeightLayout layout);
+                     std::int64_t out_dim, WeightLayout layout, BackwardInto into = {});
 
 // c[m, k] = alpha · op(a) · op(b) + beta · c, row-major; op transposes when asked.
-void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t k_out, std::int64_t inner,
+// The output is split into one block of rows (or columns, when it is wider than
+// tall) per pool thread, each computed whole by one library call: an element's
+// result depends on the shapes and the thread count, never on timing.
+void gemm(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t k_out, std::int64_t inner,
           float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
           float beta, float* c, std::int64_t ldc);
 

@@ -28,6 +28,8 @@ using Choices = std::vector<std::pair<std::string, E>>;
 
 const Choices<DataOrder> kOrders = {{"shuffled", DataOrder::kShuffled},
                                     {"sequential", DataOrder::kSequential}};
+const Choices<tensor::GemmBackend> kGemms = {{"onednn", tensor::GemmBackend::kOneDnn},
+                                             {"openblas", tensor::GemmBackend::kOpenBlas}};
 const Choices<LrSchedule> kSchedules = {{"cosine", LrSchedule::kCosine},
                                         {"constant", LrSchedule::kConstant}};
 const Choices<NanPolicy> kNanPolicies = {{"stop", NanPolicy::kStop}, {"skip", NanPolicy::kSkip}};
@@ -231,6 +233,7 @@ const std::vector<KeyDef>& schema() {
                  NTP_FIELD(model.init_from)),
       int_key("model.threads", "kernel threads per rank; 0 = host cores / ranks on the host",
               NTP_FIELD(model.threads)),
+      choice_key("model.gemm", "sgemm library: onednn | openblas", kGemms, NTP_FIELD(model.gemm)),
       string_key("data.path", "text file (bytes) or token .bin (llm.c); empty = built-in corpus",
                  NTP_FIELD(data.path)),
       choice_key("data.order", "sample order: shuffled | sequential (llm.c's)", kOrders,

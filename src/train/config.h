@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "power/power_mode.h"
+#include "tensor/gemm_backend.h"
 
 namespace ntp::train {
 
@@ -44,6 +45,7 @@ struct ModelConfig {
   std::int64_t seq_len = 0;
   std::string init_from;  // llm.c checkpoint; empty = random init from train.seed
   std::int64_t threads = 0;  // kernel threads per rank; 0 = cores / ranks on this host
+  tensor::GemmBackend gemm = tensor::GemmBackend::kOneDnn;  // every rank of a job uses the same
   bool operator==(const ModelConfig&) const = default;
 };
 

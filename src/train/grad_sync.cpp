@@ -192,12 +192,15 @@ SyncBytes GradSync::run(std::span<float> grads) {
   for (Transfer& t : outgoing_) pack(t, grads, t.buffer);
   bytes.reshard += exchange(outgoing_, incoming_, 0);  // pre-sync: extra -> core
   if (dp_ != nullptr) {
-    sync_buffer_copy(grads, true);
-    if (dp_->size() > 1 && !sync_buffer_.empty()) {
-      dp_->all_reduce(sync_buffer_.data(), sync_buffer_.size());
+    // Alone in the DP group the round trip through the sync buffer is the
+    // identity: skip it (unless the test mispairing is to show in it).
+    const bool reduce = dp_->size() > 1 && !sync_buffer_.empty();
+    if (reduce || mispair_) {
+      sync_buffer_copy(grads, true);
+      if (reduce) dp_->all_reduce(sync_buffer_.data(), sync_buffer_.size());
+      sync_buffer_copy(grads, false);
     }
     bytes.allreduce += static_cast<std::int64_t>(sync_buffer_.size() * sizeof(float));
-    sync_buffer_copy(grads, false);
   }
   bytes.reshard += exchange(incoming_, outgoing_, 1);  // post-sync: core -> extra
   for (const Transfer& t : outgoing_) unpack(t, t.buffer, grads);

@@ -25,12 +25,16 @@ void apply(std::int64_t value, std::int64_t& field) {
 
 }  // namespace
 
-ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token) {
+ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token, CheckpointRead read) {
   ModelSetup setup;
   if (!keys.init_from.empty()) {
     model::LlmcCheckpoint checkpoint;
     try {
-      checkpoint = model::read_llmc_checkpoint(keys.init_from);
+      if (read == CheckpointRead::kParameters) {
+        checkpoint = model::read_llmc_checkpoint(keys.init_from);
+      } else {
+        checkpoint.config = model::read_llmc_config(keys.init_from);
+      }
     } catch (const std::runtime_error& e) {
       throw ConfigError(fmt::format("model.init_from: {}", e.what()));
     }
@@ -87,7 +91,7 @@ tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads =
       keys.threads > 0 ? static_cast<int>(keys.threads) : std::max(1, cores / ranks_on_host);
-  return {threads, threads};
+  return {threads, keys.gemm};
 }
 
 }  // namespace ntp::train

@@ -18,10 +18,15 @@ struct ModelSetup {
   std::vector<float> init_params;  // full unit-major values from init_from; empty = random init
 };
 
+// Whether resolve_model reads an init_from checkpoint's parameters or only its
+// header (a check before the ranks start, which read the parameters themselves).
+enum class CheckpointRead { kParameters, kHeaderOnly };
+
 // Throws ConfigError naming the key (model.preset, model.vocab, model.seq_len,
 // model.init_from, ...) when the model does not fit the keys or the data:
 // every token id of the data must be below the vocabulary.
-ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token);
+ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token,
+                         CheckpointRead read = CheckpointRead::kParameters);
 
 // AdamW settings from the [train] keys.
 model::AdamWConfig adamw_config(const OptimConfig& train);

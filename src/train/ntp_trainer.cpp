@@ -266,7 +266,8 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
                              {"heads", x.layout.shard.heads.to_string()},
                              {"neurons", x.layout.shard.neurons.to_string()},
                              {"vocab", x.layout.shard.vocab.to_string()},
-                             {"sync_group", x.layout.views.heads.sync_group}});
+                             {"sync_group", x.layout.views.heads.sync_group},
+                             {"threads", x.ctx->describe()}});
 }
 
 NtpTrainer::~NtpTrainer() = default;
@@ -366,7 +367,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   std::size_t next = 0;
   const std::vector<std::int64_t> micros =
       micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch);
-  x.sync->begin(x.model->grads(), s);
+  x.sync->begin(x.model->grad_buffer(), s);  // each range is read once backward reports it ready
   model::BackwardHooks hooks;
   hooks.grads_ready = [&x](std::size_t first, std::size_t last) { x.sync->grads_ready(first, last); };
   for (std::size_t k = 0; k < micros.size(); ++k) {
@@ -690,7 +691,7 @@ void check_resume(const Config& config, const ModelSetup& setup) {
 
 void check_job(const Config& config, const std::filesystem::path& run_dir) {
   const model::TokenData data = open_dataset(config.data, run_dir);
-  const ModelSetup setup = resolve_model(config.model, data.max_token());
+  const ModelSetup setup = resolve_model(config.model, data.max_token(), CheckpointRead::kHeaderOnly);
   const std::int64_t samples = samples_in(data.size(), setup.seq_len);
   if (samples < config.train.global_batch) {
     throw ConfigError(fmt::format(

@@ -127,8 +127,12 @@ std::vector<std::int64_t> SampleSchedule::step_samples(std::int64_t step) const 
     std::iota(samples.begin(), samples.end(), first);
     return samples;
   }
-  const std::vector<std::int64_t> perm = epoch_permutation(num_samples_, seed_, epoch_of(step));
-  std::copy_n(perm.begin() + first, global_batch_, samples.begin());
+  const std::int64_t epoch = epoch_of(step);
+  if (epoch != cached_epoch_) {  // one shuffle per epoch, not per step
+    cached_permutation_ = epoch_permutation(num_samples_, seed_, epoch);
+    cached_epoch_ = epoch;
+  }
+  std::copy_n(cached_permutation_.begin() + first, global_batch_, samples.begin());
   return samples;
 }
 

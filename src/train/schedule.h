@@ -33,6 +33,8 @@ class SampleSchedule {
   std::int64_t epoch_of(std::int64_t step) const { return step / steps_per_epoch(); }
   // The global batch of `step`, in order. Sequential order is llm.c's: step s of
   // an epoch is samples [s*B, (s+1)*B), i.e. tokens [s*B*T, (s+1)*B*T + 1).
+  // Keeps the last epoch's permutation: not for concurrent use (each rank
+  // holds its own schedule).
   std::vector<std::int64_t> step_samples(std::int64_t step) const;
 
  private:
@@ -40,6 +42,8 @@ class SampleSchedule {
   std::int64_t global_batch_;
   DataOrder order_;
   std::int64_t seed_;
+  mutable std::int64_t cached_epoch_ = -1;
+  mutable std::vector<std::int64_t> cached_permutation_;
 };
 
 // What the batch policy needs to know about the replicas of one configuration.

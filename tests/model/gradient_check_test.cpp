@@ -51,7 +51,7 @@ class GradientCheck : public ::testing::Test {
     return (plus - minus) / (2.0 * h);
   }
 
-  tensor::Context ctx_{{1, 2}};
+  tensor::Context ctx_{{2}};
   GptConfig config_;
   Model model_;
   testing::TokenBatch batch_;
@@ -112,7 +112,7 @@ TEST_F(GradientCheck, PaddingRowsGetNoGradient) {
 }
 
 TEST(Training, LossFallsOnARepeatedBatch) {
-  tensor::Context ctx({1, 2});
+  tensor::Context ctx({2});
   const GptConfig c = testing::small_test_config();
   Model m(c, Shard::full(c), ctx);
   m.init(1);

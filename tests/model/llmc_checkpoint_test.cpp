@@ -81,6 +81,14 @@ TEST_F(LlmcCheckpoint, UsesLlmcOrderForQkvAndTransposedProjections) {
   EXPECT_EQ(from_llmc_order(config_, llmc), params_);
 }
 
+TEST_F(LlmcCheckpoint, TheHeaderAloneGivesTheModelAndChecksTheSize) {
+  write_llmc_checkpoint(path("a.bin"), config_, params_);
+  EXPECT_EQ(read_llmc_config(path("a.bin")), config_);
+  const std::vector<char> good = bytes(path("a.bin"));
+  write_bytes(path("short.bin"), std::vector<char>(good.begin(), good.end() - 4));
+  EXPECT_THROW(read_llmc_config(path("short.bin")), std::runtime_error);
+}
+
 TEST_F(LlmcCheckpoint, RejectsMalformedFilesNamingFileAndField) {
   write_llmc_checkpoint(path("good.bin"), config_, params_);
   const std::vector<char> good = bytes(path("good.bin"));

@@ -22,7 +22,7 @@ TEST(AdamW, GlobalNormCountsEveryParameterOnceAcrossShards) {
   const auto shards = testing::random_shards(c, 3, 77);
   std::vector<double> norms(3);
   comm::testing::run_group(3, "tp", [&](comm::Group& group) {
-    tensor::Context ctx({1, 1}, false);
+    tensor::Context ctx({1});
     Model m(c, shards[static_cast<std::size_t>(group.rank())], ctx, &group);
     scatter_from_full(full, grads, m.layout(), m.grads());  // replicated grads on every rank
     norms[static_cast<std::size_t>(group.rank())] = AdamW::grad_norm(m, [&](double x) {
@@ -35,7 +35,7 @@ TEST(AdamW, GlobalNormCountsEveryParameterOnceAcrossShards) {
 
 TEST(AdamW, DecaysOnlyTwoDimensionalWeights) {
   const GptConfig c = testing::small_test_config();
-  tensor::Context ctx({1, 2});
+  tensor::Context ctx({2});
   Model m(c, Shard::full(c), ctx);
   m.init(3);
   const std::vector<float> before(m.params().begin(), m.params().end());

@@ -18,7 +18,7 @@ void check_reshard(const GptConfig& c, const Shard& from, const Shard& to) {
   const auto offset_of = [](StateKind s) { return s == StateKind::kParams ? 0.0f : s == StateKind::kAdamM ? 1.0f : 2.0f; };
 
   comm::testing::run_group(1, "tp", [&](comm::Group& group) {
-    tensor::Context ctx({1, 1}, false);
+    tensor::Context ctx({1});
     Model m(c, from, ctx, &group);
     AdamW opt({}, m.layout());
     scatter_from_full(full, values, m.layout(), m.params());
@@ -64,7 +64,7 @@ TEST(Reshard, ToAndFromARankThatHoldsNoUnits) {
 
 TEST(Reshard, PartialShardWithoutGroupIsRejected) {
   const GptConfig c = testing::small_test_config();
-  tensor::Context ctx({1, 1}, false);
+  tensor::Context ctx({1});
   Model m(c, Shard::full(c), ctx);
   EXPECT_THROW(reshard(m, nullptr, testing::random_shards(c, 2, 1)[0], nullptr),
                std::invalid_argument);

@@ -81,7 +81,7 @@ AdamWConfig optimizer_config() {
 }
 
 Reference single_rank(const GptConfig& c, const testing::TokenBatch& batch, float loss_scale) {
-  tensor::Context ctx({1, 1}, false);
+  tensor::Context ctx({1});
   Model m(c, Shard::full(c), ctx);
   m.init(42);
   Reference ref;
@@ -115,7 +115,7 @@ TEST_P(TensorParallel, MatchesOneRankElementByElement) {
   std::vector<double> losses(static_cast<std::size_t>(tp));
   std::mutex mutex;
   comm::testing::run_group(tp, "tp", [&](comm::Group& group) {
-    tensor::Context ctx({1, 1}, false);
+    tensor::Context ctx({1});
     const int r = group.rank();
     Model m(c, shards[static_cast<std::size_t>(r)], ctx, &group);
     scatter_from_full(full, ref.params_before, m.layout(), m.params());
@@ -212,7 +212,7 @@ TEST(TensorParallelShards, LoadFullGatherFullAndGradientHooks) {
   const auto shards = testing::random_shards(c, 3, 5);
   const auto batch = testing::random_batch(c, 1, 4, 2);
   comm::testing::run_group(3, "tp", [&](comm::Group& group) {
-    tensor::Context ctx({1, 1}, false);
+    tensor::Context ctx({1});
     Model m(c, shards[static_cast<std::size_t>(group.rank())], ctx, &group);
     m.load_full(values);
     EXPECT_EQ(m.gather_full(), values);
@@ -255,7 +255,7 @@ TEST(TensorParallelShards, SwappedUnitsOnOneRankAreDetected) {
                      layout::IntervalSet::range(30, c.padded_vocab)};
   std::vector<double> losses(2);
   comm::testing::run_group(2, "tp", [&](comm::Group& group) {
-    tensor::Context ctx({1, 1}, false);
+    tensor::Context ctx({1});
     Model m(c, group.rank() == 0 ? first : second, ctx, &group);
     m.load_full(ref.params_before);
     if (group.rank() == 0) {  // swap the first two stored heads of layer 0
@@ -288,7 +288,7 @@ TEST(TensorParallelShards, TargetRowHeldByNoRankIsAnError) {
                      layout::IntervalSet::range(31, c.padded_vocab)};
   std::vector<std::string> errors(2);
   comm::testing::run_group(2, "tp", [&](comm::Group& group) {
-    tensor::Context ctx({1, 1}, false);
+    tensor::Context ctx({1});
     Model m(c, group.rank() == 0 ? first : second, ctx, &group);
     m.init(1);
     try {
@@ -323,7 +323,7 @@ TEST(TensorParallelShards, RankHoldingNoUnitsMatchesOneRank) {
   std::vector<double> losses(2);
   std::mutex mutex;
   comm::testing::run_group(2, "tp", [&](comm::Group& group) {
-    tensor::Context ctx({1, 1}, false);
+    tensor::Context ctx({1});
     const int r = group.rank();
     Model m(c, r == 0 ? Shard::full(c) : nothing, ctx, &group);
     scatter_from_full(full, ref.params_before, m.layout(), m.params());

@@ -22,16 +22,25 @@ float weight_at(const std::vector<float>& w, WeightLayout layout, std::int64_t o
                                         : w[static_cast<std::size_t>(i * out + o)];
 }
 
-class MatmulTest : public ::testing::TestWithParam<WeightLayout> {};
+struct MatmulCase {
+  WeightLayout layout;
+  GemmBackend backend;
+  int threads;
+};
+
+class MatmulTest : public ::testing::TestWithParam<MatmulCase> {
+ protected:
+  Context ctx_{{GetParam().threads, GetParam().backend}};
+};
 
 TEST_P(MatmulTest, ForwardAndBackwardMatchNaiveLoops) {
-  const WeightLayout layout = GetParam();
+  const WeightLayout layout = GetParam().layout;
   const std::int64_t n = 5, in = 7, out = 3;
   std::mt19937 rng(1);
   const auto x = random_vector(n * in, rng), w = random_vector(in * out, rng);
   const auto b = random_vector(out, rng), dy = random_vector(n * out, rng);
   std::vector<float> y(n * out);
-  matmul_forward(y.data(), x.data(), w.data(), b.data(), n, in, out, layout);
+  matmul_forward(ctx_, y.data(), x.data(), w.data(), b.data(), n, in, out, layout);
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t o = 0; o < out; ++o) {
       double ref = b[o];
@@ -41,7 +50,7 @@ TEST_P(MatmulTest, ForwardAndBackwardMatchNaiveLoops) {
     }
   // Backward accumulates onto existing values: start from 1.
   std::vector<float> dx(n * in, 1.0f), dw(in * out, 1.0f), db(out, 1.0f);
-  matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, in, out,
+  matmul_backward(ctx_, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, in, out,
                   layout);
   for (std::int64_t r = 0; r < n; ++r)
     for (std::int64_t i = 0; i < in; ++i) {
@@ -65,16 +74,24 @@ TEST_P(MatmulTest, EmptyUnitSetsAreNoOps) {
   // A rank holding no units of a kind has out_dim (or in_dim) 0.
   const std::int64_t n = 4, in = 3;
   std::vector<float> x(n * in, 1.0f), dx(n * in, 2.0f);
-  matmul_forward(nullptr, x.data(), nullptr, nullptr, n, in, 0, GetParam());
-  matmul_backward(dx.data(), nullptr, nullptr, nullptr, x.data(), nullptr, n, in, 0, GetParam());
+  matmul_forward(ctx_, nullptr, x.data(), nullptr, nullptr, n, in, 0, GetParam().layout);
+  matmul_backward(ctx_, dx.data(), nullptr, nullptr, nullptr, x.data(), nullptr, n, in, 0,
+                  GetParam().layout);
   for (float v : dx) EXPECT_EQ(v, 2.0f);
   std::vector<float> y(n * 2, 5.0f);
-  matmul_forward(y.data(), nullptr, nullptr, nullptr, n, 0, 2, GetParam());
+  matmul_forward(ctx_, y.data(), nullptr, nullptr, nullptr, n, 0, 2, GetParam().layout);
   for (float v : y) EXPECT_EQ(v, 0.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, MatmulTest,
-                         ::testing::Values(WeightLayout::kOutIn, WeightLayout::kInOut));
+std::vector<MatmulCase> every_case() {
+  std::vector<MatmulCase> cases;
+  for (auto layout : {WeightLayout::kOutIn, WeightLayout::kInOut})
+    for (auto backend : {GemmBackend::kOneDnn, GemmBackend::kOpenBlas})
+      for (int threads : {1, 2, 3}) cases.push_back({layout, backend, threads});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(LayoutsBackendsThreads, MatmulTest, ::testing::ValuesIn(every_case()));
 
 }  // namespace
 }  // namespace ntp::tensor

@@ -40,7 +40,7 @@ NormPart replica_part(const model::GptConfig& c, const std::vector<float>& full_
 TEST(GradNorm, TheSameBitsForEverySplitOfTheUnits) {
   const model::GptConfig c = model::testing::small_test_config();
   const model::ParameterLayout full(c, model::Shard::full(c));
-  tensor::Context ctx({2, 1}, false);
+  tensor::Context ctx({1});
   for (std::uint32_t seed = 1; seed <= 20; ++seed) {
     const std::vector<float> g = random_grads(full, seed);
     const NormPart one = replica_part(c, g, {model::Shard::full(c)}, ctx);
@@ -59,7 +59,7 @@ TEST(GradNorm, OneUlpInOneGradientChangesIt) {
   // The comparison above can fail: the fixed point resolves a one-ulp change.
   const model::GptConfig c = model::testing::small_test_config();
   const model::ParameterLayout full(c, model::Shard::full(c));
-  tensor::Context ctx({1, 1}, false);
+  tensor::Context ctx({1});
   std::vector<float> g = random_grads(full, 3);
   const NormPart before = replica_part(c, g, {model::Shard::full(c)}, ctx);
   g[1234] = std::nextafter(g[1234], 1e9f);
@@ -70,7 +70,7 @@ TEST(GradNorm, OneUlpInOneGradientChangesIt) {
 TEST(GradNorm, ANonFiniteOrHugeGradientIsReportedAsInfinite) {
   const model::GptConfig c = model::testing::small_test_config();
   const model::ParameterLayout full(c, model::Shard::full(c));
-  tensor::Context ctx({1, 1}, false);
+  tensor::Context ctx({1});
   std::vector<float> g(static_cast<std::size_t>(full.size()), 0.5f);
   g[7] = std::nanf("");
   EXPECT_TRUE(std::isinf(replica_part(c, g, {model::Shard::full(c)}, ctx).norm()));

@@ -219,6 +219,14 @@ TEST(SampleSchedule, ShuffledEpochsArePermutationsSeededPerEpoch) {
   EXPECT_NE(schedule.step_samples(4), SampleSchedule(103, 10, DataOrder::kShuffled, 6).step_samples(4));
 }
 
+TEST(SampleSchedule, TheKeptPermutationFollowsTheEpochBackAndForth) {
+  const SampleSchedule walked(103, 10, DataOrder::kShuffled, 5);
+  for (std::int64_t step : {0, 25, 3, 11, 9, 40, 1}) {  // epochs 0, 2, 0, 1, 0, 4, 0
+    EXPECT_EQ(walked.step_samples(step), SampleSchedule(103, 10, DataOrder::kShuffled, 5).step_samples(step))
+        << "step " << step;
+  }
+}
+
 TEST(SampleSchedule, PermutationIsAPermutation) {
   for (std::int64_t count : {0, 1, 2, 17, 1000}) {
     std::vector<std::int64_t> perm = epoch_permutation(count, 3, 2);

@@ -44,7 +44,7 @@ void check_move(std::int64_t tp, int dead) {
   comm::testing::run_group(static_cast<int>(survivors.size()), "recover", [&](comm::Group& group) {
     const RankPlace me = places[static_cast<std::size_t>(survivors[static_cast<std::size_t>(group.rank())])];
     const layout::SlotRef slot{me.replica, me.slot};
-    tensor::Context ctx({1, 1}, false);
+    tensor::Context ctx({1});
     model::Model m(c, shard_of(before, c, slot), ctx, &group);
     model::AdamW opt({}, m.layout());
     model::scatter_from_full(full, values, m.layout(), m.params());

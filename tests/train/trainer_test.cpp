@@ -81,7 +81,7 @@ TEST(LocalTrainer, SequentialRunIsTheLlmcLoop) {
   model::GptConfig gpt = model::preset("tiny");
   gpt.layers = 1;
   gpt.max_seq = 16;
-  tensor::Context ctx({1, 1});
+  tensor::Context ctx({1});
   model::Model m(gpt, model::Shard::full(gpt), ctx);
   m.init(static_cast<std::uint64_t>(c.train.seed));
   model::AdamWConfig opt;

@@ -1,0 +1,161 @@
+// GPT-2 124M through the real `ntp train`, B4 x T64, from an llm.c checkpoint
+// (random init of the 124M shape, written by the bench): dp 1 x tp 1 with the
+// host's threads, and dp 2 x tp 1 with one thread per rank. Per case it reports
+// the start-up (launch to the last rank ready), the median step time, the
+// exposed sync as a fraction of the step time (summary.json) and the peak RSS
+// of the largest process of the job. Cases alternate, so repetitions see the
+// same machine load; the load average is printed.
+//
+//   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH] [--ntp PATH]
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/init.h"
+#include "model/llmc_checkpoint.h"
+#include "model/parameters.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  const char* name;
+  std::vector<std::string> keys;
+};
+
+struct Result {
+  double startup_s = 0, median_step_s = 0, exposed = 0, peak_rss_mib = 0;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Runs argv to completion; returns its exit status and the peak RSS (MiB) of
+// it and the children it waited for.
+int run(const std::vector<std::string>& args, const fs::path& out, double& peak_rss_mib) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&files, 1, 2);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  if (spawned != 0) return -1;
+  int status = 0;
+  rusage usage{};
+  wait4(pid, &status, 0, &usage);
+  peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+Result run_case(const std::string& ntp, const Case& c, const std::string& checkpoint, int steps,
+                const fs::path& dir) {
+  fs::remove_all(dir);
+  std::vector<std::string> args = {ntp, "train", "--run-dir", dir.string(),
+                                   "--set", "model.init_from=" + checkpoint,
+                                   "--set", "model.seq_len=64",
+                                   "--set", "train.global_batch=4",
+                                   "--set", "train.steps=" + std::to_string(steps)};
+  for (const std::string& k : c.keys) args.insert(args.end(), {"--set", k});
+  Result r;
+  const double start = now_s();
+  const fs::path out = dir.string() + ".out";
+  if (run(args, out, r.peak_rss_mib) != 0) {
+    std::fprintf(stderr, "%s: ntp train failed; see %s\n", c.name, out.c_str());
+    std::exit(1);
+  }
+  double ready = start;
+  for (const nlohmann::json& e : read_jsonl(dir / "events.jsonl")) {
+    const std::string name = e.value("event", "");
+    if (name == "rank_ready" || name == "model_ready") ready = std::max(ready, e["time"].get<double>());
+  }
+  r.startup_s = ready - start;
+  std::vector<double> steps_s;
+  for (const nlohmann::json& m : read_jsonl(dir / "metrics.jsonl")) steps_s.push_back(m["step_time_s"].get<double>());
+  if (steps_s.size() > 1) steps_s.erase(steps_s.begin());  // the first step touches every page
+  std::sort(steps_s.begin(), steps_s.end());
+  r.median_step_s = steps_s[steps_s.size() / 2];
+  std::ifstream in(dir / "summary.json");
+  r.exposed = nlohmann::json::parse(in)["exposed_sync_fraction"].get<double>();
+  fs::remove_all(dir);
+  fs::remove(out);
+  return r;
+}
+
+std::string flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (argv[i] == "--" + name) return argv[i + 1];
+  return fallback;
+}
+
+std::string load_average() {
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) != 3) return "unknown";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.2f %.2f %.2f", load[0], load[1], load[2]);
+  return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = std::stoi(flag(argc, argv, "reps", "2"));
+  const int steps = std::stoi(flag(argc, argv, "steps", "4"));
+  const std::string ntp = flag(argc, argv, "ntp", NTP_BINARY);
+  const fs::path tmp = fs::temp_directory_path() / ("ntp_gpt2_job_bench_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  std::string checkpoint = flag(argc, argv, "checkpoint", "");
+  if (checkpoint.empty()) {
+    const ntp::model::GptConfig config = ntp::model::preset("gpt2");
+    const ntp::model::ParameterLayout full(config, ntp::model::Shard::full(config));
+    std::vector<float> params(static_cast<std::size_t>(full.size()));
+    ntp::model::init_parameters(full, params, 1);
+    checkpoint = (tmp / "gpt2_124M.bin").string();
+    ntp::model::write_llmc_checkpoint(checkpoint, config, params);
+  }
+  const std::vector<Case> cases = {
+      {"dp1 x tp1, 2 threads", {"model.threads=2", "train.micro_batch=4"}},
+      {"dp2 x tp1, 1 thread/rank", {"parallel.dp=2", "model.threads=1", "train.micro_batch=2"}}};
+  std::printf("ntp: %s\ncheckpoint: %s\nload average at start: %s\n", ntp.c_str(), checkpoint.c_str(),
+              load_average().c_str());
+  for (int rep = 0; rep < reps; ++rep) {
+    for (const Case& c : cases) {
+      const Result r = run_case(ntp, c, checkpoint, steps, tmp / "run");
+      std::printf("%-26s rep %d: start-up %.2f s, median step %.3f s, exposed sync %.1f%% of the step, "
+                  "peak RSS %.0f MiB\n",
+                  c.name, rep, r.startup_s, r.median_step_s, 100 * r.exposed, r.peak_rss_mib);
+      std::fflush(stdout);
+    }
+  }
+  std::printf("load average at end: %s\n", load_average().c_str());
+  fs::remove_all(tmp);
+  return 0;
+}

@@ -1,0 +1,46 @@
+#pragma once
+// The inner loops of the non-GEMM kernels, compiled once per instruction set
+// (loops.inc built with different -m flags) and picked at run time, so one
+// binary runs on any x86-64 and uses AVX2 or AVX-512 where present.
+//
+// Every build of a loop does the same float operations in the same order
+// (reductions run 16 fixed lanes, added in a fixed tree; no FMA contraction),
+// so every instruction set gives the bits of the scalar build, the reference.
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace ntp::tensor {
+struct AdamWStep;
+}
+
+namespace ntp::tensor::simd {
+
+struct Loops {
+  // param, m, v updated in place; c1, c2 the bias corrections.
+  void (*adamw)(float* param, const float* grad, float* m, float* v, std::int64_t count,
+                const AdamWStep& step, float c1, float c2);
+  double (*sum_squares)(const float* x, std::int64_t count);  // in double
+  void (*gelu_forward)(float* out, const float* inp, std::int64_t count);
+  void (*gelu_backward)(float* dinp, const float* inp, const float* dout, std::int64_t count);  // +=
+  float (*dot)(const float* a, const float* b, std::int64_t count);
+  void (*axpy)(float* y, float a, const float* x, std::int64_t count);  // y += a x
+  float (*sum)(const float* x, std::int64_t count);
+  float (*centered_sum_squares)(const float* x, float mean, std::int64_t count);
+  float (*max)(const float* x, std::int64_t count);                      // -inf when empty
+  float (*exp_shifted_sum)(float* x, float shift, std::int64_t count);  // x = exp(x - shift)
+  void (*scale)(float* x, float factor, std::int64_t count);
+};
+
+enum class Isa { kScalar, kSse2, kAvx2, kAvx512 };
+
+std::string_view isa_name(Isa isa);
+// The instruction sets this CPU runs, scalar first.
+std::vector<Isa> runnable_isas();
+// The loops built for `isa`; the CPU must run it.
+const Loops& loops_for(Isa isa);
+// The fastest build this CPU runs, chosen once.
+Isa best_isa();
+const Loops& loops();
+
+}  // namespace ntp::tensor::simd

@@ -1,0 +1,111 @@
+// Every build of the non-GEMM loops this CPU runs gives the bits of the scalar
+// build, the reference; the scalar build itself is checked against plain loops
+// in double within float rounding.
+#include "tensor/simd/loops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tensor/adamw.h"
+
+namespace ntp::tensor::simd {
+namespace {
+
+std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float spread = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, spread);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Lengths around the 16 lanes and GPT-2's: empty, tails only, one lane block, odd.
+const std::int64_t kLengths[] = {0, 1, 7, 16, 17, 64, 100, 768, 1001};
+
+// Runs every loop of `l` on fixed inputs and returns all results, bit for bit.
+std::vector<float> run_all(const Loops& l) {
+  std::vector<float> out;
+  const auto append = [&](const std::vector<float>& v) { out.insert(out.end(), v.begin(), v.end()); };
+  for (std::int64_t n : kLengths) {
+    const auto size = static_cast<std::size_t>(n);
+    const auto a = random_vector(size, 1), b = random_vector(size, 2), c = random_vector(size, 3, 4.0f);
+    out.push_back(l.dot(a.data(), b.data(), n));
+    out.push_back(l.sum(a.data(), n));
+    out.push_back(l.centered_sum_squares(a.data(), 0.25f, n));
+    out.push_back(l.max(c.data(), n));
+    out.push_back(static_cast<float>(l.sum_squares(a.data(), n)));
+    auto e = c;
+    out.push_back(l.exp_shifted_sum(e.data(), 3.0f, n));
+    append(e);
+    auto y = b;
+    l.axpy(y.data(), 0.375f, a.data(), n);
+    l.scale(y.data(), 1.5f, n);
+    append(y);
+    std::vector<float> g(size);
+    l.gelu_forward(g.data(), c.data(), n);
+    append(g);
+    auto dg = a;
+    l.gelu_backward(dg.data(), c.data(), b.data(), n);
+    append(dg);
+    auto param = a, m = b, v = random_vector(size, 4);
+    for (auto& x : v) x = x * x;
+    AdamWStep step;
+    step.lr = 1e-3f;
+    step.weight_decay = 0.1f;
+    step.grad_scale = 0.5f;
+    l.adamw(param.data(), c.data(), m.data(), v.data(), n, step, 1.25f, 1.5f);
+    append(param);
+    append(m);
+    append(v);
+  }
+  return out;
+}
+
+TEST(SimdLoops, EveryInstructionSetGivesTheScalarBits) {
+  const auto reference = run_all(loops_for(Isa::kScalar));
+  ASSERT_GE(runnable_isas().size(), 2u);  // scalar and sse2 run on every x86-64
+  for (Isa isa : runnable_isas()) {
+    const auto got = run_all(loops_for(isa));
+    ASSERT_EQ(got.size(), reference.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      // Compare bits (NaN-safe): the builds must round identically.
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(reference[i]))
+          << isa_name(isa) << " result " << i << ": " << got[i] << " vs " << reference[i];
+    }
+  }
+  EXPECT_EQ(&loops(), &loops_for(best_isa()));
+}
+
+TEST(SimdLoops, TheScalarReductionsMatchDoubleLoops) {
+  const Loops& l = loops_for(Isa::kScalar);
+  for (std::int64_t n : kLengths) {
+    const auto a = random_vector(static_cast<std::size_t>(n), 5), b = random_vector(static_cast<std::size_t>(n), 6);
+    double dot = 0, sum = 0, mag = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      dot += static_cast<double>(a[i]) * b[i];
+      sum += a[i];
+      mag += std::abs(static_cast<double>(a[i]) * b[i]) + std::abs(a[i]);
+    }
+    // Float summation of n terms: error at most about n * 2^-24 of the magnitude.
+    const double bound = 1e-7 * static_cast<double>(n + 1) * (mag + 1);
+    EXPECT_NEAR(l.dot(a.data(), b.data(), n), dot, bound) << n;
+    EXPECT_NEAR(l.sum(a.data(), n), sum, bound) << n;
+    auto e = a;
+    double exp_sum = 0;
+    for (float x : a) exp_sum += std::exp(static_cast<double>(x) - 1.0);
+    EXPECT_NEAR(l.exp_shifted_sum(e.data(), 1.0f, n), exp_sum, 1e-6 * (exp_sum + 1)) << n;
+  }
+}
+
+TEST(SimdLoops, TheBestRunnableBuildIsChosen) {
+  const auto runnable = runnable_isas();
+  EXPECT_EQ(runnable.front(), Isa::kScalar);
+  EXPECT_EQ(best_isa(), runnable.back());
+  for (std::size_t i = 1; i < runnable.size(); ++i) EXPECT_LT(runnable[i - 1], runnable[i]);
+}
+
+}  // namespace
+}  // namespace ntp::tensor::simd
