@@ -2,6 +2,7 @@
 #include "sim/timeline.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <queue>
@@ -14,7 +15,11 @@ namespace ntp::sim {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr std::uint64_t kCkptStream = 0x636b7074;  // "ckpt": a stream apart from the fleet's
+// Stream keys: each seed's failures, repairs and ckpt-restart's replacement
+// hardware draw from streams of their own (docs/sim.md, "Random streams").
+constexpr std::uint64_t kCkptStream = 0x636b7074;    // "ckpt"
+constexpr std::uint64_t kUptimeStream = 0x75707469;  // "upti"
+constexpr std::uint64_t kRepairStream = 0x72657061;  // "repa"
 
 enum class EventKind { kFail = 0, kRepair = 1, kSwapDone = 2 };
 
@@ -75,9 +80,11 @@ class SeedRun {
         pool_(topo_),
         raw_(s.groups(), s.parallel.pp, s.parallel.tp),
         spared_(s.groups(), s.parallel.pp, s.parallel.tp),
-        rng_(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index))),
-        ckpt_rng_(Rng::mix(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index)),
-                           kCkptStream)),
+        seed_key_(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index))),
+        uptime_key_(Rng::mix(seed_key_, kUptimeStream)),
+        repair_key_(Rng::mix(seed_key_, kRepairStream)),
+        draws_(static_cast<std::size_t>(topo_.elements()), 0),
+        ckpt_rng_(Rng::mix(seed_key_, kCkptStream)),
         end_(s.run.duration_days * 24.0),
         bucket_h_(s.run.bucket_hours),
         buckets_(static_cast<std::size_t>(std::ceil(end_ / bucket_h_ - 1e-9))),
@@ -109,19 +116,24 @@ class SeedRun {
     return rate > 0.0 ? 1.0 / rate : kInf;
   }
 
-  double sample_uptime() {
+  // Element e's i-th uptime and i-th repair come from streams keyed by
+  // (seed, e, i): a job element's history is the same whatever the spare
+  // pool, the policies compared or the repair model (for its failure times).
+  double sample_uptime(int element) {
     const double mean = element_mean_uptime();
     if (!std::isfinite(mean)) return kInf;
+    Rng rng = element_draw(uptime_key_, element, draws_[static_cast<std::size_t>(element)]);
     if (s_.failures.distribution == FailureDist::kWeibull) {
-      return sample_weibull(rng_, s_.failures.weibull_shape, mean);
+      return sample_weibull(rng, s_.failures.weibull_shape, mean);
     }
-    return sample_exponential(rng_, mean);
+    return sample_exponential(rng, mean);
   }
 
-  double sample_repair() {
-    const bool hardware = rng_.open01() < s_.failures.hardware_share;
-    return sample_repair_hours(rng_, hardware ? s_.failures.hardware_repair
-                                              : s_.failures.software_repair);
+  double sample_repair(int element) {
+    Rng rng = element_draw(repair_key_, element, draws_[static_cast<std::size_t>(element)]);
+    const bool hardware = rng.open01() < s_.failures.hardware_share;
+    return sample_repair_hours(rng, hardware ? s_.failures.hardware_repair
+                                             : s_.failures.software_repair);
   }
 
   void push(double hours, EventKind kind, int a, int b) {
@@ -136,7 +148,7 @@ class SeedRun {
       }
       return;
     }
-    for (int e = 0; e < topo_.elements(); ++e) push(sample_uptime(), EventKind::kFail, e, -1);
+    for (int e = 0; e < topo_.elements(); ++e) push(sample_uptime(e), EventKind::kFail, e, -1);
   }
 
   // --- state changes -------------------------------------------------------
@@ -149,7 +161,7 @@ class SeedRun {
       case EventKind::kFail:
         if (fleet_.down(e.a)) return;  // a trace failure on a GPU already down
         on_fail(e.a, e.b >= 0 ? (*trace_)[static_cast<std::size_t>(e.b)].repair_hours
-                              : sample_repair());
+                              : sample_repair(e.a));
         pause_s = s_.policies.reconfig_s;
         break;
       case EventKind::kRepair:
@@ -179,6 +191,8 @@ class SeedRun {
       refresh_raw(domain, element);
       failed_gpus_ += topo_.blast;
       ++failures_;
+      digest_ = Rng::mix(Rng::mix(digest_, static_cast<std::uint64_t>(element)),
+                         std::bit_cast<std::uint64_t>(now_));
       peak_failed_gpus_ = std::max(peak_failed_gpus_, failed_gpus_);
       failed_domains_ += was_failed ? 0 : 1;
       stalled_domains_ += (!was_stalled && stalled(domain)) ? 1 : 0;
@@ -203,7 +217,8 @@ class SeedRun {
     }
     refresh_spared(domain);
     pool_.on_repair(domain, fleet_, swaps_);
-    if (!trace_) push(now_ + sample_uptime(), EventKind::kFail, element, -1);
+    ++draws_[static_cast<std::size_t>(element)];
+    if (!trace_) push(now_ + sample_uptime(element), EventKind::kFail, element, -1);
   }
 
   // A job domain stalls an NTP job when one of its groups is below min_tp.
@@ -340,6 +355,7 @@ class SeedRun {
     out.pause_hours[ck] = end_ - out.goodput[ck] * end_ - ckpt_lost_h_;
     out.peak_failed_gpus = peak_failed_gpus_;
     out.failures = failures_;
+    out.failure_digest = digest_;
     return out;
   }
 
@@ -351,7 +367,10 @@ class SeedRun {
   SparePool pool_;
   ReplicaView raw_;
   ReplicaView spared_;
-  Rng rng_;
+  std::uint64_t seed_key_;
+  std::uint64_t uptime_key_;
+  std::uint64_t repair_key_;
+  std::vector<std::uint32_t> draws_;  // per element: failures so far (its stream position)
   Rng ckpt_rng_;  // ckpt-restart's replacement hardware
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<SparePool::Swap> swaps_;
@@ -377,6 +396,7 @@ class SeedRun {
   int failed_gpus_ = 0;
   int peak_failed_gpus_ = 0;
   int failures_ = 0;
+  std::uint64_t digest_ = 0;
   int failed_domains_ = 0;
   int stalled_domains_ = 0;
   int peak_failed_domains_ = 0;

@@ -4,6 +4,7 @@
 // Seeds run on run.threads threads; each seed has its own random stream, so
 // the output does not depend on the thread count.
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include "sim/pricing.h"
@@ -23,6 +24,7 @@ struct TimelineSeed {
   double failed_fraction = 0;      // time-averaged failed fraction of the job's GPUs
   int peak_failed_gpus = 0;
   int failures = 0;                // failures that hit the job's GPUs
+  std::uint64_t failure_digest = 0;  // hash of the job's failures (element, time) in order
   std::vector<PolicyValues> series;  // throughput per bucket
   std::vector<double> failed_series;  // mean failed GPUs per bucket
 };

@@ -187,6 +187,37 @@ TEST(Timeline, SeedsBeyondOneBlockAreSummedInSeedOrder) {
   EXPECT_LT(worst, 1.0);  // failures happened: the check is not vacuous
 }
 
+// Each element draws from streams of its own: the spare pool (its elements
+// come after the job's) leaves the job's failure history as it was.
+TEST(Timeline, SparesSweepLeavesTheJobsFailureHistoryUnchanged) {
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.02;
+  s.run.duration_days = 20;
+  const auto history = [&](int spares, int seed) {
+    s.spares.domains = spares;
+    return run_timeline_seed(s, Pricing(s), nullptr, seed);
+  };
+  for (int seed = 0; seed < 3; ++seed) {
+    const TimelineSeed none = history(0, seed);
+    ASSERT_GT(none.failures, 10);
+    for (const int spares : {1, 4, 16}) {
+      const TimelineSeed with = history(spares, seed);
+      EXPECT_EQ(with.failure_digest, none.failure_digest) << spares;
+      EXPECT_EQ(with.failures, none.failures) << spares;
+      EXPECT_EQ(with.failed_fraction, none.failed_fraction) << spares;
+      // ntp does not use spares: its goodput moves only by the rounding of
+      // integrals split at the spares' own events.
+      EXPECT_NEAR(with.goodput[idx(Policy::kNtp)], none.goodput[idx(Policy::kNtp)], 1e-12);
+    }
+  }
+  // The digest tells histories apart: another seed, or another rate.
+  s.spares.domains = 0;
+  const std::uint64_t base = history(0, 0).failure_digest;
+  EXPECT_NE(history(0, 1).failure_digest, base);
+  s.failures.rate_per_gpu_day = 0.021;
+  EXPECT_NE(history(0, 0).failure_digest, base);
+}
+
 // One failure of GPU 0 at hour 10, back at hour 20, in a 30-day run of 32
 // replicas: every policy's goodput has a closed form.
 class OneFailure : public ::testing::Test {
