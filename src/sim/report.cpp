@@ -59,9 +59,11 @@ json timeline_json(const StudyPoint& p) {
                   {"goodput_min", s.goodput_min},
                   {"loss_percent", 100.0 * (1.0 - s.goodput_mean)},
                   {"pause_hours", s.pause_hours_mean},
-                  {"spares_for_zero_pause", s.spares_needed_max}};
+                  {"spares_for_zero_pause", s.spares_needed_max},
+                  {"spares_for_zero_pause_mean", s.spares_needed_mean}};
     if (pol == Policy::kCkptRestart) {
       entry["spares_for_zero_pause"] = nullptr;  // it pauses at every failure whatever the spares
+      entry["spares_for_zero_pause_mean"] = nullptr;
       entry["lost_work_hours"] = t.ckpt_lost_hours_mean;
       entry["interval_hours"] = finite_or(t.ckpt_interval_hours, -1.0);
     }
@@ -167,7 +169,8 @@ std::string snapshot_csv(const Study& study) {
 std::string timeline_summary_csv(const Study& study) {
   std::ostringstream os;
   os << "sweep_value,policy,goodput,goodput_stderr,goodput_min,loss_percent,pause_hours,"
-        "spares_for_zero_pause,failed_fraction,peak_failed_gpus_max,failures_per_seed\n";
+        "spares_for_zero_pause,failed_fraction,peak_failed_gpus_max,failures_per_seed,"
+        "spares_for_zero_pause_mean\n";
   for (const StudyPoint& p : study.points) {
     if (!p.timeline) continue;
     const TimelineResult& t = *p.timeline;
@@ -178,7 +181,8 @@ std::string timeline_summary_csv(const Study& study) {
          << fmt(100.0 * (1.0 - s.goodput_mean)) << "," << fmt(s.pause_hours_mean) << ","
          << (pol == Policy::kCkptRestart ? "" : fmt(s.spares_needed_max)) << ","
          << fmt(t.failed_fraction_mean) << ","
-         << t.peak_failed_gpus_max << "," << fmt(t.failures_mean) << "\n";
+         << t.peak_failed_gpus_max << "," << fmt(t.failures_mean) << ","
+         << (pol == Policy::kCkptRestart ? "" : fmt(s.spares_needed_mean)) << "\n";
     }
   }
   return os.str();
@@ -307,15 +311,16 @@ void timeline_table(std::ostringstream& os, const StudyPoint& p) {
   os << cell("%d seeds x %.3g days: %.1f failures per run, peak %d failed GPUs, mean failed %.4f %%\n",
              t.seeds, t.duration_hours / 24.0, t.failures_mean, t.peak_failed_gpus_max,
              100.0 * t.failed_fraction_mean);
-  os << cell("%-12s %8s %8s %8s %7s %8s %7s\n", "policy", "goodput", "stderr", "worst", "loss_%",
-             "pause_h", "spares");
+  os << cell("%-12s %8s %8s %8s %7s %8s %7s %7s\n", "policy", "goodput", "stderr", "worst", "loss_%",
+             "pause_h", "spares", "mean");
   for (const Policy pol : compared(p)) {
     const PolicySummary& s = t.policy[idx(pol)];
     os << cell("%-12s %8.4f %8.4f %8.4f %7.2f %8.2f", policy_name(pol), s.goodput_mean,
                s.goodput_stderr, s.goodput_min, 100.0 * (1.0 - s.goodput_mean), s.pause_hours_mean);
     // ckpt-restart pauses at every failure whatever the spares: no count stops that.
-    os << (pol == Policy::kCkptRestart ? cell(" %7s\n", "-")
-                                       : cell(" %7ld\n", static_cast<long>(s.spares_needed_max)));
+    os << (pol == Policy::kCkptRestart
+               ? cell(" %7s %7s\n", "-", "-")
+               : cell(" %7ld %7.1f\n", static_cast<long>(s.spares_needed_max), s.spares_needed_mean));
   }
   const std::vector<Policy> pols = compared(p);
   if (std::find(pols.begin(), pols.end(), Policy::kCkptRestart) != pols.end() &&
@@ -323,7 +328,7 @@ void timeline_table(std::ostringstream& os, const StudyPoint& p) {
     os << cell("ckpt-restart: checkpoint every %.3g min, %.2f h of work lost per run\n",
                60.0 * t.ckpt_interval_hours, t.ckpt_lost_hours_mean);
   }
-  os << "(spares: spare domains for zero pause with a fixed global batch, worst seed)\n";
+  os << "(spares: spare domains for zero pause with a fixed global batch, worst seed and mean)\n";
 }
 
 }  // namespace

@@ -26,14 +26,26 @@ enum class EventKind { kFail = 0, kRepair = 1, kSwapDone = 2 };
 struct Event {
   double hours;
   EventKind kind;
-  int a;  // element, or logical domain of a swap
-  int b;  // trace index (kFail from a trace), or spare domain of a swap
+  int a;         // element, or logical domain of a swap
+  int b;         // trace index (kFail from a trace), or spare domain of a swap
+  int pool = 0;  // the spare pool of a swap (index into SeedRun::served_)
   bool operator>(const Event& o) const {
     if (hours != o.hours) return hours > o.hours;
     if (kind != o.kind) return kind > o.kind;
+    if (pool != o.pool) return pool > o.pool;
     if (a != o.a) return a > o.a;
     return b > o.b;
   }
+};
+
+// The job as a spare pool serves it: which spares stand in for which job
+// domains, and the job's TP groups as they then are.
+struct ServedJob {
+  ServedJob(const Topology& topo, const Scenario& s, int complete_below)
+      : pool(topo, complete_below), view(s.groups(), s.parallel.pp, s.parallel.tp) {}
+  SparePool pool;
+  ReplicaView view;
+  bool touched = false;  // this event changed `view`
 };
 
 // Adds rate * (overlap hours) to each bucket that [a, b) touches.
@@ -77,9 +89,7 @@ class SeedRun {
         trace_(trace),
         topo_(s),
         fleet_(topo_),
-        pool_(topo_),
         raw_(s.groups(), s.parallel.pp, s.parallel.tp),
-        spared_(s.groups(), s.parallel.pp, s.parallel.tp),
         seed_key_(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index))),
         uptime_key_(Rng::mix(seed_key_, kUptimeStream)),
         repair_key_(Rng::mix(seed_key_, kRepairStream)),
@@ -90,6 +100,13 @@ class SeedRun {
         buckets_(static_cast<std::size_t>(std::ceil(end_ / bucket_h_ - 1e-9))),
         ckpt_tau_(ckpt_interval_hours(s, trace)),
         ckpt_write_(s.policies.ckpt.write_s / 3600.0) {
+    // Pool 0 completes every failed domain (dp-drop, spares); with a fixed
+    // global batch the NTP policies have a pool of their own that keeps
+    // spares free to form replicas (Pricing::complete_below).
+    served_.emplace_back(topo_, s, s.parallel.tp);
+    if (s.policies.fixed_global_batch) {
+      served_.emplace_back(topo_, s, pricing.complete_below(Policy::kNtp));
+    }
     for (auto& series : series_) series.assign(buckets_, 0.0);
     failed_series_.assign(buckets_, 0.0);
     for (const Policy p : s.policies.compare) active_[static_cast<std::size_t>(p)] = true;
@@ -136,8 +153,8 @@ class SeedRun {
                                              : s_.failures.software_repair);
   }
 
-  void push(double hours, EventKind kind, int a, int b) {
-    if (hours < end_) events_.push({hours, kind, a, b});
+  void push(double hours, EventKind kind, int a, int b, int pool = 0) {
+    if (hours < end_) events_.push({hours, kind, a, b, pool});
   }
 
   void schedule_initial_failures() {
@@ -153,9 +170,8 @@ class SeedRun {
 
   // --- state changes -------------------------------------------------------
   void handle(const Event& e) {
-    swaps_.clear();
     raw_touched_ = false;
-    spared_touched_ = false;
+    for (ServedJob& served : served_) served.touched = false;
     double pause_s = s_.policies.rejoin_s;
     switch (e.kind) {
       case EventKind::kFail:
@@ -168,14 +184,13 @@ class SeedRun {
         on_repair(e.a);
         break;
       case EventKind::kSwapDone: {
+        ServedJob& served = served_[static_cast<std::size_t>(e.pool)];
         const SparePool::Swap swap{e.a, e.b};
-        pool_.on_swap_done(swap, fleet_, swaps_);
-        refresh_spared(swap.spare);
+        served.pool.on_swap_done(swap, fleet_, swaps_);
+        refresh_served(served, swap.spare);
+        start_swaps(e.pool);
         break;
       }
-    }
-    for (const SparePool::Swap& swap : swaps_) {
-      push(now_ + s_.spares.swap_hours, EventKind::kSwapDone, swap.logical, swap.spare);
     }
     reprice(pause_s / 3600.0);
   }
@@ -183,8 +198,6 @@ class SeedRun {
   void on_fail(int element, double repair_hours) {
     const int domain = topo_.domain_of(element);
     const bool job = domain < topo_.job_domains;
-    const bool was_stalled = job && stalled(domain);
-    const bool was_failed = fleet_.failed_gpus(domain) > 0;
     fleet_.fail(element);
     push(now_ + repair_hours, EventKind::kRepair, element, -1);
     if (job) {
@@ -194,40 +207,30 @@ class SeedRun {
       digest_ = Rng::mix(Rng::mix(digest_, static_cast<std::uint64_t>(element)),
                          std::bit_cast<std::uint64_t>(now_));
       peak_failed_gpus_ = std::max(peak_failed_gpus_, failed_gpus_);
-      failed_domains_ += was_failed ? 0 : 1;
-      stalled_domains_ += (!was_stalled && stalled(domain)) ? 1 : 0;
-      peak_failed_domains_ = std::max(peak_failed_domains_, failed_domains_);
-      peak_stalled_domains_ = std::max(peak_stalled_domains_, stalled_domains_);
       ckpt_failure(now_);
     }
-    refresh_spared(domain);
-    pool_.on_failure(domain, fleet_, swaps_);
+    for (std::size_t i = 0; i < served_.size(); ++i) {
+      refresh_served(served_[i], domain);
+      served_[i].pool.on_failure(domain, fleet_, swaps_);
+      start_swaps(static_cast<int>(i));
+    }
   }
 
   void on_repair(int element) {
     const int domain = topo_.domain_of(element);
     const bool job = domain < topo_.job_domains;
-    const bool was_stalled = job && stalled(domain);
     fleet_.repair(element);
     if (job) {
       refresh_raw(domain, element);
       failed_gpus_ -= topo_.blast;
-      failed_domains_ -= fleet_.failed_gpus(domain) == 0 ? 1 : 0;
-      stalled_domains_ -= (was_stalled && !stalled(domain)) ? 1 : 0;
     }
-    refresh_spared(domain);
-    pool_.on_repair(domain, fleet_, swaps_);
+    for (std::size_t i = 0; i < served_.size(); ++i) {
+      refresh_served(served_[i], domain);
+      served_[i].pool.on_repair(domain, fleet_, swaps_);
+      start_swaps(static_cast<int>(i));
+    }
     ++draws_[static_cast<std::size_t>(element)];
     if (!trace_) push(now_ + sample_uptime(element), EventKind::kFail, element, -1);
-  }
-
-  // A job domain stalls an NTP job when one of its groups is below min_tp.
-  bool stalled(int domain) const {
-    const PolicyTable& ntp = pricing_.table(Policy::kNtp);
-    for (int g = 0; g < topo_.groups_per_domain; ++g) {
-      if (!ntp.participates(fleet_.active(domain, g))) return true;
-    }
-    return false;
   }
 
   void refresh_raw(int domain, int element) {
@@ -238,13 +241,26 @@ class SeedRun {
     raw_touched_ = true;
   }
 
-  void refresh_spared(int physical_domain) {
-    const int logical = pool_.logical(physical_domain);
+  void refresh_served(ServedJob& served, int physical_domain) {
+    const int logical = served.pool.logical(physical_domain);
     if (logical < 0) return;
     for (int g = 0; g < topo_.groups_per_domain; ++g) {
-      spared_.set_active(logical * topo_.groups_per_domain + g, fleet_.active(physical_domain, g));
+      served.view.set_active(logical * topo_.groups_per_domain + g,
+                             fleet_.active(physical_domain, g));
     }
-    spared_touched_ = true;
+    served.touched = true;
+  }
+
+  void start_swaps(int pool) {
+    for (const SparePool::Swap& swap : swaps_) {
+      push(now_ + s_.spares.swap_hours, EventKind::kSwapDone, swap.logical, swap.spare, pool);
+    }
+    swaps_.clear();
+  }
+
+  const ServedJob& served_for(Policy p) const {
+    const bool own = (p == Policy::kNtp || p == Policy::kNtpPw) && served_.size() > 1;
+    return served_[own ? 1 : 0];
   }
 
   // A policy reconfigures (and pauses) when its throughput changes, and the
@@ -254,9 +270,13 @@ class SeedRun {
     for (std::size_t i = 0; i < kPolicyCount; ++i) {
       const auto p = static_cast<Policy>(i);
       if (!active_[i] || p == Policy::kCkptRestart) continue;
-      const double v = pricing_.value(p, raw_, spared_);
+      const ServedJob& served = served_for(p);
+      const double v = pricing_.value(p, raw_, served.view, served.pool.free_spares());
+      if (raw_touched_) {
+        peak_spares_[i] = std::max(peak_spares_[i], static_cast<double>(pricing_.spares_needed(p, raw_)));
+      }
       const bool ntp = p == Policy::kNtp || p == Policy::kNtpPw;
-      const bool touched = pricing_.uses_spares(p) ? spared_touched_ : raw_touched_;
+      const bool touched = pricing_.uses_spares(p) ? served.touched : raw_touched_;
       if (v != value_[i] || (ntp && touched)) {
         pause_until_[i] = std::max(pause_until_[i], now_ + pause_h);
       }
@@ -346,9 +366,7 @@ class SeedRun {
       for (const double v : series_[i]) work += v;
       out.goodput[i] = work / end_;
       out.pause_hours[i] = pause_h_[i];
-      const auto p = static_cast<Policy>(i);
-      out.spares_needed[i] =
-          (p == Policy::kNtp || p == Policy::kNtpPw) ? peak_stalled_domains_ : peak_failed_domains_;
+      out.spares_needed[i] = peak_spares_[i];
     }
     const auto ck = static_cast<std::size_t>(Policy::kCkptRestart);
     out.ckpt_lost_hours = ckpt_lost_h_;
@@ -364,9 +382,7 @@ class SeedRun {
   const std::vector<TraceFailure>* trace_;
   Topology topo_;
   Fleet fleet_;
-  SparePool pool_;
   ReplicaView raw_;
-  ReplicaView spared_;
   std::uint64_t seed_key_;
   std::uint64_t uptime_key_;
   std::uint64_t repair_key_;
@@ -375,7 +391,7 @@ class SeedRun {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<SparePool::Swap> swaps_;
   bool raw_touched_ = false;     // this event changed the job without spares
-  bool spared_touched_ = false;  // this event changed the job served by spares
+  std::vector<ServedJob> served_;  // the job as each spare pool serves it
 
   double end_;
   double bucket_h_;
@@ -397,10 +413,7 @@ class SeedRun {
   int peak_failed_gpus_ = 0;
   int failures_ = 0;
   std::uint64_t digest_ = 0;
-  int failed_domains_ = 0;
-  int stalled_domains_ = 0;
-  int peak_failed_domains_ = 0;
-  int peak_stalled_domains_ = 0;
+  PolicyValues peak_spares_{};  // peak over the run of spares_needed, per policy
 };
 
 void add_seed(TimelineResult& r, const TimelineSeed& seed) {
@@ -411,6 +424,7 @@ void add_seed(TimelineResult& r, const TimelineSeed& seed) {
     p.goodput_min = std::min(p.goodput_min, seed.goodput[i]);
     p.pause_hours_mean += seed.pause_hours[i];
     p.spares_needed_max = std::max(p.spares_needed_max, seed.spares_needed[i]);
+    p.spares_needed_mean += seed.spares_needed[i];
   }
   r.ckpt_lost_hours_mean += seed.ckpt_lost_hours;
   r.failed_fraction_mean += seed.failed_fraction;
@@ -430,6 +444,7 @@ void finish_means(TimelineResult& r) {
     const double var = std::max(0.0, p.goodput_stderr / n - p.goodput_mean * p.goodput_mean);
     p.goodput_stderr = r.seeds > 1 ? std::sqrt(var * n / (n - 1.0) / n) : 0.0;
     p.pause_hours_mean /= n;
+    p.spares_needed_mean /= n;
   }
   r.ckpt_lost_hours_mean /= n;
   r.failed_fraction_mean /= n;

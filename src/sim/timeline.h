@@ -19,7 +19,7 @@ using PolicyValues = std::array<double, kPolicyCount>;  // indexed by Policy
 struct TimelineSeed {
   PolicyValues goodput{};          // time-averaged throughput relative to failure-free
   PolicyValues pause_hours{};      // hours with no training progress
-  PolicyValues spares_needed{};    // peak domains that would stop a fixed-batch job
+  PolicyValues spares_needed{};    // spare domains a fixed-batch job needs never to pause (peak)
   double ckpt_lost_hours = 0;      // ckpt-restart: computed work thrown away
   double failed_fraction = 0;      // time-averaged failed fraction of the job's GPUs
   int peak_failed_gpus = 0;
@@ -35,6 +35,7 @@ struct PolicySummary {
   double goodput_min = 0;
   double pause_hours_mean = 0;
   double spares_needed_max = 0;   // spares for zero pause, worst seed
+  double spares_needed_mean = 0;  // spares for zero pause, mean over seeds
 };
 
 struct TimelineResult {
