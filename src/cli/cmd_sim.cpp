@@ -74,16 +74,18 @@ int model(const SimOptions& o) {
               b.compute_s, b.tp_comm_s, b.tp_exposed_s, b.p2p_s, b.microbatch_s);
   std::printf("  %.2f microbatches, bubble %.4f s, DP sync %.4f s (%.4f exposed)\n",
               b.microbatches, b.bubble_s, b.dp_sync_s, b.dp_exposed_s);
-  std::printf("\n active  ntp_runs_at  ntp_speed  ntp_share  pw_runs_at  boost  pw_speed  pw_share  "
-              "ntp_step_s\n");
+  std::printf("\n active  ntp_runs_at  ntp_speed  ntp_share  pw_runs_at   need  boost  pw_cap        "
+              "pw_speed  pw_share  ntp_step_s\n");
   const PolicyTable ntp = make_policy_table(Policy::kNtp, s, m);
   const PolicyTable pw = make_policy_table(Policy::kNtpPw, s, m);
   for (int k = s.parallel.tp; k >= 1; --k) {
     const auto i = static_cast<std::size_t>(k);
     if (ntp.run_tp[i] == 0) break;
-    std::printf(" %6d  %11d  %9.4f  %9.4f  %10d  %5.3f  %8.4f  %8.4f  %.4f\n", k, ntp.run_tp[i],
-                ntp.speed[i], ntp.share[i], pw.run_tp[i], boost_speedup(s, pw.run_tp[i]),
-                pw.speed[i], pw.share[i], m.step_s(ntp.run_tp[i]));
+    const ntp::power::DomainBoost boost = boost_for(s, m, pw.run_tp[i]);
+    std::printf(" %6d  %11d  %9.4f  %9.4f  %10d  %5.3f  %5.3f  %-13s %8.4f  %8.4f  %.4f\n", k,
+                ntp.run_tp[i], ntp.speed[i], ntp.share[i], pw.run_tp[i], boost.need, boost.speedup,
+                ntp::power::to_string(boost.cap), pw.speed[i], pw.share[i],
+                m.step_s(ntp.run_tp[i]));
   }
   return ntp::cli::kExitOk;
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace ntp::sim {
 namespace {
@@ -102,6 +103,12 @@ double StepModel::dp_exposed_s(int sync_tp) const {
 
 double StepModel::step_s(int sync_tp) const {
   return (m_ + b_) * microbatch_s(tp_) + dp_exposed_s(sync_tp);
+}
+
+double StepModel::needed_speedup(int k) const {
+  if (k >= tp_) return 1.0;
+  const double left = microbatch_s(tp_) - (microbatch_s(k) - compute_s(k));  // time left for compute
+  return left > 0.0 ? compute_s(k) / left : std::numeric_limits<double>::infinity();
 }
 
 double StepModel::stage_speed(int k, double speedup) const {

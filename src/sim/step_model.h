@@ -47,6 +47,9 @@ class StepModel {
   // Step time when every replica runs its share at the healthy pace.
   double step_s(int sync_tp) const;
 
+  // The compute speed-up a stage at k needs to keep the healthy pace:
+  // tau(k, s) = tau(n, 1); +infinity when its communication alone is slower.
+  double needed_speedup(int k) const;
   // Pace of a stage at k with boost `speedup`, relative to a healthy stage.
   double stage_speed(int k, double speedup) const;
   // A replica's share of the global batch (relative to healthy) that finishes
