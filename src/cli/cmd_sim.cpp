@@ -1,6 +1,6 @@
 // `ntp sim`: the cluster-scale goodput simulator (docs/sim.md).
 //   ntp sim run SCENARIO.toml [--mode snapshot|timeline] [--sweep key=v1,v2,..]
-//                             [--set key=value]... [--seeds N] [--threads N] [--out DIR]
+//                             [--set key=value]... [--seeds N] [--threads N] [--out DIR [--force]]
 //   ntp sim model SCENARIO.toml [--set key=value]...
 #include <cstdio>
 #include <stdexcept>
@@ -29,6 +29,7 @@ struct SimOptions {
   int seeds = 0;
   int threads = 0;
   bool json = false;
+  bool force = false;
 };
 
 toml::table load(const SimOptions& o) {
@@ -50,6 +51,7 @@ int run(const SimOptions& o) {
   if (!o.sweep.empty()) sweep = parse_sweep_flag(o.sweep);
   toml::table base = table;
   base.erase("sweep");
+  if (!o.out.empty()) prepare_output_dir(o.out, o.force);  // before the run, not after
   const Study study = run_study(base, o.scenario, sweep);
   if (o.json) {
     std::printf("%s\n", study_json(study).dump(2).c_str());
@@ -110,6 +112,7 @@ int run_sim(int argc, char** argv) {
   run_cmd->add_option("--threads", o.threads, "threads (overrides run.threads)")
       ->check(CLI::Range(1, 1024));
   run_cmd->add_option("--out", o.out, "write summary.json, CSV tables and SVG charts here");
+  run_cmd->add_flag("--force", o.force, "write into a non-empty --out folder");
   run_cmd->add_flag("--json", o.json, "print the JSON summary instead of the text table");
   CLI::App* model_cmd = app.add_subcommand("model", "print the step-time model of a scenario");
   add_common(model_cmd);

@@ -346,6 +346,28 @@ std::string text_summary(const Study& study) {
   return os.str();
 }
 
+void prepare_output_dir(const std::string& dir, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    throw std::invalid_argument("--out " + dir + ": exists and is not a folder");
+  }
+  if (fs::is_directory(dir, ec) && !fs::is_empty(dir, ec) && !force) {
+    throw std::invalid_argument("--out " + dir +
+                                ": the folder is not empty (--force writes into it anyway)");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("--out " + dir + ": cannot create the folder: " + ec.message());
+  const fs::path probe = fs::path(dir) / ".ntp-sim-write-test";
+  {
+    std::ofstream out(probe);
+    if (!out || !(out << "ok\n") || !out.flush()) {
+      throw std::runtime_error("--out " + dir + ": cannot write into the folder");
+    }
+  }
+  fs::remove(probe, ec);
+}
+
 std::vector<std::string> write_report(const Study& study, const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -28,6 +28,11 @@ Chart spares_vs_pause_chart(const Study& study);  // when the sweep key is spare
 
 std::string text_summary(const Study& study);
 
+// Readies `dir` for write_report before anything runs: creates it, refuses a
+// folder with files in it unless `force` (std::invalid_argument naming
+// --out), and proves it writable (std::runtime_error naming the path).
+void prepare_output_dir(const std::string& dir, bool force);
+
 // Writes summary.json, the CSVs and the SVGs into `dir` (created if needed);
 // returns the paths written. Throws std::runtime_error naming the path.
 std::vector<std::string> write_report(const Study& study, const std::string& dir);
