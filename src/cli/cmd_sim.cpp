@@ -1,6 +1,7 @@
 // `ntp sim`: the cluster-scale goodput simulator (docs/sim.md).
 //   ntp sim run SCENARIO.toml [--mode snapshot|timeline] [--sweep key=v1,v2,..]
-//                             [--set key=value]... [--seeds N] [--threads N] [--out DIR [--force]]
+//                             [--set key=value]... [--seeds N] [--threads N] [--threshold X,..]
+//                             [--out DIR [--force]]
 //   ntp sim model SCENARIO.toml [--set key=value]...
 #include <cstdio>
 #include <stdexcept>
@@ -26,6 +27,7 @@ struct SimOptions {
   std::string mode;
   std::string sweep;
   std::string out;
+  std::string thresholds;  // --threshold X[,Y...]: percent of GPUs failed
   int seeds = 0;
   int threads = 0;
   bool json = false;
@@ -42,6 +44,7 @@ toml::table load(const SimOptions& o) {
   if (!o.mode.empty()) set_override(table, "run.mode", "\"" + o.mode + "\"");
   if (o.seeds > 0) set_override(table, "run.seeds", std::to_string(o.seeds));
   if (o.threads > 0) set_override(table, "run.threads", std::to_string(o.threads));
+  if (!o.thresholds.empty()) set_override(table, "run.thresholds_percent", "[" + o.thresholds + "]");
   return table;
 }
 
@@ -111,6 +114,9 @@ int run_sim(int argc, char** argv) {
       ->check(CLI::Range(1, 10'000'000));
   run_cmd->add_option("--threads", o.threads, "threads (overrides run.threads)")
       ->check(CLI::Range(1, 1024));
+  run_cmd->add_option("--threshold", o.thresholds,
+                      "report the share of time with more than X % of GPUs failed: X[,Y...] "
+                      "(overrides run.thresholds_percent)");
   run_cmd->add_option("--out", o.out, "write summary.json, CSV tables and SVG charts here");
   run_cmd->add_flag("--force", o.force, "write into a non-empty --out folder");
   run_cmd->add_flag("--json", o.json, "print the JSON summary instead of the text table");

@@ -69,8 +69,16 @@ json timeline_json(const StudyPoint& p) {
     }
     policies[policy_name(pol)] = entry;
   }
+  json above = json::array();
+  for (std::size_t j = 0; j < t.above_threshold_mean.size(); ++j) {
+    above.push_back({{"percent", p.scenario.run.thresholds_percent[j]},
+                     {"time_share", t.above_threshold_mean[j]},
+                     {"time_share_max", t.above_threshold_max[j]}});
+  }
   return {{"duration_hours", t.duration_hours},
           {"seeds", t.seeds},
+          {"warmup_days", p.scenario.run.warmup_days},
+          {"failed_above_threshold", above},
           {"failures_per_seed", t.failures_mean},
           {"failed_fraction", t.failed_fraction_mean},
           {"peak_failed_gpus_mean", t.peak_failed_gpus_mean},
@@ -327,6 +335,11 @@ void timeline_table(std::ostringstream& os, const StudyPoint& p) {
       std::isfinite(t.ckpt_interval_hours)) {
     os << cell("ckpt-restart: checkpoint every %.3g min, %.2f h of work lost per run\n",
                60.0 * t.ckpt_interval_hours, t.ckpt_lost_hours_mean);
+  }
+  for (std::size_t j = 0; j < t.above_threshold_mean.size(); ++j) {
+    os << cell("more than %g %% of GPUs failed: %.3f %% of the time (worst seed %.3f %%)\n",
+               p.scenario.run.thresholds_percent[j], 100.0 * t.above_threshold_mean[j],
+               100.0 * t.above_threshold_max[j]);
   }
   os << "(spares: spare domains for zero pause with a fixed global batch, worst seed and mean)\n";
 }

@@ -291,6 +291,16 @@ RunSpec read_run(Section s) {
   r.seed = static_cast<std::uint64_t>(s.integer("seed", 1, 0, std::numeric_limits<std::int64_t>::max()));
   r.threads = s.small_int("threads", r.threads, 1, 1024);
   r.bucket_hours = s.number("bucket_hours", r.bucket_hours, 1e-3, 1e6);
+  r.warmup_days = s.number("warmup_days", r.warmup_days, 0.0, 36500.0);
+  if (const toml::array* a = s.array("thresholds_percent")) {
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      const std::string where = s.key_path("thresholds_percent") + "[" + std::to_string(i) + "]";
+      double v = -1.0;
+      if (auto d = (*a)[i].value<double>()) v = *d;
+      if (!(v >= 0.0 && v <= 100.0)) fail(s.source(), where, "expected a percentage in [0, 100]");
+      r.thresholds_percent.push_back(v);
+    }
+  }
   s.finish();
   return r;
 }
@@ -446,6 +456,8 @@ toml::table scenario_to_table(const Scenario& s) {
   const EfficiencySpec& e = s.efficiency;
   toml::array fractions;
   for (const double f : s.snapshot.failed_fractions) fractions.push_back(f);
+  toml::array thresholds;
+  for (const double x : s.run.thresholds_percent) thresholds.push_back(x);
   return toml::table{
       {"cluster", toml::table{{"gpus", c.gpus}, {"domain_size", c.domain_size},
                               {"nvlink_gbps", c.nvlink_gbps}, {"nic_gbps", c.nic_gbps},
@@ -468,7 +480,9 @@ toml::table scenario_to_table(const Scenario& s) {
       {"run", toml::table{{"mode", s.run.mode == Mode::kSnapshot ? "snapshot" : "timeline"},
                           {"duration_days", s.run.duration_days}, {"seeds", s.run.seeds},
                           {"seed", static_cast<std::int64_t>(s.run.seed)},
-                          {"threads", s.run.threads}, {"bucket_hours", s.run.bucket_hours}}},
+                          {"threads", s.run.threads}, {"bucket_hours", s.run.bucket_hours},
+                          {"warmup_days", s.run.warmup_days},
+                          {"thresholds_percent", thresholds}}},
       {"snapshot", toml::table{{"failed_fractions", fractions},
                                {"placements", s.snapshot.placements}}}};
 }

@@ -95,6 +95,7 @@ class SeedRun {
         repair_key_(Rng::mix(seed_key_, kRepairStream)),
         draws_(static_cast<std::size_t>(topo_.elements()), 0),
         ckpt_rng_(Rng::mix(seed_key_, kCkptStream)),
+        start_(-s.run.warmup_days * 24.0),
         end_(s.run.duration_days * 24.0),
         bucket_h_(s.run.bucket_hours),
         buckets_(static_cast<std::size_t>(std::ceil(end_ / bucket_h_ - 1e-9))),
@@ -108,6 +109,9 @@ class SeedRun {
       served_.emplace_back(topo_, s, pricing.complete_below(Policy::kNtp));
     }
     for (auto& series : series_) series.assign(buckets_, 0.0);
+    for (const double x : s.run.thresholds_percent) threshold_gpus_.push_back(x / 100.0 * s.cluster.gpus);
+    above_h_.assign(threshold_gpus_.size(), 0.0);
+    now_ = start_;
     failed_series_.assign(buckets_, 0.0);
     for (const Policy p : s.policies.compare) active_[static_cast<std::size_t>(p)] = true;
     for (std::size_t p = 0; p < kPolicyCount; ++p) value_[p] = 1.0;
@@ -165,7 +169,9 @@ class SeedRun {
       }
       return;
     }
-    for (int e = 0; e < topo_.elements(); ++e) push(sample_uptime(e), EventKind::kFail, e, -1);
+    for (int e = 0; e < topo_.elements(); ++e) {
+      push(start_ + sample_uptime(e), EventKind::kFail, e, -1);
+    }
   }
 
   // --- state changes -------------------------------------------------------
@@ -203,11 +209,13 @@ class SeedRun {
     if (job) {
       refresh_raw(domain, element);
       failed_gpus_ += topo_.blast;
-      ++failures_;
-      digest_ = Rng::mix(Rng::mix(digest_, static_cast<std::uint64_t>(element)),
-                         std::bit_cast<std::uint64_t>(now_));
-      peak_failed_gpus_ = std::max(peak_failed_gpus_, failed_gpus_);
-      ckpt_failure(now_);
+      if (now_ >= 0.0) {  // the warm-up only sets the state at time 0
+        ++failures_;
+        digest_ = Rng::mix(Rng::mix(digest_, static_cast<std::uint64_t>(element)),
+                           std::bit_cast<std::uint64_t>(now_));
+        peak_failed_gpus_ = std::max(peak_failed_gpus_, failed_gpus_);
+        ckpt_failure(now_);
+      }
     }
     for (std::size_t i = 0; i < served_.size(); ++i) {
       refresh_served(served_[i], domain);
@@ -272,9 +280,7 @@ class SeedRun {
       if (!active_[i] || p == Policy::kCkptRestart) continue;
       const ServedJob& served = served_for(p);
       const double v = pricing_.value(p, raw_, served.view, served.pool.free_spares());
-      if (raw_touched_) {
-        peak_spares_[i] = std::max(peak_spares_[i], static_cast<double>(pricing_.spares_needed(p, raw_)));
-      }
+      if (raw_touched_ && now_ >= 0.0) note_spares_needed(i);
       const bool ntp = p == Policy::kNtp || p == Policy::kNtpPw;
       const bool touched = pricing_.uses_spares(p) ? served.touched : raw_touched_;
       if (v != value_[i] || (ntp && touched)) {
@@ -284,9 +290,25 @@ class SeedRun {
     }
   }
 
+  void note_spares_needed(std::size_t i) {
+    const double need = pricing_.spares_needed(static_cast<Policy>(i), raw_);
+    peak_spares_[i] = std::max(peak_spares_[i], need);
+  }
+
   // --- integration ---------------------------------------------------------
   void advance(double to) {
     if (to <= now_) return;
+    if (now_ < 0.0) {  // warm-up: nothing is measured before time 0
+      if (to <= 0.0) {
+        now_ = to;
+        return;
+      }
+      now_ = 0.0;
+      start_measuring();
+    }
+    for (std::size_t j = 0; j < threshold_gpus_.size(); ++j) {
+      if (failed_gpus_ > threshold_gpus_[j]) above_h_[j] += to - now_;
+    }
     ckpt_replacement_failures(to);
     accumulate(failed_series_, bucket_h_, now_, to, failed_gpus_);
     for (std::size_t i = 0; i < kPolicyCount; ++i) {
@@ -297,6 +319,15 @@ class SeedRun {
       accumulate(series_[i], bucket_h_, run_from, to, value_[i]);
     }
     now_ = to;
+  }
+
+  // Time 0 after a warm-up: the state the warm-up left is where the measured
+  // run starts (its peaks, and the spares it already needs).
+  void start_measuring() {
+    peak_failed_gpus_ = failed_gpus_;
+    for (std::size_t i = 0; i < kPolicyCount; ++i) {
+      if (active_[i] && static_cast<Policy>(i) != Policy::kCkptRestart) note_spares_needed(i);
+    }
   }
 
   // ckpt-restart: every failure of a job GPU stops the job for restart_s and
@@ -374,6 +405,7 @@ class SeedRun {
     out.peak_failed_gpus = peak_failed_gpus_;
     out.failures = failures_;
     out.failure_digest = digest_;
+    for (const double h : above_h_) out.above_threshold.push_back(h / end_);
     return out;
   }
 
@@ -393,6 +425,7 @@ class SeedRun {
   bool raw_touched_ = false;     // this event changed the job without spares
   std::vector<ServedJob> served_;  // the job as each spare pool serves it
 
+  double start_;  // -warm-up hours
   double end_;
   double bucket_h_;
   std::size_t buckets_;
@@ -403,6 +436,8 @@ class SeedRun {
   PolicyValues pause_h_{};
   std::array<std::vector<double>, kPolicyCount> series_;
   std::vector<double> failed_series_;
+  std::vector<double> threshold_gpus_;  // run.thresholds_percent as GPU counts
+  std::vector<double> above_h_;         // hours above each threshold
 
   double ckpt_tau_;
   double ckpt_write_;
@@ -431,6 +466,10 @@ void add_seed(TimelineResult& r, const TimelineSeed& seed) {
   r.peak_failed_gpus_mean += seed.peak_failed_gpus;
   r.peak_failed_gpus_max = std::max(r.peak_failed_gpus_max, seed.peak_failed_gpus);
   r.failures_mean += seed.failures;
+  for (std::size_t j = 0; j < seed.above_threshold.size(); ++j) {
+    r.above_threshold_mean[j] += seed.above_threshold[j];
+    r.above_threshold_max[j] = std::max(r.above_threshold_max[j], seed.above_threshold[j]);
+  }
   for (std::size_t b = 0; b < seed.series.size(); ++b) {
     r.failed_series_mean[b] += seed.failed_series[b];
     for (std::size_t i = 0; i < kPolicyCount; ++i) r.series_mean[b][i] += seed.series[b][i];
@@ -450,6 +489,7 @@ void finish_means(TimelineResult& r) {
   r.failed_fraction_mean /= n;
   r.peak_failed_gpus_mean /= n;
   r.failures_mean /= n;
+  for (double& v : r.above_threshold_mean) v /= n;
   for (std::size_t b = 0; b < r.series_mean.size(); ++b) {
     r.failed_series_mean[b] /= n;
     for (double& v : r.series_mean[b]) v /= n;
@@ -489,6 +529,8 @@ TimelineResult run_timeline(const Scenario& s, const Pricing& pricing,
   r.seeds = s.run.seeds;
   r.ckpt_interval_hours = ckpt_interval_hours(s, trace);
   for (PolicySummary& p : r.policy) p.goodput_min = kInf;
+  r.above_threshold_mean.assign(s.run.thresholds_percent.size(), 0.0);
+  r.above_threshold_max.assign(s.run.thresholds_percent.size(), 0.0);
   // Seeds run in blocks so memory stays bounded with millions of seeds; each
   // block is summed in seed order, so the sums do not depend on the threads.
   constexpr int kBlock = 256;

@@ -27,6 +27,7 @@ struct TimelineSeed {
   std::uint64_t failure_digest = 0;  // hash of the job's failures (element, time) in order
   std::vector<PolicyValues> series;  // throughput per bucket
   std::vector<double> failed_series;  // mean failed GPUs per bucket
+  std::vector<double> above_threshold;  // per run.thresholds_percent: share of time above it
 };
 
 struct PolicySummary {
@@ -51,6 +52,8 @@ struct TimelineResult {
   double failures_mean = 0;
   std::vector<PolicyValues> series_mean;  // throughput per bucket, mean over seeds
   std::vector<double> failed_series_mean;
+  std::vector<double> above_threshold_mean;  // per run.thresholds_percent, mean over seeds
+  std::vector<double> above_threshold_max;   // and the worst seed
   TimelineSeed first_seed;                // seed 0 in full, for the failure timeline plot
 };
 

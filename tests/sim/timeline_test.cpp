@@ -274,6 +274,38 @@ TEST_F(OneFailure, FixedGlobalBatchPausesDpDropUntilTheSpareArrives) {
   EXPECT_NEAR(run().pause_hours[idx(Policy::kDpDrop)], 10.0, 1e-9);
 }
 
+TEST_F(OneFailure, ShareOfTimeAboveAFailedThreshold) {
+  // 1 of 256 GPUs is 0.39 %: above 0.3 % for the 10 hours it is down, never above 0.5 %.
+  s.run.thresholds_percent = {0.0, 0.3, 0.5};
+  const TimelineSeed r = run();
+  ASSERT_EQ(r.above_threshold.size(), 3u);
+  EXPECT_NEAR(r.above_threshold[0], 10.0 / T, 1e-12);
+  EXPECT_NEAR(r.above_threshold[1], 10.0 / T, 1e-12);
+  EXPECT_EQ(r.above_threshold[2], 0.0);
+}
+
+// A warm start runs the failure process before time 0, so a short run starts
+// in the steady state: its failed fraction is Little's law's from the first
+// hour, where a cold start (every GPU new at 0) stays well below it.
+TEST(Timeline, WarmStartBeginsInTheSteadyState) {
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.024;  // 1e-3 per GPU-hour
+  s.failures.hardware_share = 1.0;
+  s.failures.hardware_repair = {RepairKind::kFixed, 40.0, 0.0};
+  s.run.duration_days = 1;  // shorter than one repair
+  s.run.seeds = 400;
+  s.run.bucket_hours = 24;
+  s.policies.compare = {Policy::kNtp};
+  const double steady = 0.04 / 1.04;
+  const double cold = run_timeline(s, Pricing(s), nullptr).failed_fraction_mean;
+  EXPECT_LT(cold, 0.5 * steady);  // ramps up over the first 40 hours
+  s.run.warmup_days = 10;
+  const TimelineResult warm = run_timeline(s, Pricing(s), nullptr);
+  EXPECT_NEAR(warm.failed_fraction_mean / steady, 1.0, 0.03);
+  // Failures before time 0 are not the run's: about rate x GPUs x 24 h of them count.
+  EXPECT_NEAR(warm.failures_mean / (1e-3 * 256 * 24 * (1.0 - steady)), 1.0, 0.05);
+}
+
 TEST(Timeline, OptimalIntervalCountsOnlyTraceFailuresWithinTheRun) {
   Scenario s = testing::small_scenario();  // 30 days = 720 h
   s.policies.ckpt = {0.0, 60.0, 900.0};    // optimal: sqrt(2 * write * MTBF)
