@@ -111,6 +111,22 @@ TEST(StepModel, SyncingAtLowerDegreeCostsMoreAndHealthyHasNoReshard) {
   EXPECT_GE(m.step_s(28), m.step_s(32));
 }
 
+// The reshard volume is the layout library's plan: syncing TP 8 at K = 6,
+// the two extra slots of a healthy replica each send their whole shard
+// (3 heads, 768 neurons, 600 rows) to the core slots, which receive a third
+// of that each: the busiest GPU is a sender.
+TEST(StepModel, ReshardVolumeIsTheLayoutPlansBusiestGpu) {
+  const Scenario s = testing::small_scenario();  // h 1536, 24 heads, FFN 6144, V 4800, 8 layers, PP 1
+  const StepModel m(s);
+  const double h = 1536, ls = 8, head = 4.0 * h * (h / 24) * ls, neuron = 2.0 * h * ls, row = h;
+  const double sender = 3 * head + 768 * neuron + 600 * row;
+  EXPECT_DOUBLE_EQ(m.reshard_elements(6), sender);
+  const double receiver = 1 * head + 256 * neuron + 200 * row;  // what a receive-only count gives
+  EXPECT_GT(m.reshard_elements(6), receiver);
+  EXPECT_DOUBLE_EQ(m.reshard_s(6), 2.0 * sender * 2 / (1800e9 / 2 * 0.8));
+  EXPECT_EQ(m.reshard_elements(8), 0.0);
+}
+
 TEST(PolicyTables, PowerBoostNeverSlowsAGroupAndCoversSmallLossesWithHeadroom) {
   Scenario s = testing::small_scenario();
   s.efficiency.tp_overlap = 1.0;
