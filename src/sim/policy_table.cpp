@@ -28,7 +28,7 @@ PolicyTable make_policy_table(Policy policy, const Scenario& s, const StepModel&
   const int tp = s.parallel.tp;
   const auto size = static_cast<std::size_t>(tp + 1);
   PolicyTable t{std::vector<double>(size, 0.0), std::vector<double>(size, 0.0),
-                std::vector<int>(size, 0)};
+                std::vector<int>(size, 0), std::vector<double>(size, 0.0)};
   const bool degrades = policy == Policy::kNtp || policy == Policy::kNtpPw;
   for (int k = 0; k <= tp; ++k) {
     const auto i = static_cast<std::size_t>(k);
@@ -58,6 +58,9 @@ PolicyTable make_policy_table(Policy policy, const Scenario& s, const StepModel&
   }
   for (std::size_t i = 0; i < size; ++i) {
     t.share[i] = t.run_tp[i] > 0 ? model.proportional_share(t.speed[i]) : 0.0;
+    if (policy == Policy::kNtpPw && t.run_tp[i] > 0 && t.run_tp[i] < tp) {
+      t.extra_w[i] = t.run_tp[i] * (boost_for(s, model, t.run_tp[i]).limit_w - s.cluster.tdp_w);
+    }
   }
   return t;
 }

@@ -19,6 +19,9 @@ struct PolicyTable {
   std::vector<double> speed;
   // TP degree the group runs (and syncs gradients) at; 0 when it sits out.
   std::vector<int> run_tp;
+  // Power above TDP such a group draws (W): ntp-pw's boosted GPUs, run_tp x
+  // (limit - TDP); 0 for every other policy.
+  std::vector<double> extra_w;
   bool participates(int k) const { return run_tp[static_cast<std::size_t>(k)] > 0; }
 };
 

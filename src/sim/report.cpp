@@ -49,6 +49,13 @@ json snapshot_json(const StudyPoint& p) {
   return {{"placements", p.snapshot->placements}, {"points", points}};
 }
 
+// ntp-pw's boost energy as a fraction of the job's energy at TDP.
+double boost_energy_share(const StudyPoint& p) {
+  const TimelineResult& t = *p.timeline;
+  const double job_kwh = p.scenario.cluster.gpus * p.scenario.cluster.tdp_w * t.duration_hours / 1000.0;
+  return t.boost_energy_kwh_mean / job_kwh;
+}
+
 json timeline_json(const StudyPoint& p) {
   const TimelineResult& t = *p.timeline;
   json policies;
@@ -61,6 +68,10 @@ json timeline_json(const StudyPoint& p) {
                   {"pause_hours", s.pause_hours_mean},
                   {"spares_for_zero_pause", s.spares_needed_max},
                   {"spares_for_zero_pause_mean", s.spares_needed_mean}};
+    if (pol == Policy::kNtpPw) {
+      entry["boost_energy_kwh_per_day"] = t.boost_energy_kwh_mean / (t.duration_hours / 24.0);
+      entry["boost_energy_percent"] = 100.0 * boost_energy_share(p);
+    }
     if (pol == Policy::kCkptRestart) {
       entry["spares_for_zero_pause"] = nullptr;  // it pauses at every failure whatever the spares
       entry["spares_for_zero_pause_mean"] = nullptr;
@@ -256,18 +267,53 @@ Chart failure_timeline_chart(const StudyPoint& point) {
   return c;
 }
 
+namespace {
+
+// A series of `metric(point)` against the swept value; empty when a value is
+// not a number or the study is not a timeline sweep.
+template <typename Metric>
+Series sweep_series(const Study& study, const std::string& name, Metric metric, bool right) {
+  Series s{name, {}, {}, false, true, right};
+  if (study.sweep_key.empty() || !study.points.front().timeline) return s;
+  for (const StudyPoint& p : study.points) {
+    double x = 0;
+    if (!numeric(p.sweep_value, x)) return Series{};
+    s.x.push_back(x);
+    s.y.push_back(metric(*p.timeline));
+  }
+  return s;
+}
+
+}  // namespace
+
 Chart sweep_chart(const Study& study) {
   Chart c{"Goodput loss vs " + study.sweep_key, study.sweep_key, "goodput loss (%)", "", {}};
-  if (study.sweep_key.empty() || !study.points.front().timeline) return c;
   for (const Policy pol : compared(study.points.front())) {
-    Series s{policy_name(pol), {}, {}, false, true, false};
-    for (const StudyPoint& p : study.points) {
-      double x = 0;
-      if (!numeric(p.sweep_value, x)) return Chart{};
-      s.x.push_back(x);
-      s.y.push_back(100.0 * (1.0 - p.timeline->policy[idx(pol)].goodput_mean));
-    }
-    c.series.push_back(s);
+    Series s = sweep_series(study, policy_name(pol), [&](const TimelineResult& t) {
+      return 100.0 * (1.0 - t.policy[idx(pol)].goodput_mean);
+    }, false);
+    if (s.x.empty()) return Chart{};
+    c.series.push_back(std::move(s));
+  }
+  return c;
+}
+
+Chart spares_vs_boost_chart(const Study& study) {
+  Chart c{"Spares for zero pause and boost energy vs " + study.sweep_key, study.sweep_key,
+          "spare domains for zero pause (worst seed)", "ntp-pw boost energy (kWh per day)", {}};
+  const std::vector<Policy> pols = compared(study.points.front());
+  for (const Policy pol : pols) {
+    if (pol == Policy::kCkptRestart) continue;
+    Series s = sweep_series(study, policy_name(pol), [&](const TimelineResult& t) {
+      return t.policy[idx(pol)].spares_needed_max;
+    }, false);
+    if (s.x.empty()) return Chart{};
+    c.series.push_back(std::move(s));
+  }
+  if (std::find(pols.begin(), pols.end(), Policy::kNtpPw) != pols.end()) {
+    c.series.push_back(sweep_series(study, "ntp-pw energy", [](const TimelineResult& t) {
+      return t.boost_energy_kwh_mean / (t.duration_hours / 24.0);
+    }, true));
   }
   return c;
 }
@@ -335,6 +381,10 @@ void timeline_table(std::ostringstream& os, const StudyPoint& p) {
       std::isfinite(t.ckpt_interval_hours)) {
     os << cell("ckpt-restart: checkpoint every %.3g min, %.2f h of work lost per run\n",
                60.0 * t.ckpt_interval_hours, t.ckpt_lost_hours_mean);
+  }
+  if (std::find(pols.begin(), pols.end(), Policy::kNtpPw) != pols.end()) {
+    os << cell("ntp-pw: boosted GPUs draw %.1f kWh per day above TDP, %.4f %% of the job's energy\n",
+               t.boost_energy_kwh_mean / (t.duration_hours / 24.0), 100.0 * boost_energy_share(p));
   }
   for (std::size_t j = 0; j < t.above_threshold_mean.size(); ++j) {
     os << cell("more than %g %% of GPUs failed: %.3f %% of the time (worst seed %.3f %%)\n",
@@ -409,6 +459,9 @@ std::vector<std::string> write_report(const Study& study, const std::string& dir
     write_file(root / "failure_timeline.svg", render_svg(failure_timeline_chart(first)), written);
     if (const Chart c = sweep_chart(study); !c.series.empty()) {
       write_file(root / "sweep.svg", render_svg(c), written);
+    }
+    if (const Chart c = spares_vs_boost_chart(study); !c.series.empty()) {
+      write_file(root / "spares_vs_boost.svg", render_svg(c), written);
     }
     if (const Chart c = spares_vs_pause_chart(study); !c.series.empty()) {
       write_file(root / "spares_vs_pause.svg", render_svg(c), written);

@@ -287,7 +287,18 @@ class SeedRun {
         pause_until_[i] = std::max(pause_until_[i], now_ + pause_h);
       }
       value_[i] = v;
+      if (p == Policy::kNtpPw) boost_w_ = boost_power_w(served);
     }
+  }
+
+  // Upper bound: every degraded group that can run is boosted, whether or
+  // not its replica is admitted.
+  double boost_power_w(const ServedJob& served) const {
+    const ReplicaView& view = pricing_.uses_spares(Policy::kNtpPw) ? served.view : raw_;
+    const std::vector<double>& extra = pricing_.table(Policy::kNtpPw).extra_w;
+    double w = 0.0;
+    for (std::size_t k = 0; k < extra.size(); ++k) w += view.groups_with()[k] * extra[k];
+    return w;
   }
 
   void note_spares_needed(std::size_t i) {
@@ -310,6 +321,7 @@ class SeedRun {
       if (failed_gpus_ > threshold_gpus_[j]) above_h_[j] += to - now_;
     }
     ckpt_replacement_failures(to);
+    boost_wh_ += boost_w_ * (to - now_);
     accumulate(failed_series_, bucket_h_, now_, to, failed_gpus_);
     for (std::size_t i = 0; i < kPolicyCount; ++i) {
       if (!active_[i] || static_cast<Policy>(i) == Policy::kCkptRestart) continue;
@@ -401,6 +413,7 @@ class SeedRun {
     }
     const auto ck = static_cast<std::size_t>(Policy::kCkptRestart);
     out.ckpt_lost_hours = ckpt_lost_h_;
+    out.boost_energy_kwh = boost_wh_ / 1000.0;
     out.pause_hours[ck] = end_ - out.goodput[ck] * end_ - ckpt_lost_h_;
     out.peak_failed_gpus = peak_failed_gpus_;
     out.failures = failures_;
@@ -443,6 +456,8 @@ class SeedRun {
   double ckpt_write_;
   double ckpt_up_since_ = 0.0;
   double ckpt_lost_h_ = 0.0;
+  double boost_w_ = 0.0;   // ntp-pw's power above TDP now
+  double boost_wh_ = 0.0;  // and its integral since time 0
 
   int failed_gpus_ = 0;
   int peak_failed_gpus_ = 0;
@@ -462,6 +477,7 @@ void add_seed(TimelineResult& r, const TimelineSeed& seed) {
     p.spares_needed_mean += seed.spares_needed[i];
   }
   r.ckpt_lost_hours_mean += seed.ckpt_lost_hours;
+  r.boost_energy_kwh_mean += seed.boost_energy_kwh;
   r.failed_fraction_mean += seed.failed_fraction;
   r.peak_failed_gpus_mean += seed.peak_failed_gpus;
   r.peak_failed_gpus_max = std::max(r.peak_failed_gpus_max, seed.peak_failed_gpus);
@@ -486,6 +502,7 @@ void finish_means(TimelineResult& r) {
     p.spares_needed_mean /= n;
   }
   r.ckpt_lost_hours_mean /= n;
+  r.boost_energy_kwh_mean /= n;
   r.failed_fraction_mean /= n;
   r.peak_failed_gpus_mean /= n;
   r.failures_mean /= n;

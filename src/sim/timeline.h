@@ -21,6 +21,7 @@ struct TimelineSeed {
   PolicyValues pause_hours{};      // hours with no training progress
   PolicyValues spares_needed{};    // spare domains a fixed-batch job needs never to pause (peak)
   double ckpt_lost_hours = 0;      // ckpt-restart: computed work thrown away
+  double boost_energy_kwh = 0;     // ntp-pw: energy drawn above TDP by boosted GPUs
   double failed_fraction = 0;      // time-averaged failed fraction of the job's GPUs
   int peak_failed_gpus = 0;
   int failures = 0;                // failures that hit the job's GPUs
@@ -46,6 +47,7 @@ struct TimelineResult {
   double ckpt_interval_hours = 0;  // the interval ckpt-restart used
   std::array<PolicySummary, kPolicyCount> policy{};
   double ckpt_lost_hours_mean = 0;
+  double boost_energy_kwh_mean = 0;  // ntp-pw, per run
   double failed_fraction_mean = 0;
   double peak_failed_gpus_mean = 0;
   int peak_failed_gpus_max = 0;

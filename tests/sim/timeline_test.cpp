@@ -256,6 +256,14 @@ TEST_F(OneFailure, EachPolicyLosesWhatTheFormulaSays) {
   EXPECT_EQ(r.spares_needed[idx(Policy::kNtp)], 1);
 }
 
+TEST_F(OneFailure, BoostEnergyIsTheBoostedGroupsPowerAboveTdpOverItsTime) {
+  const TimelineSeed r = run();
+  const double extra_w = Pricing(s).table(Policy::kNtpPw).extra_w[7];
+  EXPECT_GT(extra_w, 0.0);  // 7 GPUs share 8 x TDP: each above TDP
+  EXPECT_NEAR(r.boost_energy_kwh, extra_w * 10.0 / 1000.0, 1e-9);
+  EXPECT_EQ(Pricing(s).table(Policy::kNtp).extra_w[7], 0.0);
+}
+
 TEST_F(OneFailure, ReconfigurationPausesAreCharged) {
   s.policies.reconfig_s = 360;  // 0.1 h after the failure
   s.policies.rejoin_s = 720;    // 0.2 h after the repair
