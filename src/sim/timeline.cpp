@@ -177,6 +177,7 @@ class SeedRun {
   // --- state changes -------------------------------------------------------
   void handle(const Event& e) {
     raw_touched_ = false;
+    job_failed_ = false;
     for (ServedJob& served : served_) served.touched = false;
     double pause_s = s_.policies.rejoin_s;
     switch (e.kind) {
@@ -208,6 +209,7 @@ class SeedRun {
     push(now_ + repair_hours, EventKind::kRepair, element, -1);
     if (job) {
       refresh_raw(domain, element);
+      job_failed_ = true;
       failed_gpus_ += topo_.blast;
       if (now_ >= 0.0) {  // the warm-up only sets the state at time 0
         ++failures_;
@@ -280,7 +282,8 @@ class SeedRun {
       if (!active_[i] || p == Policy::kCkptRestart) continue;
       const ServedJob& served = served_for(p);
       const double v = pricing_.value(p, raw_, served.view, served.pool.free_spares());
-      if (raw_touched_ && now_ >= 0.0) note_spares_needed(i);
+      // Shares only grow with k, so only a failure can raise the need.
+      if (job_failed_ && now_ >= 0.0) note_spares_needed(i);
       const bool ntp = p == Policy::kNtp || p == Policy::kNtpPw;
       const bool touched = pricing_.uses_spares(p) ? served.touched : raw_touched_;
       if (v != value_[i] || (ntp && touched)) {
@@ -302,7 +305,11 @@ class SeedRun {
   }
 
   void note_spares_needed(std::size_t i) {
-    const double need = pricing_.spares_needed(static_cast<Policy>(i), raw_);
+    // dp-drop and spares share one table: price it once.
+    const auto drop = static_cast<std::size_t>(Policy::kDpDrop);
+    const bool same = static_cast<Policy>(i) == Policy::kSpares && active_[drop];
+    const double need = same ? need_now_[drop] : pricing_.spares_needed(static_cast<Policy>(i), raw_);
+    need_now_[i] = need;
     peak_spares_[i] = std::max(peak_spares_[i], need);
   }
 
@@ -464,6 +471,8 @@ class SeedRun {
   int failures_ = 0;
   std::uint64_t digest_ = 0;
   PolicyValues peak_spares_{};  // peak over the run of spares_needed, per policy
+  PolicyValues need_now_{};     // spares_needed at the last failure, per policy
+  bool job_failed_ = false;     // this event is a failure of a job element
 };
 
 void add_seed(TimelineResult& r, const TimelineSeed& seed) {
