@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -71,6 +73,77 @@ TEST(Scenario, ResolvedScenarioReadsBackToItself) {
   os << lossy;
   EXPECT_NE(resolved_text(scenario_from_table(parse_scenario_text(os.str(), "l.toml"), "l.toml")),
             resolved_text(scenario_from_table(parse_scenario_text("[spares]\ndomains = 7\n", "s.toml"), "s.toml")));
+}
+
+// The default column of docs/sim.md's key tables, checked against the code:
+// every number, bool and quoted string default equals the resolved default
+// scenario's value for that key.
+struct DocDefault {
+  std::string key;   // dotted
+  std::string cell;  // the default column, trimmed
+};
+
+std::vector<DocDefault> documented_defaults(const std::string& markdown) {
+  std::vector<DocDefault> out;
+  std::istringstream in(markdown);
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("### `[", 0) == 0) {
+      section = line.substr(6, line.find(']') - 6);
+      if (line.find("`, `[") != std::string::npos) section.clear();  // keys carry their table
+      continue;
+    }
+    if (line.rfind("## ", 0) == 0) section = "-";  // past the scenario tables
+    if (section == "-" || line.rfind("| `", 0) != 0) continue;
+    std::vector<std::string> cells;
+    for (std::size_t at = 1, bar; (bar = line.find('|', at)) != std::string::npos; at = bar + 1) {
+      std::string c = line.substr(at, bar - at);
+      c.erase(0, c.find_first_not_of(' '));
+      c.erase(c.find_last_not_of(' ') + 1);
+      cells.push_back(c);
+    }
+    if (cells.size() < 4 || cells[0].find("`,") != std::string::npos) continue;
+    const std::string key = cells[0].substr(1, cells[0].size() - 2);
+    out.push_back({section.empty() ? key : section + "." + key, cells[2]});
+  }
+  return out;
+}
+
+TEST(Scenario, DocumentedDefaultsMatchTheCode) {
+  std::ifstream in(std::string(NTP_SOURCE_DIR) + "/docs/sim.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const toml::table defaults = scenario_to_table(Scenario{});
+  int checked = 0;
+  for (const DocDefault& d : documented_defaults(text.str())) {
+    const toml::node_view<const toml::node> value = defaults.at_path(d.key);
+    std::size_t used = 0;
+    double number = 0;
+    try {
+      number = std::stod(d.cell, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == d.cell.size() && used > 0) {
+      ASSERT_TRUE(value.is_number()) << d.key;
+      EXPECT_NEAR(value.value<double>().value(), number, 1e-4 * std::max(1.0, std::abs(number)))
+          << d.key;
+      ++checked;
+    } else if (d.cell == "false" || d.cell == "true") {
+      EXPECT_EQ(value.value<bool>(), d.cell == "true") << d.key;
+      ++checked;
+    } else if (d.cell.size() > 4 && d.cell.rfind("`\"", 0) == 0) {
+      EXPECT_EQ(value.value<std::string>(), d.cell.substr(2, d.cell.size() - 4)) << d.key;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50);  // the tables were found and read
+  // A wrong default in the docs is caught: it is read with its key and differs.
+  const std::vector<DocDefault> wrong =
+      documented_defaults("### `[cluster]`\n| `gpus` | GPUs | 32769 | GPUs |\n");
+  ASSERT_EQ(wrong.size(), 1u);
+  EXPECT_EQ(wrong[0].key, "cluster.gpus");
+  EXPECT_NE(defaults.at_path(wrong[0].key).value<double>().value(), std::stod(wrong[0].cell));
 }
 
 TEST(Scenario, RejectsUnknownKeysNamingThem) {
