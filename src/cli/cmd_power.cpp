@@ -33,6 +33,7 @@ struct FlagError : std::invalid_argument {
 struct PlanArgs {
   int tp = 0;
   std::string active;
+  std::string need;  // per-replica needed speed-ups; empty = n/k
   pw::DevicePowerModel model;
   double headroom_w = 0.0;
   long global_batch = 0;
@@ -73,6 +74,27 @@ std::vector<int> parse_active(const std::string& text, int tp) {
   return active;
 }
 
+// "1.14,0,1.2" -> one needed speed-up per replica (0 = n/k).
+std::vector<double> parse_need(const std::string& text, std::size_t replicas) {
+  std::vector<double> needs;
+  if (text.empty()) return needs;
+  for (const std::string& entry : split_commas(text)) {
+    double v = 0.0;
+    const auto [ptr, ec] = std::from_chars(entry.data(), entry.data() + entry.size(), v);
+    const std::string where = fmt::format("entry {} ('{}')", needs.size(), entry);
+    if (entry.empty() || ec != std::errc() || ptr != entry.data() + entry.size() ||
+        !std::isfinite(v) || v < 0.0) {
+      throw FlagError("--need", where + " is not a speed-up >= 0; expected e.g. \"1.14,0\"");
+    }
+    needs.push_back(v);
+  }
+  if (needs.size() != replicas) {
+    throw FlagError("--need", fmt::format("{} entries for {} replicas in --active", needs.size(),
+                                          replicas));
+  }
+  return needs;
+}
+
 void check_finite(double value, const std::string& flag, bool ok, const std::string& rule) {
   if (!std::isfinite(value) || !ok) throw FlagError(flag, fmt::format("{} {}", rule, value));
 }
@@ -91,8 +113,12 @@ void validate_plan_args(const PlanArgs& a) {
 void print_json(const pw::BoostPlan& plan) {
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
   for (const pw::ReplicaBoost& r : plan.replicas) {
-    replicas.push_back(
-        {{"active", r.active}, {"limit_w", r.limit_w}, {"speedup", r.speedup}, {"share", r.share}});
+    replicas.push_back({{"active", r.active},
+                        {"limit_w", r.limit_w},
+                        {"speedup", r.speedup},
+                        {"share", r.share},
+                        {"need", r.need},
+                        {"cap", pw::to_string(r.cap)}});
   }
   std::printf("%s\n", nlohmann::ordered_json{{"replicas", replicas}}.dump().c_str());
 }
@@ -102,14 +128,15 @@ void print_table(const PlanArgs& a, const pw::BoostPlan& plan) {
               "alpha %.3g\n",
               a.tp, a.tp, a.model.tdp_w, a.headroom_w, a.tp * a.model.tdp_w + a.headroom_w,
               a.model.max_frac * a.model.tdp_w, a.model.alpha);
-  std::printf("%7s %8s %9s %8s %8s %8s\n", "replica", "active", "limit_w", "need", "speedup",
-              "share");
+  std::printf("%7s %8s %9s %8s %8s %8s  %s\n", "replica", "active", "limit_w", "need", "speedup",
+              "share", "cap");
   for (std::size_t i = 0; i < plan.replicas.size(); ++i) {
     const pw::ReplicaBoost& r = plan.replicas[i];
     const std::string active = fmt::format("{}/{}", r.active, a.tp);
-    const std::string need = r.active == 0 ? "-" : fmt::format("{:.4f}", double(a.tp) / r.active);
-    std::printf("%7zu %8s %9.1f %8s %8.4f %8ld\n", i, active.c_str(), r.limit_w, need.c_str(),
-                r.speedup, r.share);
+    const std::string need = r.active == 0 ? "-" : fmt::format("{:.4f}", r.need);
+    const char* cap = r.cap == pw::BoostCap::none ? "-" : pw::to_string(r.cap);
+    std::printf("%7zu %8s %9.1f %8s %8.4f %8ld  %s\n", i, active.c_str(), r.limit_w, need.c_str(),
+                r.speedup, r.share, cap);
   }
 }
 
@@ -123,8 +150,9 @@ int run_plan(const PlanArgs& args) {
                  "take the global batch\n", args.active.c_str());
     return kExitImpossible;
   }
+  const std::vector<double> needs = parse_need(args.need, active.size());
   const pw::BoostPlan plan =
-      pw::plan_boost(args.tp, active, args.headroom_w, args.global_batch, args.model);
+      pw::plan_boost(args.tp, active, needs, args.headroom_w, args.global_batch, args.model);
   if (args.json) {
     print_json(plan);
   } else {
@@ -203,6 +231,9 @@ int run_power(int argc, char** argv) {
       ->required();
   plan_cmd->add_option("--active", plan.active, "active GPUs k per replica, e.g. \"8,7,8\"")
       ->required();
+  plan_cmd->add_option("--need", plan.need,
+                       "per-replica speed-up needed to keep pace, e.g. \"0,1.14\" (0 = n/k, the "
+                       "default)");
   plan_cmd->add_option("--tdp", plan.model.tdp_w, "TDP per GPU in W")->capture_default_str();
   plan_cmd->add_option("--max-frac", plan.model.max_frac, "device maximum as a multiple of TDP")
       ->capture_default_str();

@@ -1,6 +1,7 @@
 // `ntp sim`: the cluster-scale goodput simulator (docs/sim.md).
 //   ntp sim run SCENARIO.toml [--mode snapshot|timeline] [--sweep key=v1,v2,..]
-//                             [--set key=value]... [--seeds N] [--threads N] [--out DIR]
+//                             [--set key=value]... [--seeds N] [--threads N] [--threshold X,..]
+//                             [--out DIR [--force]]
 //   ntp sim model SCENARIO.toml [--set key=value]...
 #include <cstdio>
 #include <stdexcept>
@@ -26,9 +27,11 @@ struct SimOptions {
   std::string mode;
   std::string sweep;
   std::string out;
+  std::string thresholds;  // --threshold X[,Y...]: percent of GPUs failed
   int seeds = 0;
   int threads = 0;
   bool json = false;
+  bool force = false;
 };
 
 toml::table load(const SimOptions& o) {
@@ -41,6 +44,7 @@ toml::table load(const SimOptions& o) {
   if (!o.mode.empty()) set_override(table, "run.mode", "\"" + o.mode + "\"");
   if (o.seeds > 0) set_override(table, "run.seeds", std::to_string(o.seeds));
   if (o.threads > 0) set_override(table, "run.threads", std::to_string(o.threads));
+  if (!o.thresholds.empty()) set_override(table, "run.thresholds_percent", "[" + o.thresholds + "]");
   return table;
 }
 
@@ -50,6 +54,7 @@ int run(const SimOptions& o) {
   if (!o.sweep.empty()) sweep = parse_sweep_flag(o.sweep);
   toml::table base = table;
   base.erase("sweep");
+  if (!o.out.empty()) prepare_output_dir(o.out, o.force);  // before the run, not after
   const Study study = run_study(base, o.scenario, sweep);
   if (o.json) {
     std::printf("%s\n", study_json(study).dump(2).c_str());
@@ -74,16 +79,18 @@ int model(const SimOptions& o) {
               b.compute_s, b.tp_comm_s, b.tp_exposed_s, b.p2p_s, b.microbatch_s);
   std::printf("  %.2f microbatches, bubble %.4f s, DP sync %.4f s (%.4f exposed)\n",
               b.microbatches, b.bubble_s, b.dp_sync_s, b.dp_exposed_s);
-  std::printf("\n active  ntp_runs_at  ntp_speed  ntp_share  pw_runs_at  boost  pw_speed  pw_share  "
-              "ntp_step_s\n");
+  std::printf("\n active  ntp_runs_at  ntp_speed  ntp_share  pw_runs_at   need  boost  pw_cap        "
+              "pw_speed  pw_share  ntp_step_s\n");
   const PolicyTable ntp = make_policy_table(Policy::kNtp, s, m);
   const PolicyTable pw = make_policy_table(Policy::kNtpPw, s, m);
   for (int k = s.parallel.tp; k >= 1; --k) {
     const auto i = static_cast<std::size_t>(k);
     if (ntp.run_tp[i] == 0) break;
-    std::printf(" %6d  %11d  %9.4f  %9.4f  %10d  %5.3f  %8.4f  %8.4f  %.4f\n", k, ntp.run_tp[i],
-                ntp.speed[i], ntp.share[i], pw.run_tp[i], boost_speedup(s, pw.run_tp[i]),
-                pw.speed[i], pw.share[i], m.step_s(ntp.run_tp[i]));
+    const ntp::power::DomainBoost boost = boost_for(s, m, pw.run_tp[i]);
+    std::printf(" %6d  %11d  %9.4f  %9.4f  %10d  %5.3f  %5.3f  %-13s %8.4f  %8.4f  %.4f\n", k,
+                ntp.run_tp[i], ntp.speed[i], ntp.share[i], pw.run_tp[i], boost.need, boost.speedup,
+                ntp::power::to_string(boost.cap), pw.speed[i], pw.share[i],
+                m.step_s(ntp.run_tp[i]));
   }
   return ntp::cli::kExitOk;
 }
@@ -107,7 +114,11 @@ int run_sim(int argc, char** argv) {
       ->check(CLI::Range(1, 10'000'000));
   run_cmd->add_option("--threads", o.threads, "threads (overrides run.threads)")
       ->check(CLI::Range(1, 1024));
+  run_cmd->add_option("--threshold", o.thresholds,
+                      "report the share of time with more than X % of GPUs failed: X[,Y...] "
+                      "(overrides run.thresholds_percent)");
   run_cmd->add_option("--out", o.out, "write summary.json, CSV tables and SVG charts here");
+  run_cmd->add_flag("--force", o.force, "write into a non-empty --out folder");
   run_cmd->add_flag("--json", o.json, "print the JSON summary instead of the text table");
   CLI::App* model_cmd = app.add_subcommand("model", "print the step-time model of a scenario");
   add_common(model_cmd);

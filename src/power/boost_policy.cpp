@@ -10,38 +10,17 @@
 namespace ntp::power {
 namespace {
 
-// What the policy decides for one domain: the per-GPU limit, the speed it buys,
-// and whether that speed reaches the n/k needed to keep pace.
-struct DomainBoost {
-  double limit_w = 0.0;
-  double speedup = 0.0;
-  bool need_met = false;
-};
-
-DomainBoost boost_domain(int n, int k, double headroom_w, const DevicePowerModel& m) noexcept {
-  if (k <= 0 || n <= 0) return {};
-  if (k >= n) return {m.tdp_w, 1.0, true};
-  const double headroom = headroom_w > 0.0 ? headroom_w : 0.0;  // NaN and negatives count as 0
-  const double budget = n * m.tdp_w + headroom;
-  // The survivors' equal split, rounded down until k of them fit the budget.
-  double split = budget / k;
-  while (split * k > budget) split = std::nextafter(split, 0.0);
-  const double need_speed = static_cast<double>(n) / k;
-  const double need_limit = m.tdp_w * std::pow(need_speed, 1.0 / m.alpha);
-  const double reachable = std::min(split, m.max_frac * m.tdp_w);
-  if (need_limit <= reachable) return {need_limit, need_speed, true};
-  // Short of the need: the speed is what the reachable limit buys, clamped so
-  // rounding never lets an unmet domain look faster than a met one.
-  const double speed = std::min(std::pow(reachable / m.tdp_w, m.alpha), need_speed);
-  return {reachable, speed, false};
-}
-
-// A replica's throughput relative to a healthy one: k/n * speedup, exactly 1
-// when the boost covers the need (so equal replicas get equal shares).
+// A replica's throughput relative to a healthy one: the part of its need the
+// speed-up reaches, speedup / need (k/n * speedup when the need is n/k),
+// exactly 1 when the boost covers the need (so equal replicas get equal shares).
 double effective_speed(int n, const DomainBoost& boost, int k) {
   if (k <= 0) return 0.0;
   if (boost.need_met) return 1.0;
-  return std::min(1.0, k * boost.speedup / n);
+  const double n_over_k = static_cast<double>(n) / k;
+  // k/n * speedup, as written, for the default need (the shares' rounding
+  // stays as it was).
+  if (boost.need == n_over_k) return std::min(1.0, k * boost.speedup / n);
+  return std::min(1.0, boost.speedup / boost.need);
 }
 
 [[noreturn]] void reject(const std::string& what) { throw std::invalid_argument(what); }
@@ -65,12 +44,43 @@ void validate_active(int n, const std::vector<int>& active, long global_batch) {
 
 }  // namespace
 
+const char* to_string(BoostCap cap) noexcept {
+  switch (cap) {
+    case BoostCap::none: return "none";
+    case BoostCap::device_max: return "device_max";
+    case BoostCap::domain_budget: return "domain_budget";
+  }
+  return "none";
+}
+
+DomainBoost boost_to_need(int n, int k, double need, double headroom_w,
+                          const DevicePowerModel& m) noexcept {
+  if (k <= 0 || n <= 0) return {};
+  if (k >= n) return {m.tdp_w, 1.0, 1.0, true, BoostCap::none};
+  if (std::isnan(need) || need <= 0.0) need = static_cast<double>(n) / k;
+  need = std::max(need, 1.0);
+  const double headroom = headroom_w > 0.0 ? headroom_w : 0.0;  // NaN and negatives count as 0
+  const double budget = n * m.tdp_w + headroom;
+  // The survivors' equal split, rounded down until k of them fit the budget.
+  double split = budget / k;
+  while (split * k > budget) split = std::nextafter(split, 0.0);
+  const double device_max = m.max_frac * m.tdp_w;
+  const double need_limit = m.tdp_w * std::pow(need, 1.0 / m.alpha);
+  const double reachable = std::min(split, device_max);
+  if (need_limit <= reachable) return {need_limit, need, need, true, BoostCap::none};
+  // Short of the need: the speed is what the reachable limit buys, clamped so
+  // rounding never lets an unmet domain look faster than a met one.
+  const double speed = std::min(std::pow(reachable / m.tdp_w, m.alpha), need);
+  const BoostCap cap = device_max <= split ? BoostCap::device_max : BoostCap::domain_budget;
+  return {reachable, speed, need, false, cap};
+}
+
 double domain_speedup(int n, int k, double headroom_w, const DevicePowerModel& m) noexcept {
-  return boost_domain(n, k, headroom_w, m).speedup;
+  return boost_to_need(n, k, 0.0, headroom_w, m).speedup;
 }
 
 double domain_limit_w(int n, int k, double headroom_w, const DevicePowerModel& m) noexcept {
-  return boost_domain(n, k, headroom_w, m).limit_w;
+  return boost_to_need(n, k, 0.0, headroom_w, m).limit_w;
 }
 
 void validate(const DevicePowerModel& m) {
@@ -81,16 +91,26 @@ void validate(const DevicePowerModel& m) {
 
 BoostPlan plan_boost(int n, const std::vector<int>& active, double headroom_w, long global_batch,
                      const DevicePowerModel& m) {
+  return plan_boost(n, active, {}, headroom_w, global_batch, m);
+}
+
+BoostPlan plan_boost(int n, const std::vector<int>& active, const std::vector<double>& needs,
+                     double headroom_w, long global_batch, const DevicePowerModel& m) {
   validate(m);
   validate_active(n, active, global_batch);
   if (!std::isfinite(headroom_w) || headroom_w < 0.0) reject("headroom_w must be finite and >= 0");
+  if (!needs.empty() && needs.size() != active.size()) {
+    reject("needs: " + std::to_string(needs.size()) + " entries for " +
+           std::to_string(active.size()) + " replicas");
+  }
   BoostPlan plan;
   std::vector<double> weights;
   plan.replicas.reserve(active.size());
   weights.reserve(active.size());
-  for (const int k : active) {
-    const DomainBoost boost = boost_domain(n, k, headroom_w, m);
-    plan.replicas.push_back({k, boost.limit_w, boost.speedup, 0});
+  for (std::size_t i = 0; i < active.size(); ++i) {
+    const int k = active[i];
+    const DomainBoost boost = boost_to_need(n, k, needs.empty() ? 0.0 : needs[i], headroom_w, m);
+    plan.replicas.push_back({k, boost.limit_w, boost.speedup, 0, boost.need, boost.cap});
     weights.push_back(effective_speed(n, boost, k));
   }
   const std::vector<long> shares = apportion(weights, global_batch);

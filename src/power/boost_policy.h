@@ -6,11 +6,14 @@
 // A domain is n GPUs joined by NVLink running one TP group. When only k of them
 // are active, each survivor does n/k of the work it did at TP n, so it needs a
 // per-GPU speed of n/k (relative to running at TDP) to keep pace with healthy
-// replicas. The failed GPUs no longer draw power: the domain budget
+// replicas — or whatever the caller knows it needs: the simulator's step
+// model (units split unevenly: the busiest GPU of a TP-30 group holds 5 of 128
+// heads, and needs 1.14x, not 32/30), or the trainer's measured step times. The failed GPUs no longer draw power: the domain budget
 // n * tdp + headroom is shared by the k survivors, up to each device's maximum,
 // and never beyond what reaching n/k needs. What the budget cannot cover, the
 // batch shares rebalance: a replica's share is proportional to its effective
-// speed k/n * speedup, so every replica's step takes the same time.
+// speed speedup / need (k/n * speedup for the need n/k), so every replica's
+// step takes the same time.
 //
 // Formulas: docs/power.md.
 #include <vector>
@@ -24,6 +27,28 @@ struct DevicePowerModel {
   double max_frac = 1.3;  // per-device maximum limit = max_frac * tdp_w
   double alpha = 0.65;    // speed-vs-power exponent near TDP
 };
+
+// What stopped a boost short of its need: nothing (the need is met), the
+// per-device maximum, or the domain's budget shared by the survivors.
+enum class BoostCap { none, device_max, domain_budget };
+const char* to_string(BoostCap cap) noexcept;
+
+// What the policy decides for one domain.
+struct DomainBoost {
+  double limit_w = 0.0;     // per-GPU power limit of the active GPUs
+  double speedup = 0.0;     // per-GPU speed it buys, relative to TDP
+  double need = 0.0;        // the speed the domain needed (>= 1; 0 when it sits out)
+  bool need_met = false;    // speedup == need
+  BoostCap cap = BoostCap::none;  // what binds when the need is not met
+};
+
+// The policy for a domain of n GPUs with k active that needs per-GPU speed
+// `need` (relative to TDP; values below 1 count as 1, NaN or a need <= 0
+// means n/k, +infinity is never met) to keep pace: the limit reaching the need,
+// capped by max_frac * tdp_w and by the budget (n * tdp_w + headroom_w) / k.
+// k >= n -> {tdp_w, 1, 1, met}; k <= 0 -> all 0. O(1), noexcept.
+DomainBoost boost_to_need(int n, int k, double need, double headroom_w,
+                          const DevicePowerModel& m) noexcept;
 
 // Per-GPU speed-up (relative to TDP) that the policy gives a domain of n GPUs
 // with k active, when the domain budget is n * tdp_w + headroom_w:
@@ -47,6 +72,8 @@ struct ReplicaBoost {
   double limit_w = 0.0;  // per-GPU power limit in that domain (0 when it sits out)
   double speedup = 0.0;  // modelled per-GPU speed relative to TDP
   long share = 0;        // sequences of the global batch per step
+  double need = 0.0;     // the speed it needed (n/k unless given)
+  BoostCap cap = BoostCap::none;  // what kept the speed-up below the need
 };
 
 struct BoostPlan {
@@ -55,13 +82,18 @@ struct BoostPlan {
 
 // Limits, speed-ups and `proportional` batch shares for one k per replica.
 // Shares are integers summing exactly to global_batch, proportional to each
-// replica's effective speed k/n * speedup (a replica whose need is met counts
+// replica's effective speed speedup / need (a replica whose need is met counts
 // exactly 1.0), by largest remainder with ties going to the lower replica index.
 // Throws std::invalid_argument naming the field (n, active[i], headroom_w,
 // global_batch, tdp_w, max_frac, alpha) on bad input, and when global_batch > 0
 // but every replica sits out.
 BoostPlan plan_boost(int n, const std::vector<int>& active, double headroom_w, long global_batch,
                      const DevicePowerModel& m);
+// The same with the speed each replica needs (`needs[i]`, see boost_to_need;
+// empty = n/k for every replica). Throws std::invalid_argument naming `needs`
+// when its size is neither 0 nor active.size().
+BoostPlan plan_boost(int n, const std::vector<int>& active, const std::vector<double>& needs,
+                     double headroom_w, long global_batch, const DevicePowerModel& m);
 
 // `proportional` shares without power boost (power off): weights k/n.
 // Same rounding, validation and guarantees as plan_boost.

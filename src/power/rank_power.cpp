@@ -52,9 +52,10 @@ RankPower::~RankPower() {
   guard_.reset();      // restores
 }
 
-BoostPlan RankPower::plan(int n, const std::vector<int>& active, long global_batch) const {
+BoostPlan RankPower::plan(int n, const std::vector<int>& active, long global_batch,
+                          const std::vector<double>& needs) const {
   if (options_.mode != PowerMode::off) {
-    return plan_boost(n, active, options_.headroom_w, global_batch, options_.model);
+    return plan_boost(n, active, needs, options_.headroom_w, global_batch, options_.model);
   }
   const std::vector<long> shares = shares_without_boost(n, active, global_batch);
   BoostPlan plan;
@@ -72,7 +73,9 @@ PowerDecision RankPower::apply(const BoostPlan& plan, int n, int replica) {
   const ReplicaBoost& boost = plan.replicas[static_cast<std::size_t>(replica)];
   PowerDecision decision{replica,       boost.active, 0.0, boost.limit_w,
                          boost.speedup, boost.share,  0.0};
-  if (boost.active > 0) decision.need = static_cast<double>(n) / boost.active;
+  if (boost.active > 0) {
+    decision.need = boost.need > 0.0 ? boost.need : static_cast<double>(n) / boost.active;
+  }
   if (!guard_) return decision;
   guard_->apply(0, boost.limit_w);
   decision.device_limit_w = controller_->get_limit_w(0);

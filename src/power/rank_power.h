@@ -31,7 +31,7 @@ struct RankPowerOptions {
 struct PowerDecision {
   int replica = 0;
   int active = 0;               // k of the replica
-  double need = 0.0;            // n / k: the per-GPU speed that keeps pace
+  double need = 0.0;            // the per-GPU speed that keeps pace (n / k unless given)
   double limit_w = 0.0;         // planned per-GPU limit (0: power off or sitting out)
   double speedup = 0.0;         // modelled speed reached (1 when power is off)
   long share = 0;               // sequences of the global batch
@@ -49,8 +49,11 @@ class RankPower {
 
   PowerMode mode() const { return options_.mode; }
   // Pure and identical on every rank. Power off: speed-up 1, limit 0, shares
-  // k/n (shares_without_boost).
-  BoostPlan plan(int n, const std::vector<int>& active, long global_batch) const;
+  // k/n (shares_without_boost). `needs`: the speed-up each replica needs to
+  // keep pace (e.g. its step time at TDP over the healthy one, measured);
+  // empty = n/k (plan_boost).
+  BoostPlan plan(int n, const std::vector<int>& active, long global_batch,
+                 const std::vector<double>& needs = {}) const;
   // Sets this rank's GPU to the plan's limit for `replica` (restores it when the
   // replica is healthy or sits out). Throws PowerError if the device refuses;
   // the guard still restores on destruction.

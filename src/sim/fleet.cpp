@@ -54,7 +54,18 @@ int Fleet::active(int domain, int group) const {
          group_failed_[static_cast<std::size_t>(domain * topo_.groups_per_domain + group)];
 }
 
-SparePool::SparePool(const Topology& topo) : topo_(topo) { reset(); }
+int Fleet::lowest_active(int domain) const {
+  int low = topo_.tp;
+  for (int g = 0; g < topo_.groups_per_domain; ++g) low = std::min(low, active(domain, g));
+  return low;
+}
+
+SparePool::SparePool(const Topology& topo) : SparePool(topo, topo.tp) {}
+
+SparePool::SparePool(const Topology& topo, int complete_below)
+    : topo_(topo), complete_below_(complete_below) {
+  reset();
+}
 
 void SparePool::reset() {
   const auto job = static_cast<std::size_t>(topo_.job_domains);
@@ -74,7 +85,9 @@ void SparePool::reset() {
 }
 
 bool SparePool::needs_spare(int logical, const Fleet& fleet) const {
-  return !swapping_[static_cast<std::size_t>(logical)] && fleet.failed_gpus(physical(logical)) > 0;
+  return !swapping_[static_cast<std::size_t>(logical)] &&
+         fleet.failed_gpus(physical(logical)) > 0 &&
+         fleet.lowest_active(physical(logical)) < complete_below_;
 }
 
 void SparePool::request(int logical, const Fleet& fleet, std::vector<Swap>& start) {

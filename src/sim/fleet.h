@@ -39,6 +39,7 @@ class Fleet {
   void repair(int element);
   bool down(int element) const { return down_[static_cast<std::size_t>(element)] != 0; }
   int active(int domain, int group) const;  // active GPUs of a TP group
+  int lowest_active(int domain) const;      // of the domain's TP groups
   int failed_gpus(int domain) const { return domain_failed_[static_cast<std::size_t>(domain)]; }
   const Topology& topology() const { return topo_; }
 
@@ -51,9 +52,11 @@ class Fleet {
 };
 
 // Hot spare domains: which physical domain serves each logical job domain.
-// A job domain that fails takes a free healthy spare (swap_hours later it is
-// served by it); without one it waits in FIFO order. A failed domain that is
-// repaired while unused becomes a spare.
+// A job domain with a TP group below `complete_below` active GPUs takes a free
+// healthy spare (swap_hours later it is served by it); without one it waits in
+// FIFO order. A failed domain that is repaired while unused becomes a spare.
+// complete_below = tp swaps on any failed GPU; a policy whose degraded groups
+// still train well keeps its spares free to form new replicas instead.
 class SparePool {
  public:
   struct Swap {
@@ -62,6 +65,7 @@ class SparePool {
   };
 
   explicit SparePool(const Topology& topo);
+  SparePool(const Topology& topo, int complete_below);
   void reset();
   int physical(int logical) const { return physical_[static_cast<std::size_t>(logical)]; }
   int logical(int physical) const { return logical_[static_cast<std::size_t>(physical)]; }
@@ -78,6 +82,7 @@ class SparePool {
   bool needs_spare(int logical, const Fleet& fleet) const;
 
   Topology topo_;
+  int complete_below_;
   std::vector<int> physical_;   // logical job domain -> physical domain
   std::vector<int> logical_;    // physical domain -> logical (-1: unused)
   std::vector<char> swapping_;  // logical domain has a swap in flight

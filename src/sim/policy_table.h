@@ -4,6 +4,7 @@
 // the shared power policy). The event loop then only looks numbers up.
 #include <vector>
 
+#include "power/boost_policy.h"
 #include "sim/scenario.h"
 #include "sim/step_model.h"
 
@@ -18,6 +19,9 @@ struct PolicyTable {
   std::vector<double> speed;
   // TP degree the group runs (and syncs gradients) at; 0 when it sits out.
   std::vector<int> run_tp;
+  // Power above TDP such a group draws (W): ntp-pw's boosted GPUs, run_tp x
+  // (limit - TDP); 0 for every other policy.
+  std::vector<double> extra_w;
   bool participates(int k) const { return run_tp[static_cast<std::size_t>(k)] > 0; }
 };
 
@@ -25,9 +29,10 @@ struct PolicyTable {
 // else k rounded down to a multiple of tp_step; 0 below min_tp.
 int ntp_run_tp(const Scenario& s, int k);
 
-// Per-GPU speed-up the power policy reaches for a TP group running at
-// run_tp of tp (1 for healthy groups).
-double boost_speedup(const Scenario& s, int run_tp);
+// What the shared power policy decides for a TP group running at run_tp of
+// tp: the boost toward the speed-up the step model says it needs, within
+// power.max_frac and the group's share of the domain budget.
+power::DomainBoost boost_for(const Scenario& s, const StepModel& model, int run_tp);
 
 PolicyTable make_policy_table(Policy policy, const Scenario& s, const StepModel& model);
 

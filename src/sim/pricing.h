@@ -22,15 +22,28 @@ class Pricing {
   // policy when the global batch is fixed (spares fill the gap).
   bool uses_spares(Policy p) const;
   // Throughput relative to failure-free, given the job without spares (raw)
-  // and with the spare pool applied (spared). ckpt-restart has no static
-  // value: it restarts at full size, and its cost is in the timeline.
-  double value(Policy p, const ReplicaView& raw, const ReplicaView& spared) const;
+  // and with the spare pool applied (spared), and the free healthy spare
+  // domains (with a fixed global batch they form extra replicas).
+  // ckpt-restart has no static value: it restarts at full size, and its cost
+  // is in the timeline.
+  double value(Policy p, const ReplicaView& raw, const ReplicaView& spared,
+               int free_spare_domains = 0) const;
+  // Spare domains the policy needs for a fixed-batch job in the state `raw`
+  // to take the whole global batch (throughput.h, spares_for_full_batch).
+  int spares_needed(Policy p, const ReplicaView& raw) const;
+  // With a fixed global batch, the policy swaps a spare in for a job domain
+  // with a TP group below this many active GPUs (completing its replica) and
+  // keeps the other spares free to form new replicas: completing gains the
+  // replica 1 - share, a spare forming replicas gains groups_per_domain / pp.
+  int complete_below(Policy p) const;
 
  private:
   StepModel model_;
   StepTable steps_;
   std::array<PolicyTable, kPolicyCount> tables_;
   ThroughputOptions options_;
+  int groups_per_domain_;
+  double forming_gain_;  // replicas a spare domain forms: groups_per_domain / pp, at most 1
 };
 
 }  // namespace ntp::sim

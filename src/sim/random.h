@@ -49,6 +49,13 @@ class Rng {
   std::uint64_t s_[4];
 };
 
+// Counter-based streams: draw `i` of stream `key` of element `element` has a
+// generator of its own, so what one element draws never depends on how many
+// draws any other element made (or on how many elements there are).
+inline Rng element_draw(std::uint64_t key, int element, std::uint32_t i) {
+  return Rng(Rng::mix(Rng::mix(key, static_cast<std::uint64_t>(element)), i));
+}
+
 inline double sample_exponential(Rng& rng, double mean) { return -std::log(rng.open01()) * mean; }
 
 // Weibull with the given shape and mean: scale = mean / Gamma(1 + 1/shape).

@@ -49,6 +49,13 @@ json snapshot_json(const StudyPoint& p) {
   return {{"placements", p.snapshot->placements}, {"points", points}};
 }
 
+// ntp-pw's boost energy as a fraction of the job's energy at TDP.
+double boost_energy_share(const StudyPoint& p) {
+  const TimelineResult& t = *p.timeline;
+  const double job_kwh = p.scenario.cluster.gpus * p.scenario.cluster.tdp_w * t.duration_hours / 1000.0;
+  return t.boost_energy_kwh_mean / job_kwh;
+}
+
 json timeline_json(const StudyPoint& p) {
   const TimelineResult& t = *p.timeline;
   json policies;
@@ -59,16 +66,30 @@ json timeline_json(const StudyPoint& p) {
                   {"goodput_min", s.goodput_min},
                   {"loss_percent", 100.0 * (1.0 - s.goodput_mean)},
                   {"pause_hours", s.pause_hours_mean},
-                  {"spares_for_zero_pause", s.spares_needed_max}};
+                  {"spares_for_zero_pause", s.spares_needed_max},
+                  {"spares_for_zero_pause_mean", s.spares_needed_mean}};
+    if (pol == Policy::kNtpPw) {
+      entry["boost_energy_kwh_per_day"] = t.boost_energy_kwh_mean / (t.duration_hours / 24.0);
+      entry["boost_energy_percent"] = 100.0 * boost_energy_share(p);
+    }
     if (pol == Policy::kCkptRestart) {
       entry["spares_for_zero_pause"] = nullptr;  // it pauses at every failure whatever the spares
+      entry["spares_for_zero_pause_mean"] = nullptr;
       entry["lost_work_hours"] = t.ckpt_lost_hours_mean;
       entry["interval_hours"] = finite_or(t.ckpt_interval_hours, -1.0);
     }
     policies[policy_name(pol)] = entry;
   }
+  json above = json::array();
+  for (std::size_t j = 0; j < t.above_threshold_mean.size(); ++j) {
+    above.push_back({{"percent", p.scenario.run.thresholds_percent[j]},
+                     {"time_share", t.above_threshold_mean[j]},
+                     {"time_share_max", t.above_threshold_max[j]}});
+  }
   return {{"duration_hours", t.duration_hours},
           {"seeds", t.seeds},
+          {"warmup_days", p.scenario.run.warmup_days},
+          {"failed_above_threshold", above},
           {"failures_per_seed", t.failures_mean},
           {"failed_fraction", t.failed_fraction_mean},
           {"peak_failed_gpus_mean", t.peak_failed_gpus_mean},
@@ -167,7 +188,8 @@ std::string snapshot_csv(const Study& study) {
 std::string timeline_summary_csv(const Study& study) {
   std::ostringstream os;
   os << "sweep_value,policy,goodput,goodput_stderr,goodput_min,loss_percent,pause_hours,"
-        "spares_for_zero_pause,failed_fraction,peak_failed_gpus_max,failures_per_seed\n";
+        "spares_for_zero_pause,failed_fraction,peak_failed_gpus_max,failures_per_seed,"
+        "spares_for_zero_pause_mean\n";
   for (const StudyPoint& p : study.points) {
     if (!p.timeline) continue;
     const TimelineResult& t = *p.timeline;
@@ -178,7 +200,8 @@ std::string timeline_summary_csv(const Study& study) {
          << fmt(100.0 * (1.0 - s.goodput_mean)) << "," << fmt(s.pause_hours_mean) << ","
          << (pol == Policy::kCkptRestart ? "" : fmt(s.spares_needed_max)) << ","
          << fmt(t.failed_fraction_mean) << ","
-         << t.peak_failed_gpus_max << "," << fmt(t.failures_mean) << "\n";
+         << t.peak_failed_gpus_max << "," << fmt(t.failures_mean) << ","
+         << (pol == Policy::kCkptRestart ? "" : fmt(s.spares_needed_mean)) << "\n";
     }
   }
   return os.str();
@@ -244,18 +267,53 @@ Chart failure_timeline_chart(const StudyPoint& point) {
   return c;
 }
 
+namespace {
+
+// A series of `metric(point)` against the swept value; empty when a value is
+// not a number or the study is not a timeline sweep.
+template <typename Metric>
+Series sweep_series(const Study& study, const std::string& name, Metric metric, bool right) {
+  Series s{name, {}, {}, false, true, right};
+  if (study.sweep_key.empty() || !study.points.front().timeline) return s;
+  for (const StudyPoint& p : study.points) {
+    double x = 0;
+    if (!numeric(p.sweep_value, x)) return Series{};
+    s.x.push_back(x);
+    s.y.push_back(metric(*p.timeline));
+  }
+  return s;
+}
+
+}  // namespace
+
 Chart sweep_chart(const Study& study) {
   Chart c{"Goodput loss vs " + study.sweep_key, study.sweep_key, "goodput loss (%)", "", {}};
-  if (study.sweep_key.empty() || !study.points.front().timeline) return c;
   for (const Policy pol : compared(study.points.front())) {
-    Series s{policy_name(pol), {}, {}, false, true, false};
-    for (const StudyPoint& p : study.points) {
-      double x = 0;
-      if (!numeric(p.sweep_value, x)) return Chart{};
-      s.x.push_back(x);
-      s.y.push_back(100.0 * (1.0 - p.timeline->policy[idx(pol)].goodput_mean));
-    }
-    c.series.push_back(s);
+    Series s = sweep_series(study, policy_name(pol), [&](const TimelineResult& t) {
+      return 100.0 * (1.0 - t.policy[idx(pol)].goodput_mean);
+    }, false);
+    if (s.x.empty()) return Chart{};
+    c.series.push_back(std::move(s));
+  }
+  return c;
+}
+
+Chart spares_vs_boost_chart(const Study& study) {
+  Chart c{"Spares for zero pause and boost energy vs " + study.sweep_key, study.sweep_key,
+          "spare domains for zero pause (worst seed)", "ntp-pw boost energy (kWh per day)", {}};
+  const std::vector<Policy> pols = compared(study.points.front());
+  for (const Policy pol : pols) {
+    if (pol == Policy::kCkptRestart) continue;
+    Series s = sweep_series(study, policy_name(pol), [&](const TimelineResult& t) {
+      return t.policy[idx(pol)].spares_needed_max;
+    }, false);
+    if (s.x.empty()) return Chart{};
+    c.series.push_back(std::move(s));
+  }
+  if (std::find(pols.begin(), pols.end(), Policy::kNtpPw) != pols.end()) {
+    c.series.push_back(sweep_series(study, "ntp-pw energy", [](const TimelineResult& t) {
+      return t.boost_energy_kwh_mean / (t.duration_hours / 24.0);
+    }, true));
   }
   return c;
 }
@@ -307,15 +365,16 @@ void timeline_table(std::ostringstream& os, const StudyPoint& p) {
   os << cell("%d seeds x %.3g days: %.1f failures per run, peak %d failed GPUs, mean failed %.4f %%\n",
              t.seeds, t.duration_hours / 24.0, t.failures_mean, t.peak_failed_gpus_max,
              100.0 * t.failed_fraction_mean);
-  os << cell("%-12s %8s %8s %8s %7s %8s %7s\n", "policy", "goodput", "stderr", "worst", "loss_%",
-             "pause_h", "spares");
+  os << cell("%-12s %8s %8s %8s %7s %8s %7s %7s\n", "policy", "goodput", "stderr", "worst", "loss_%",
+             "pause_h", "spares", "mean");
   for (const Policy pol : compared(p)) {
     const PolicySummary& s = t.policy[idx(pol)];
     os << cell("%-12s %8.4f %8.4f %8.4f %7.2f %8.2f", policy_name(pol), s.goodput_mean,
                s.goodput_stderr, s.goodput_min, 100.0 * (1.0 - s.goodput_mean), s.pause_hours_mean);
     // ckpt-restart pauses at every failure whatever the spares: no count stops that.
-    os << (pol == Policy::kCkptRestart ? cell(" %7s\n", "-")
-                                       : cell(" %7ld\n", static_cast<long>(s.spares_needed_max)));
+    os << (pol == Policy::kCkptRestart
+               ? cell(" %7s %7s\n", "-", "-")
+               : cell(" %7ld %7.1f\n", static_cast<long>(s.spares_needed_max), s.spares_needed_mean));
   }
   const std::vector<Policy> pols = compared(p);
   if (std::find(pols.begin(), pols.end(), Policy::kCkptRestart) != pols.end() &&
@@ -323,7 +382,16 @@ void timeline_table(std::ostringstream& os, const StudyPoint& p) {
     os << cell("ckpt-restart: checkpoint every %.3g min, %.2f h of work lost per run\n",
                60.0 * t.ckpt_interval_hours, t.ckpt_lost_hours_mean);
   }
-  os << "(spares: spare domains for zero pause with a fixed global batch, worst seed)\n";
+  if (std::find(pols.begin(), pols.end(), Policy::kNtpPw) != pols.end()) {
+    os << cell("ntp-pw: boosted GPUs draw %.1f kWh per day above TDP, %.4f %% of the job's energy\n",
+               t.boost_energy_kwh_mean / (t.duration_hours / 24.0), 100.0 * boost_energy_share(p));
+  }
+  for (std::size_t j = 0; j < t.above_threshold_mean.size(); ++j) {
+    os << cell("more than %g %% of GPUs failed: %.3f %% of the time (worst seed %.3f %%)\n",
+               p.scenario.run.thresholds_percent[j], 100.0 * t.above_threshold_mean[j],
+               100.0 * t.above_threshold_max[j]);
+  }
+  os << "(spares: spare domains for zero pause with a fixed global batch, worst seed and mean)\n";
 }
 
 }  // namespace
@@ -339,6 +407,28 @@ std::string text_summary(const Study& study) {
     if (p.timeline) timeline_table(os, p);
   }
   return os.str();
+}
+
+void prepare_output_dir(const std::string& dir, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    throw std::invalid_argument("--out " + dir + ": exists and is not a folder");
+  }
+  if (fs::is_directory(dir, ec) && !fs::is_empty(dir, ec) && !force) {
+    throw std::invalid_argument("--out " + dir +
+                                ": the folder is not empty (--force writes into it anyway)");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("--out " + dir + ": cannot create the folder: " + ec.message());
+  const fs::path probe = fs::path(dir) / ".ntp-sim-write-test";
+  {
+    std::ofstream out(probe);
+    if (!out || !(out << "ok\n") || !out.flush()) {
+      throw std::runtime_error("--out " + dir + ": cannot write into the folder");
+    }
+  }
+  fs::remove(probe, ec);
 }
 
 std::vector<std::string> write_report(const Study& study, const std::string& dir) {
@@ -369,6 +459,9 @@ std::vector<std::string> write_report(const Study& study, const std::string& dir
     write_file(root / "failure_timeline.svg", render_svg(failure_timeline_chart(first)), written);
     if (const Chart c = sweep_chart(study); !c.series.empty()) {
       write_file(root / "sweep.svg", render_svg(c), written);
+    }
+    if (const Chart c = spares_vs_boost_chart(study); !c.series.empty()) {
+      write_file(root / "spares_vs_boost.svg", render_svg(c), written);
     }
     if (const Chart c = spares_vs_pause_chart(study); !c.series.empty()) {
       write_file(root / "spares_vs_pause.svg", render_svg(c), written);

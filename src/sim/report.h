@@ -24,9 +24,16 @@ std::string timeline_series_csv(const Study& study);  // one row per point and t
 Chart loss_vs_failed_fraction_chart(const StudyPoint& point);
 Chart failure_timeline_chart(const StudyPoint& point);
 Chart sweep_chart(const Study& study);          // goodput loss vs the swept value
+// Spares for zero pause per policy and ntp-pw's boost energy vs the swept value.
+Chart spares_vs_boost_chart(const Study& study);
 Chart spares_vs_pause_chart(const Study& study);  // when the sweep key is spares.domains
 
 std::string text_summary(const Study& study);
+
+// Readies `dir` for write_report before anything runs: creates it, refuses a
+// folder with files in it unless `force` (std::invalid_argument naming
+// --out), and proves it writable (std::runtime_error naming the path).
+void prepare_output_dir(const std::string& dir, bool force);
 
 // Writes summary.json, the CSVs and the SVGs into `dir` (created if needed);
 // returns the paths written. Throws std::runtime_error naming the path.

@@ -113,6 +113,8 @@ struct RunSpec {
   std::uint64_t seed = 1;
   int threads = 2;
   double bucket_hours = 6.0;
+  double warmup_days = 0.0;  // failure process run this long before time 0 (warm start)
+  std::vector<double> thresholds_percent;  // report the time with more than X % of GPUs failed
 };
 
 struct SnapshotSpec {

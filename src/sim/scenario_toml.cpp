@@ -291,6 +291,16 @@ RunSpec read_run(Section s) {
   r.seed = static_cast<std::uint64_t>(s.integer("seed", 1, 0, std::numeric_limits<std::int64_t>::max()));
   r.threads = s.small_int("threads", r.threads, 1, 1024);
   r.bucket_hours = s.number("bucket_hours", r.bucket_hours, 1e-3, 1e6);
+  r.warmup_days = s.number("warmup_days", r.warmup_days, 0.0, 36500.0);
+  if (const toml::array* a = s.array("thresholds_percent")) {
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      const std::string where = s.key_path("thresholds_percent") + "[" + std::to_string(i) + "]";
+      double v = -1.0;
+      if (auto d = (*a)[i].value<double>()) v = *d;
+      if (!(v >= 0.0 && v <= 100.0)) fail(s.source(), where, "expected a percentage in [0, 100]");
+      r.thresholds_percent.push_back(v);
+    }
+  }
   s.finish();
   return r;
 }
@@ -390,6 +400,91 @@ Scenario scenario_from_table(const toml::table& table, const std::string& source
     throw std::invalid_argument(source + ": " + e.what());
   }
   return s;
+}
+
+namespace {
+
+toml::table repair_table(const RepairSpec& r) {
+  switch (r.kind) {
+    case RepairKind::kFixed: return toml::table{{"dist", "fixed"}, {"hours", r.a_hours}};
+    case RepairKind::kExponential: return toml::table{{"dist", "exponential"}, {"mean_hours", r.a_hours}};
+    case RepairKind::kUniform:
+      return toml::table{{"dist", "uniform"}, {"min_hours", r.a_hours}, {"max_hours", r.b}};
+    case RepairKind::kLognormal:
+      return toml::table{{"dist", "lognormal"}, {"mean_hours", r.a_hours}, {"sigma", r.b}};
+  }
+  return {};
+}
+
+toml::table failures_table(const FailureSpec& f) {
+  toml::table t{
+      {"rate_per_gpu_day", f.rate_per_gpu_day},
+      {"rate_multiplier", f.rate_multiplier},
+      {"distribution", f.distribution == FailureDist::kWeibull ? "weibull" : "exponential"},
+      {"weibull_shape", f.weibull_shape},
+      {"blast_radius", f.blast_radius},
+      {"hardware", toml::table{{"share", f.hardware_share}, {"repair", repair_table(f.hardware_repair)}}},
+      {"software",
+       toml::table{{"share", 1.0 - f.hardware_share}, {"repair", repair_table(f.software_repair)}}}};
+  if (!f.trace.empty()) t.insert("trace", f.trace);
+  return t;
+}
+
+toml::table policies_table(const PolicySpec& p) {
+  toml::array compare;
+  for (const Policy policy : p.compare) compare.push_back(policy_name(policy));
+  toml::table ckpt{{"write_s", p.ckpt.write_s}, {"restart_s", p.ckpt.restart_s}};
+  if (p.ckpt.interval_hours > 0.0) {
+    ckpt.insert("interval_hours", p.ckpt.interval_hours);
+  } else {
+    ckpt.insert("interval_hours", "optimal");
+  }
+  return toml::table{{"compare", compare},
+          {"pack", p.pack},
+          {"fixed_global_batch", p.fixed_global_batch},
+          {"reconfig_s", p.reconfig_s},
+          {"rejoin_s", p.rejoin_s},
+          {"ckpt", ckpt}};
+}
+
+}  // namespace
+
+toml::table scenario_to_table(const Scenario& s) {
+  const ClusterSpec& c = s.cluster;
+  const ModelSpec& m = s.model;
+  const ParallelSpec& p = s.parallel;
+  const EfficiencySpec& e = s.efficiency;
+  toml::array fractions;
+  for (const double f : s.snapshot.failed_fractions) fractions.push_back(f);
+  toml::array thresholds;
+  for (const double x : s.run.thresholds_percent) thresholds.push_back(x);
+  return toml::table{
+      {"cluster", toml::table{{"gpus", c.gpus}, {"domain_size", c.domain_size},
+                              {"nvlink_gbps", c.nvlink_gbps}, {"nic_gbps", c.nic_gbps},
+                              {"peak_tflops", c.peak_tflops}, {"tdp_w", c.tdp_w}}},
+      {"model", toml::table{{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads},
+                            {"ffn", m.ffn}, {"vocab", m.vocab}, {"seq_len", m.seq_len},
+                            {"global_batch_tokens", m.global_batch_tokens},
+                            {"micro_batch", m.micro_batch}, {"act_bytes", m.act_bytes},
+                            {"grad_bytes", m.grad_bytes}}},
+      {"parallelism", toml::table{{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp},
+                                  {"virtual_stages", p.virtual_stages}, {"tp_step", p.tp_step},
+                                  {"min_tp", p.min_tp}}},
+      {"efficiency", toml::table{{"gemm", e.gemm}, {"nvlink", e.nvlink}, {"nic", e.nic},
+                                 {"tp_overlap", e.tp_overlap}, {"dp_overlap", e.dp_overlap}}},
+      {"failures", failures_table(s.failures)},
+      {"spares", toml::table{{"domains", s.spares.domains}, {"swap_hours", s.spares.swap_hours}}},
+      {"power", toml::table{{"max_frac", s.power.max_frac}, {"alpha", s.power.alpha},
+                            {"headroom_w", s.power.headroom_w}}},
+      {"policies", policies_table(s.policies)},
+      {"run", toml::table{{"mode", s.run.mode == Mode::kSnapshot ? "snapshot" : "timeline"},
+                          {"duration_days", s.run.duration_days}, {"seeds", s.run.seeds},
+                          {"seed", static_cast<std::int64_t>(s.run.seed)},
+                          {"threads", s.run.threads}, {"bucket_hours", s.run.bucket_hours},
+                          {"warmup_days", s.run.warmup_days},
+                          {"thresholds_percent", thresholds}}},
+      {"snapshot", toml::table{{"failed_fractions", fractions},
+                               {"placements", s.snapshot.placements}}}};
 }
 
 }  // namespace ntp::sim

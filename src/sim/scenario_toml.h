@@ -28,4 +28,8 @@ void set_override(toml::table& table, const std::string& key, const std::string&
 // Converts and validates. Every key not listed in docs/sim.md is rejected.
 Scenario scenario_from_table(const toml::table& table, const std::string& source);
 
+// The resolved scenario: every key with its value (defaults included), in
+// the form scenario_from_table reads back to the same Scenario.
+toml::table scenario_to_table(const Scenario& s);
+
 }  // namespace ntp::sim

@@ -43,11 +43,12 @@ class Placer {
     }
     // Spares replace the first failed domains, in the order failures were placed.
     const auto covered = std::min(domains_.size(), static_cast<std::size_t>(s_.spares.domains));
+    const int free_spares = s_.spares.domains - static_cast<int>(covered);
     for (std::size_t i = 0; i < domains_.size(); ++i) set_domain(domains_[i], i < covered);
 
     Sample out;
     for (std::size_t i = 0; i < kPolicyCount; ++i) {
-      out.value[i] = pricing_.value(static_cast<Policy>(i), raw_, spared_);
+      out.value[i] = pricing_.value(static_cast<Policy>(i), raw_, spared_, free_spares);
     }
     out.healthy_groups = static_cast<double>(raw_.groups_with()[static_cast<std::size_t>(s_.parallel.tp)]) /
                          raw_.groups();

@@ -1,18 +1,46 @@
 // Step-time model (formulas and sources: docs/sim.md, "Step-time model").
 #include "sim/step_model.h"
 
+#include "layout/replica_layout.h"
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace ntp::sim {
 namespace {
 
 double ceil_div(double units, int k) { return std::ceil(units / k); }
-double floor_div(double units, int k) { return std::floor(units / k); }
 
 // Ring all-reduce (or reduce-scatter + all-gather): each GPU sends and
 // receives 2 (g - 1) / g of the buffer.
 double ring_factor(double g) { return g > 1.0 ? 2.0 * (g - 1.0) / g : 0.0; }
+
+// A kind of NTP unit and the gradient elements one unit holds on a stage.
+struct UnitKind {
+  layout::Unit units;
+  double elements;
+};
+
+// The busiest GPU's pre-sync traffic (elements sent or received, the larger)
+// when a healthy replica of n slots reshards to degree K: the layout
+// library's plan for each unit kind, summed per slot.
+double busiest_reshard(const std::vector<UnitKind>& kinds, int n, int sync_tp) {
+  std::vector<int> all(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) all[static_cast<std::size_t>(i)] = i;
+  std::vector<double> sent(all.size(), 0.0);
+  std::vector<double> received(all.size(), 0.0);
+  for (const UnitKind& kind : kinds) {
+    const layout::ReplicaLayout l = layout::replica_layout(kind.units, n, all, sync_tp);
+    for (const layout::SlotTransfer& t : l.pre_sync) {
+      const double elements = static_cast<double>(t.units.size()) * kind.elements;
+      sent[static_cast<std::size_t>(t.from)] += elements;
+      received[static_cast<std::size_t>(t.to)] += elements;
+    }
+  }
+  return std::max(*std::max_element(sent.begin(), sent.end()),
+                  *std::max_element(received.begin(), received.end()));
+}
 
 }  // namespace
 
@@ -26,7 +54,18 @@ StepModel::StepModel(const Scenario& s)
       tokens_mb_(static_cast<double>(s.model.seq_len) * s.model.micro_batch),
       flop_rate_(s.cluster.peak_tflops * 1e12 * s.efficiency.gemm),
       nvlink_Bps_(s.cluster.nvlink_gbps * 1e9 / 2.0 * s.efficiency.nvlink),
-      nic_Bps_(s.cluster.nic_gbps * 1e9 / 8.0 * s.efficiency.nic) {}
+      nic_Bps_(s.cluster.nic_gbps * 1e9 / 8.0 * s.efficiency.nic),
+      reshard_elems_(static_cast<std::size_t>(tp_ + 1), 0.0) {
+  const double h = s.model.hidden;
+  const double head_dim = h / s.model.heads;
+  const std::vector<UnitKind> kinds{
+      {s.model.heads, layers_per_stage_ * 4.0 * h * head_dim},  // QKV rows + proj columns
+      {s.ffn(), layers_per_stage_ * 2.0 * h},                   // fc1 row + fc2 column
+      {s.model.vocab, h / s.parallel.pp}};                      // LM-head rows, spread over stages
+  for (int k = 1; k < tp_; ++k) {
+    reshard_elems_[static_cast<std::size_t>(k)] = busiest_reshard(kinds, tp_, k);
+  }
+}
 
 double StepModel::compute_s(int k) const {
   const double h = s_.model.hidden;
@@ -77,19 +116,17 @@ double StepModel::dp_sync_s(int sync_tp) const {
          reshard_s(sync_tp);
 }
 
+double StepModel::reshard_elements(int sync_tp) const {
+  if (sync_tp <= 0 || sync_tp >= tp_) return 0.0;
+  return reshard_elems_[static_cast<std::size_t>(sync_tp)];
+}
+
 double StepModel::reshard_s(int sync_tp) const {
-  if (sync_tp >= tp_) return 0.0;
-  // A healthy replica's core slot keeps its floor(U/n) units and receives the
-  // rest of its sync interval (ceil(U/K) units) from extra slots; the same
-  // volume goes back after the reduction.
-  const double h = s_.model.hidden;
-  const double head_dim = h / s_.model.heads;
-  const double heads = ceil_div(s_.model.heads, sync_tp) - floor_div(s_.model.heads, tp_);
-  const double neurons = ceil_div(s_.ffn(), sync_tp) - floor_div(s_.ffn(), tp_);
-  const double rows = ceil_div(s_.model.vocab, sync_tp) - floor_div(s_.model.vocab, tp_);
-  const double elems = layers_per_stage_ * (heads * 4.0 * h * head_dim + neurons * 2.0 * h) +
-                       rows * h / s_.parallel.pp;
-  return 2.0 * elems * s_.model.grad_bytes / nvlink_Bps_;
+  // A healthy replica's extra slots send their tails to the core slots before
+  // the reduction and take them back after (post_sync, the same volume); the
+  // busiest GPU's NVLink sets the time. (A degraded replica at k = K has no
+  // extra slot; one at K < k < n moves less than a healthy one.)
+  return 2.0 * reshard_elements(sync_tp) * s_.model.grad_bytes / nvlink_Bps_;
 }
 
 double StepModel::dp_exposed_s(int sync_tp) const {
@@ -102,6 +139,12 @@ double StepModel::dp_exposed_s(int sync_tp) const {
 
 double StepModel::step_s(int sync_tp) const {
   return (m_ + b_) * microbatch_s(tp_) + dp_exposed_s(sync_tp);
+}
+
+double StepModel::needed_speedup(int k) const {
+  if (k >= tp_) return 1.0;
+  const double left = microbatch_s(tp_) - (microbatch_s(k) - compute_s(k));  // time left for compute
+  return left > 0.0 ? compute_s(k) / left : std::numeric_limits<double>::infinity();
 }
 
 double StepModel::stage_speed(int k, double speedup) const {

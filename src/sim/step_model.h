@@ -2,6 +2,8 @@
 // Step-time model of one training step for a job whose TP groups may run at
 // reduced degree k of n. Every formula and its source is in docs/sim.md
 // ("Step-time model"). Pure: built once from a Scenario, then O(1) queries.
+#include <vector>
+
 #include "sim/scenario.h"
 
 namespace ntp::sim {
@@ -43,10 +45,17 @@ class StepModel {
   // the DP reduction on core slots plus the NVLink reshard of extra units.
   double dp_sync_s(int sync_tp) const;
   double reshard_s(int sync_tp) const;
+  // Gradient elements the busiest GPU of a healthy replica sends or receives
+  // in the pre-sync reshard to degree K: from the layout library's plan,
+  // L(U, all n slots, K), for heads, neurons and vocabulary rows.
+  double reshard_elements(int sync_tp) const;
   double dp_exposed_s(int sync_tp) const;
   // Step time when every replica runs its share at the healthy pace.
   double step_s(int sync_tp) const;
 
+  // The compute speed-up a stage at k needs to keep the healthy pace:
+  // tau(k, s) = tau(n, 1); +infinity when its communication alone is slower.
+  double needed_speedup(int k) const;
   // Pace of a stage at k with boost `speedup`, relative to a healthy stage.
   double stage_speed(int k, double speedup) const;
   // A replica's share of the global batch (relative to healthy) that finishes
@@ -67,6 +76,7 @@ class StepModel {
   double flop_rate_;   // achieved FLOP/s per GPU
   double nvlink_Bps_;  // achieved one-direction NVLink bytes/s per GPU
   double nic_Bps_;     // achieved NIC bytes/s per GPU
+  std::vector<double> reshard_elems_;  // per K = 0..tp, see reshard_elements()
 };
 
 }  // namespace ntp::sim

@@ -76,14 +76,11 @@ StudyPoint run_point(const toml::table& table, const std::string& source, std::s
   return point;
 }
 
-}  // namespace
-
-Study run_study(const toml::table& table, const std::string& source, const SweepSpec& sweep) {
-  Study study;
-  study.source = source;
-  // The scenario as run, with the sweep as a [sweep] table: values are written
-  // as the TOML they were parsed as, so strings come back quoted.
-  toml::table as_run = table;
+// The scenario as run, resolved (every key with its value; a sweep's first
+// value), with the sweep as a [sweep] table: values are written as the TOML
+// they were parsed as, so strings come back quoted.
+std::string resolved_toml(const Scenario& s, const SweepSpec& sweep) {
+  toml::table as_run = scenario_to_table(s);
   if (!sweep.key.empty()) {
     toml::array values;
     for (const std::string& v : sweep.values) values.push_back(std::move(*parse_value(v).get("v")));
@@ -91,7 +88,14 @@ Study run_study(const toml::table& table, const std::string& source, const Sweep
   }
   std::ostringstream text;
   text << as_run;
-  study.scenario_toml = text.str() + "\n";
+  return text.str() + "\n";
+}
+
+}  // namespace
+
+Study run_study(const toml::table& table, const std::string& source, const SweepSpec& sweep) {
+  Study study;
+  study.source = source;
   // One study is one mode over one set of policies: its tables and charts have
   // a column per policy and one layout per mode.
   for (const char* fixed : {"run.mode", "policies.compare"}) {
@@ -104,13 +108,13 @@ Study run_study(const toml::table& table, const std::string& source, const Sweep
   study.sweep_key = sweep.key;
   if (sweep.key.empty()) {
     study.points.push_back(run_point(table, source, ""));
-    return study;
   }
   for (const std::string& value : sweep.values) {
     toml::table copy = table;
     set_override(copy, sweep.key, value);
     study.points.push_back(run_point(copy, source + " [" + sweep.key + "=" + value + "]", value));
   }
+  study.scenario_toml = resolved_toml(study.points.front().scenario, sweep);
   return study;
 }
 

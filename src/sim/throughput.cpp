@@ -1,34 +1,30 @@
 #include "sim/throughput.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ntp::sim {
 namespace {
 
-// Replicas worth training and the TP degree the job syncs at. Without
-// packing a replica is worth its lowest stage; with packing the groups,
-// sorted by k, fill replicas pp at a time. Every replica that trains makes
-// the whole job sync at its degree, so the policy admits replicas from the
-// healthiest down and stops where admitting more would lower the throughput.
-struct Contribution {
-  double replicas = 0.0;
-  int sync_tp = 0;
-  double throughput = 0.0;  // relative to failure-free (fraction of dp replicas)
-};
-
-Contribution contribution(const ReplicaView& view, const PolicyTable& t, const StepTable& steps,
-                          bool pack) {
+// Walks the job's replicas from the healthiest down, as a policy admits them:
+// visit(capacity, sync_tp) after each k with replicas, where capacity is the
+// admitted replicas' worth in healthy replicas (each counts its share) and
+// sync_tp the lowest degree among them; stops when visit returns true.
+// Without packing a replica is worth its lowest stage; with packing the
+// groups, sorted by k, fill replicas pp at a time. `spare_groups` healthy
+// groups join at k = n (whole replicas of pp of them unless packed).
+template <class Visit>
+void admit(const ReplicaView& view, const PolicyTable& t, bool pack, int spare_groups, Visit visit) {
   const int tp = view.tp();
-  const double healthy = steps.step_s[static_cast<std::size_t>(tp)];
   const std::vector<int>& hist = pack ? view.groups_with() : view.replicas_with();
-  Contribution best;
-  double replicas_sum = 0.0;
+  double capacity = 0.0;
   int sync_tp = tp;
   int carry = 0;  // packed groups waiting to fill a replica
   for (int k = tp; k >= 0; --k) {
-    const int n = hist[static_cast<std::size_t>(k)];
+    int n = hist[static_cast<std::size_t>(k)];
+    if (k == tp) n += pack ? spare_groups : spare_groups / view.pp();
     const double share = t.share[static_cast<std::size_t>(k)];
-    if (share <= 0.0) break;  // shares only shrink with k
+    if (share <= 0.0) return;  // shares only shrink with k
     if (n == 0) continue;
     int replicas = n;
     if (pack) {
@@ -36,27 +32,85 @@ Contribution contribution(const ReplicaView& view, const PolicyTable& t, const S
       carry = (carry + n) % view.pp();
     }
     if (replicas == 0) continue;
-    replicas_sum += replicas * share;
+    capacity += replicas * share;
     sync_tp = std::min(sync_tp, t.run_tp[static_cast<std::size_t>(k)]);
-    const double value = replicas_sum / view.replicas() * healthy /
-                         steps.step_s[static_cast<std::size_t>(sync_tp)];
-    if (value > best.throughput) best = {replicas_sum, sync_tp, value};
+    if (visit(capacity, sync_tp)) return;
   }
+}
+
+double sync_pace(const StepTable& steps, int tp, int sync_tp) {
+  return steps.step_s[static_cast<std::size_t>(tp)] / steps.step_s[static_cast<std::size_t>(sync_tp)];
+}
+
+// Elastic batch: every replica that trains makes the whole job sync at its
+// degree, so the policy stops where admitting more would lower the throughput.
+double elastic_throughput(const ReplicaView& view, const PolicyTable& t, const StepTable& steps,
+                          bool pack) {
+  double best = 0.0;
+  admit(view, t, pack, 0, [&](double capacity, int sync_tp) {
+    best = std::max(best, capacity / view.replicas() * sync_pace(steps, view.tp(), sync_tp));
+    return false;
+  });
   return best;
 }
 
-double fixed_batch_throughput(const ReplicaView& view, const PolicyTable& t,
-                              const StepTable& steps) {
-  // The job needs every replica; the slowest one sets the pace.
-  const auto& hist = view.replicas_with();
-  int low = 0;
-  while (hist[static_cast<std::size_t>(low)] == 0) ++low;
-  const auto k = static_cast<std::size_t>(low);
-  if (!t.participates(low) || t.speed[k] <= 0.0) return 0.0;
-  const int sync = t.run_tp[k];
-  const double healthy = steps.step_s[static_cast<std::size_t>(view.tp())];
-  const double exposed = steps.step_s[static_cast<std::size_t>(sync)] - steps.pipeline_s;
-  return healthy / (steps.pipeline_s / t.speed[k] + exposed);
+// A whole replica's worth less a hair, so that shares summing to the global
+// batch in exact arithmetic are not refused for a rounding error.
+constexpr double kFullBatchSlack = 1e-9;
+
+// Fixed global batch: the job runs at the healthy pace (synced at the lowest
+// degree admitted) once the admitted replicas take dp replicas' worth of
+// samples, and pauses when all of them together fall short.
+double fixed_batch_throughput(const ReplicaView& view, const PolicyTable& t, const StepTable& steps,
+                              bool pack, int spare_groups) {
+  double value = 0.0;
+  admit(view, t, pack, spare_groups, [&](double capacity, int sync_tp) {
+    if (capacity < view.replicas() - kFullBatchSlack) return false;
+    value = sync_pace(steps, view.tp(), sync_tp);
+    return true;
+  });
+  return value;
+}
+
+bool takes_full_batch(const ReplicaView& view, const PolicyTable& t, bool pack, int spare_groups) {
+  bool full = false;
+  admit(view, t, pack, spare_groups, [&](double capacity, int) {
+    full = capacity >= view.replicas() - kFullBatchSlack;
+    return full;
+  });
+  return full;
+}
+
+// Without packing a spare domain either completes a degraded replica (taking
+// the place of its failed domain: the replica then counts 1, not its share)
+// or joins others to form a new replica (pp / groups-per-domain of them per
+// replica). Completions are taken from the lowest share up; the number taken
+// from a block of equal shares is 0, all, or just enough (the cost is linear
+// in between), so the minimum is found in O(n).
+int spares_unpacked(const ReplicaView& view, const PolicyTable& t, int groups_per_domain) {
+  const int tp = view.tp();
+  const std::vector<int>& hist = view.replicas_with();
+  double shortfall = view.replicas() - kFullBatchSlack;
+  for (int k = 0; k <= tp; ++k) shortfall -= hist[static_cast<std::size_t>(k)] * t.share[static_cast<std::size_t>(k)];
+  if (shortfall <= 0.0) return 0;
+  const auto forming = [&](double left) {  // domains that form replicas covering `left`
+    if (left <= 0.0) return 0;
+    const auto replicas = static_cast<long>(std::ceil(left));
+    return static_cast<int>((replicas * view.pp() + groups_per_domain - 1) / groups_per_domain);
+  };
+  int best = forming(shortfall);
+  int completed = 0;
+  double left = shortfall;
+  for (int k = 0; k < tp && left > 0.0; ++k) {
+    const int n = hist[static_cast<std::size_t>(k)];
+    const double gain = 1.0 - t.share[static_cast<std::size_t>(k)];
+    if (n == 0 || gain <= 0.0) continue;
+    const int enough = std::min(n, static_cast<int>(std::ceil(left / gain)));
+    best = std::min(best, completed + enough + forming(left - enough * gain));
+    completed += enough;
+    left -= enough * gain;
+  }
+  return best;
 }
 
 }  // namespace
@@ -68,9 +122,31 @@ StepTable::StepTable(const StepModel& model)
 }
 
 double throughput(const ReplicaView& view, const PolicyTable& table, const StepTable& steps,
-                  const ThroughputOptions& options) {
-  if (options.fixed_global_batch) return fixed_batch_throughput(view, table, steps);
-  return contribution(view, table, steps, options.pack).throughput;
+                  const ThroughputOptions& options, int spare_groups) {
+  if (options.fixed_global_batch) {
+    return fixed_batch_throughput(view, table, steps, options.pack, spare_groups);
+  }
+  return elastic_throughput(view, table, steps, options.pack);
+}
+
+int spares_for_full_batch(const ReplicaView& view, const PolicyTable& table, bool pack,
+                          int groups_per_domain) {
+  if (!pack) return spares_unpacked(view, table, groups_per_domain);
+  // Packed, a spare domain adds groups_per_domain healthy groups wherever
+  // they are needed, so the pool needed is the least count that suffices.
+  const int upper = (view.groups() + groups_per_domain - 1) / groups_per_domain;
+  if (!takes_full_batch(view, table, true, upper * groups_per_domain)) return upper;
+  int low = 0;
+  int high = upper;
+  while (low < high) {
+    const int mid = (low + high) / 2;
+    if (takes_full_batch(view, table, true, mid * groups_per_domain)) {
+      high = mid;
+    } else {
+      low = mid + 1;
+    }
+  }
+  return low;
 }
 
 }  // namespace ntp::sim

@@ -18,10 +18,23 @@ struct StepTable {
 
 struct ThroughputOptions {
   bool pack = false;                // regroup degraded TP groups into as few replicas as possible
-  bool fixed_global_batch = false;  // every replica keeps its share; the job waits or pauses
+  bool fixed_global_batch = false;  // keep the global batch: spares fill the gap, else pause
 };
 
+// Elastic batch: the admitted replicas' shares, at the lowest sync degree
+// among them. Fixed global batch: each admitted replica takes the samples its
+// pace allows (its share), `spare_groups` free healthy spare groups form extra
+// replicas; the job runs at the healthy pace (synced at the lowest degree it
+// admits) when they take the whole batch, else it pauses (0).
 double throughput(const ReplicaView& view, const PolicyTable& table, const StepTable& steps,
-                  const ThroughputOptions& options);
+                  const ThroughputOptions& options, int spare_groups = 0);
+
+// Spare domains (of groups_per_domain TP groups each) a fixed-batch job in
+// this state needs to take the whole batch: the cheapest mix of completing
+// degraded replicas and forming new ones (with `pack`: healthy groups added
+// anywhere). Swaps are taken as instant and counted one domain per degraded
+// replica, so this is a lower bound when a replica has several failed domains.
+int spares_for_full_batch(const ReplicaView& view, const PolicyTable& table, bool pack,
+                          int groups_per_domain);
 
 }  // namespace ntp::sim

@@ -2,6 +2,7 @@
 #include "sim/timeline.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <queue>
@@ -14,21 +15,37 @@ namespace ntp::sim {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr std::uint64_t kCkptStream = 0x636b7074;  // "ckpt": a stream apart from the fleet's
+// Stream keys: each seed's failures, repairs and ckpt-restart's replacement
+// hardware draw from streams of their own (docs/sim.md, "Random streams").
+constexpr std::uint64_t kCkptStream = 0x636b7074;    // "ckpt"
+constexpr std::uint64_t kUptimeStream = 0x75707469;  // "upti"
+constexpr std::uint64_t kRepairStream = 0x72657061;  // "repa"
 
 enum class EventKind { kFail = 0, kRepair = 1, kSwapDone = 2 };
 
 struct Event {
   double hours;
   EventKind kind;
-  int a;  // element, or logical domain of a swap
-  int b;  // trace index (kFail from a trace), or spare domain of a swap
+  int a;         // element, or logical domain of a swap
+  int b;         // trace index (kFail from a trace), or spare domain of a swap
+  int pool = 0;  // the spare pool of a swap (index into SeedRun::served_)
   bool operator>(const Event& o) const {
     if (hours != o.hours) return hours > o.hours;
     if (kind != o.kind) return kind > o.kind;
+    if (pool != o.pool) return pool > o.pool;
     if (a != o.a) return a > o.a;
     return b > o.b;
   }
+};
+
+// The job as a spare pool serves it: which spares stand in for which job
+// domains, and the job's TP groups as they then are.
+struct ServedJob {
+  ServedJob(const Topology& topo, const Scenario& s, int complete_below)
+      : pool(topo, complete_below), view(s.groups(), s.parallel.pp, s.parallel.tp) {}
+  SparePool pool;
+  ReplicaView view;
+  bool touched = false;  // this event changed `view`
 };
 
 // Adds rate * (overlap hours) to each bucket that [a, b) touches.
@@ -72,18 +89,29 @@ class SeedRun {
         trace_(trace),
         topo_(s),
         fleet_(topo_),
-        pool_(topo_),
         raw_(s.groups(), s.parallel.pp, s.parallel.tp),
-        spared_(s.groups(), s.parallel.pp, s.parallel.tp),
-        rng_(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index))),
-        ckpt_rng_(Rng::mix(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index)),
-                           kCkptStream)),
+        seed_key_(Rng::mix(s.run.seed, static_cast<std::uint64_t>(seed_index))),
+        uptime_key_(Rng::mix(seed_key_, kUptimeStream)),
+        repair_key_(Rng::mix(seed_key_, kRepairStream)),
+        draws_(static_cast<std::size_t>(topo_.elements()), 0),
+        ckpt_rng_(Rng::mix(seed_key_, kCkptStream)),
+        start_(-s.run.warmup_days * 24.0),
         end_(s.run.duration_days * 24.0),
         bucket_h_(s.run.bucket_hours),
         buckets_(static_cast<std::size_t>(std::ceil(end_ / bucket_h_ - 1e-9))),
         ckpt_tau_(ckpt_interval_hours(s, trace)),
         ckpt_write_(s.policies.ckpt.write_s / 3600.0) {
+    // Pool 0 completes every failed domain (dp-drop, spares); with a fixed
+    // global batch the NTP policies have a pool of their own that keeps
+    // spares free to form replicas (Pricing::complete_below).
+    served_.emplace_back(topo_, s, s.parallel.tp);
+    if (s.policies.fixed_global_batch) {
+      served_.emplace_back(topo_, s, pricing.complete_below(Policy::kNtp));
+    }
     for (auto& series : series_) series.assign(buckets_, 0.0);
+    for (const double x : s.run.thresholds_percent) threshold_gpus_.push_back(x / 100.0 * s.cluster.gpus);
+    above_h_.assign(threshold_gpus_.size(), 0.0);
+    now_ = start_;
     failed_series_.assign(buckets_, 0.0);
     for (const Policy p : s.policies.compare) active_[static_cast<std::size_t>(p)] = true;
     for (std::size_t p = 0; p < kPolicyCount; ++p) value_[p] = 1.0;
@@ -109,23 +137,28 @@ class SeedRun {
     return rate > 0.0 ? 1.0 / rate : kInf;
   }
 
-  double sample_uptime() {
+  // Element e's i-th uptime and i-th repair come from streams keyed by
+  // (seed, e, i): a job element's history is the same whatever the spare
+  // pool, the policies compared or the repair model (for its failure times).
+  double sample_uptime(int element) {
     const double mean = element_mean_uptime();
     if (!std::isfinite(mean)) return kInf;
+    Rng rng = element_draw(uptime_key_, element, draws_[static_cast<std::size_t>(element)]);
     if (s_.failures.distribution == FailureDist::kWeibull) {
-      return sample_weibull(rng_, s_.failures.weibull_shape, mean);
+      return sample_weibull(rng, s_.failures.weibull_shape, mean);
     }
-    return sample_exponential(rng_, mean);
+    return sample_exponential(rng, mean);
   }
 
-  double sample_repair() {
-    const bool hardware = rng_.open01() < s_.failures.hardware_share;
-    return sample_repair_hours(rng_, hardware ? s_.failures.hardware_repair
-                                              : s_.failures.software_repair);
+  double sample_repair(int element) {
+    Rng rng = element_draw(repair_key_, element, draws_[static_cast<std::size_t>(element)]);
+    const bool hardware = rng.open01() < s_.failures.hardware_share;
+    return sample_repair_hours(rng, hardware ? s_.failures.hardware_repair
+                                             : s_.failures.software_repair);
   }
 
-  void push(double hours, EventKind kind, int a, int b) {
-    if (hours < end_) events_.push({hours, kind, a, b});
+  void push(double hours, EventKind kind, int a, int b, int pool = 0) {
+    if (hours < end_) events_.push({hours, kind, a, b, pool});
   }
 
   void schedule_initial_failures() {
@@ -136,34 +169,35 @@ class SeedRun {
       }
       return;
     }
-    for (int e = 0; e < topo_.elements(); ++e) push(sample_uptime(), EventKind::kFail, e, -1);
+    for (int e = 0; e < topo_.elements(); ++e) {
+      push(start_ + sample_uptime(e), EventKind::kFail, e, -1);
+    }
   }
 
   // --- state changes -------------------------------------------------------
   void handle(const Event& e) {
-    swaps_.clear();
     raw_touched_ = false;
-    spared_touched_ = false;
+    job_failed_ = false;
+    for (ServedJob& served : served_) served.touched = false;
     double pause_s = s_.policies.rejoin_s;
     switch (e.kind) {
       case EventKind::kFail:
         if (fleet_.down(e.a)) return;  // a trace failure on a GPU already down
         on_fail(e.a, e.b >= 0 ? (*trace_)[static_cast<std::size_t>(e.b)].repair_hours
-                              : sample_repair());
+                              : sample_repair(e.a));
         pause_s = s_.policies.reconfig_s;
         break;
       case EventKind::kRepair:
         on_repair(e.a);
         break;
       case EventKind::kSwapDone: {
+        ServedJob& served = served_[static_cast<std::size_t>(e.pool)];
         const SparePool::Swap swap{e.a, e.b};
-        pool_.on_swap_done(swap, fleet_, swaps_);
-        refresh_spared(swap.spare);
+        served.pool.on_swap_done(swap, fleet_, swaps_);
+        refresh_served(served, swap.spare);
+        start_swaps(e.pool);
         break;
       }
-    }
-    for (const SparePool::Swap& swap : swaps_) {
-      push(now_ + s_.spares.swap_hours, EventKind::kSwapDone, swap.logical, swap.spare);
     }
     reprice(pause_s / 3600.0);
   }
@@ -171,48 +205,42 @@ class SeedRun {
   void on_fail(int element, double repair_hours) {
     const int domain = topo_.domain_of(element);
     const bool job = domain < topo_.job_domains;
-    const bool was_stalled = job && stalled(domain);
-    const bool was_failed = fleet_.failed_gpus(domain) > 0;
     fleet_.fail(element);
     push(now_ + repair_hours, EventKind::kRepair, element, -1);
     if (job) {
       refresh_raw(domain, element);
+      job_failed_ = true;
       failed_gpus_ += topo_.blast;
-      ++failures_;
-      peak_failed_gpus_ = std::max(peak_failed_gpus_, failed_gpus_);
-      failed_domains_ += was_failed ? 0 : 1;
-      stalled_domains_ += (!was_stalled && stalled(domain)) ? 1 : 0;
-      peak_failed_domains_ = std::max(peak_failed_domains_, failed_domains_);
-      peak_stalled_domains_ = std::max(peak_stalled_domains_, stalled_domains_);
-      ckpt_failure(now_);
+      if (now_ >= 0.0) {  // the warm-up only sets the state at time 0
+        ++failures_;
+        digest_ = Rng::mix(Rng::mix(digest_, static_cast<std::uint64_t>(element)),
+                           std::bit_cast<std::uint64_t>(now_));
+        peak_failed_gpus_ = std::max(peak_failed_gpus_, failed_gpus_);
+        ckpt_failure(now_);
+      }
     }
-    refresh_spared(domain);
-    pool_.on_failure(domain, fleet_, swaps_);
+    for (std::size_t i = 0; i < served_.size(); ++i) {
+      refresh_served(served_[i], domain);
+      served_[i].pool.on_failure(domain, fleet_, swaps_);
+      start_swaps(static_cast<int>(i));
+    }
   }
 
   void on_repair(int element) {
     const int domain = topo_.domain_of(element);
     const bool job = domain < topo_.job_domains;
-    const bool was_stalled = job && stalled(domain);
     fleet_.repair(element);
     if (job) {
       refresh_raw(domain, element);
       failed_gpus_ -= topo_.blast;
-      failed_domains_ -= fleet_.failed_gpus(domain) == 0 ? 1 : 0;
-      stalled_domains_ -= (was_stalled && !stalled(domain)) ? 1 : 0;
     }
-    refresh_spared(domain);
-    pool_.on_repair(domain, fleet_, swaps_);
-    if (!trace_) push(now_ + sample_uptime(), EventKind::kFail, element, -1);
-  }
-
-  // A job domain stalls an NTP job when one of its groups is below min_tp.
-  bool stalled(int domain) const {
-    const PolicyTable& ntp = pricing_.table(Policy::kNtp);
-    for (int g = 0; g < topo_.groups_per_domain; ++g) {
-      if (!ntp.participates(fleet_.active(domain, g))) return true;
+    for (std::size_t i = 0; i < served_.size(); ++i) {
+      refresh_served(served_[i], domain);
+      served_[i].pool.on_repair(domain, fleet_, swaps_);
+      start_swaps(static_cast<int>(i));
     }
-    return false;
+    ++draws_[static_cast<std::size_t>(element)];
+    if (!trace_) push(now_ + sample_uptime(element), EventKind::kFail, element, -1);
   }
 
   void refresh_raw(int domain, int element) {
@@ -223,13 +251,26 @@ class SeedRun {
     raw_touched_ = true;
   }
 
-  void refresh_spared(int physical_domain) {
-    const int logical = pool_.logical(physical_domain);
+  void refresh_served(ServedJob& served, int physical_domain) {
+    const int logical = served.pool.logical(physical_domain);
     if (logical < 0) return;
     for (int g = 0; g < topo_.groups_per_domain; ++g) {
-      spared_.set_active(logical * topo_.groups_per_domain + g, fleet_.active(physical_domain, g));
+      served.view.set_active(logical * topo_.groups_per_domain + g,
+                             fleet_.active(physical_domain, g));
     }
-    spared_touched_ = true;
+    served.touched = true;
+  }
+
+  void start_swaps(int pool) {
+    for (const SparePool::Swap& swap : swaps_) {
+      push(now_ + s_.spares.swap_hours, EventKind::kSwapDone, swap.logical, swap.spare, pool);
+    }
+    swaps_.clear();
+  }
+
+  const ServedJob& served_for(Policy p) const {
+    const bool own = (p == Policy::kNtp || p == Policy::kNtpPw) && served_.size() > 1;
+    return served_[own ? 1 : 0];
   }
 
   // A policy reconfigures (and pauses) when its throughput changes, and the
@@ -239,20 +280,55 @@ class SeedRun {
     for (std::size_t i = 0; i < kPolicyCount; ++i) {
       const auto p = static_cast<Policy>(i);
       if (!active_[i] || p == Policy::kCkptRestart) continue;
-      const double v = pricing_.value(p, raw_, spared_);
+      const ServedJob& served = served_for(p);
+      const double v = pricing_.value(p, raw_, served.view, served.pool.free_spares());
+      // Shares only grow with k, so only a failure can raise the need.
+      if (job_failed_ && now_ >= 0.0) note_spares_needed(i);
       const bool ntp = p == Policy::kNtp || p == Policy::kNtpPw;
-      const bool touched = pricing_.uses_spares(p) ? spared_touched_ : raw_touched_;
+      const bool touched = pricing_.uses_spares(p) ? served.touched : raw_touched_;
       if (v != value_[i] || (ntp && touched)) {
         pause_until_[i] = std::max(pause_until_[i], now_ + pause_h);
       }
       value_[i] = v;
+      if (p == Policy::kNtpPw) boost_w_ = boost_power_w(served);
     }
+  }
+
+  // Upper bound: every degraded group that can run is boosted, whether or
+  // not its replica is admitted.
+  double boost_power_w(const ServedJob& served) const {
+    const ReplicaView& view = pricing_.uses_spares(Policy::kNtpPw) ? served.view : raw_;
+    const std::vector<double>& extra = pricing_.table(Policy::kNtpPw).extra_w;
+    double w = 0.0;
+    for (std::size_t k = 0; k < extra.size(); ++k) w += view.groups_with()[k] * extra[k];
+    return w;
+  }
+
+  void note_spares_needed(std::size_t i) {
+    // dp-drop and spares share one table: price it once.
+    const auto drop = static_cast<std::size_t>(Policy::kDpDrop);
+    const bool same = static_cast<Policy>(i) == Policy::kSpares && active_[drop];
+    const double need = same ? need_now_[drop] : pricing_.spares_needed(static_cast<Policy>(i), raw_);
+    need_now_[i] = need;
+    peak_spares_[i] = std::max(peak_spares_[i], need);
   }
 
   // --- integration ---------------------------------------------------------
   void advance(double to) {
     if (to <= now_) return;
+    if (now_ < 0.0) {  // warm-up: nothing is measured before time 0
+      if (to <= 0.0) {
+        now_ = to;
+        return;
+      }
+      now_ = 0.0;
+      start_measuring();
+    }
+    for (std::size_t j = 0; j < threshold_gpus_.size(); ++j) {
+      if (failed_gpus_ > threshold_gpus_[j]) above_h_[j] += to - now_;
+    }
     ckpt_replacement_failures(to);
+    boost_wh_ += boost_w_ * (to - now_);
     accumulate(failed_series_, bucket_h_, now_, to, failed_gpus_);
     for (std::size_t i = 0; i < kPolicyCount; ++i) {
       if (!active_[i] || static_cast<Policy>(i) == Policy::kCkptRestart) continue;
@@ -262,6 +338,15 @@ class SeedRun {
       accumulate(series_[i], bucket_h_, run_from, to, value_[i]);
     }
     now_ = to;
+  }
+
+  // Time 0 after a warm-up: the state the warm-up left is where the measured
+  // run starts (its peaks, and the spares it already needs).
+  void start_measuring() {
+    peak_failed_gpus_ = failed_gpus_;
+    for (std::size_t i = 0; i < kPolicyCount; ++i) {
+      if (active_[i] && static_cast<Policy>(i) != Policy::kCkptRestart) note_spares_needed(i);
+    }
   }
 
   // ckpt-restart: every failure of a job GPU stops the job for restart_s and
@@ -331,15 +416,16 @@ class SeedRun {
       for (const double v : series_[i]) work += v;
       out.goodput[i] = work / end_;
       out.pause_hours[i] = pause_h_[i];
-      const auto p = static_cast<Policy>(i);
-      out.spares_needed[i] =
-          (p == Policy::kNtp || p == Policy::kNtpPw) ? peak_stalled_domains_ : peak_failed_domains_;
+      out.spares_needed[i] = peak_spares_[i];
     }
     const auto ck = static_cast<std::size_t>(Policy::kCkptRestart);
     out.ckpt_lost_hours = ckpt_lost_h_;
+    out.boost_energy_kwh = boost_wh_ / 1000.0;
     out.pause_hours[ck] = end_ - out.goodput[ck] * end_ - ckpt_lost_h_;
     out.peak_failed_gpus = peak_failed_gpus_;
     out.failures = failures_;
+    out.failure_digest = digest_;
+    for (const double h : above_h_) out.above_threshold.push_back(h / end_);
     return out;
   }
 
@@ -348,16 +434,18 @@ class SeedRun {
   const std::vector<TraceFailure>* trace_;
   Topology topo_;
   Fleet fleet_;
-  SparePool pool_;
   ReplicaView raw_;
-  ReplicaView spared_;
-  Rng rng_;
+  std::uint64_t seed_key_;
+  std::uint64_t uptime_key_;
+  std::uint64_t repair_key_;
+  std::vector<std::uint32_t> draws_;  // per element: failures so far (its stream position)
   Rng ckpt_rng_;  // ckpt-restart's replacement hardware
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<SparePool::Swap> swaps_;
   bool raw_touched_ = false;     // this event changed the job without spares
-  bool spared_touched_ = false;  // this event changed the job served by spares
+  std::vector<ServedJob> served_;  // the job as each spare pool serves it
 
+  double start_;  // -warm-up hours
   double end_;
   double bucket_h_;
   std::size_t buckets_;
@@ -368,19 +456,23 @@ class SeedRun {
   PolicyValues pause_h_{};
   std::array<std::vector<double>, kPolicyCount> series_;
   std::vector<double> failed_series_;
+  std::vector<double> threshold_gpus_;  // run.thresholds_percent as GPU counts
+  std::vector<double> above_h_;         // hours above each threshold
 
   double ckpt_tau_;
   double ckpt_write_;
   double ckpt_up_since_ = 0.0;
   double ckpt_lost_h_ = 0.0;
+  double boost_w_ = 0.0;   // ntp-pw's power above TDP now
+  double boost_wh_ = 0.0;  // and its integral since time 0
 
   int failed_gpus_ = 0;
   int peak_failed_gpus_ = 0;
   int failures_ = 0;
-  int failed_domains_ = 0;
-  int stalled_domains_ = 0;
-  int peak_failed_domains_ = 0;
-  int peak_stalled_domains_ = 0;
+  std::uint64_t digest_ = 0;
+  PolicyValues peak_spares_{};  // peak over the run of spares_needed, per policy
+  PolicyValues need_now_{};     // spares_needed at the last failure, per policy
+  bool job_failed_ = false;     // this event is a failure of a job element
 };
 
 void add_seed(TimelineResult& r, const TimelineSeed& seed) {
@@ -391,12 +483,18 @@ void add_seed(TimelineResult& r, const TimelineSeed& seed) {
     p.goodput_min = std::min(p.goodput_min, seed.goodput[i]);
     p.pause_hours_mean += seed.pause_hours[i];
     p.spares_needed_max = std::max(p.spares_needed_max, seed.spares_needed[i]);
+    p.spares_needed_mean += seed.spares_needed[i];
   }
   r.ckpt_lost_hours_mean += seed.ckpt_lost_hours;
+  r.boost_energy_kwh_mean += seed.boost_energy_kwh;
   r.failed_fraction_mean += seed.failed_fraction;
   r.peak_failed_gpus_mean += seed.peak_failed_gpus;
   r.peak_failed_gpus_max = std::max(r.peak_failed_gpus_max, seed.peak_failed_gpus);
   r.failures_mean += seed.failures;
+  for (std::size_t j = 0; j < seed.above_threshold.size(); ++j) {
+    r.above_threshold_mean[j] += seed.above_threshold[j];
+    r.above_threshold_max[j] = std::max(r.above_threshold_max[j], seed.above_threshold[j]);
+  }
   for (std::size_t b = 0; b < seed.series.size(); ++b) {
     r.failed_series_mean[b] += seed.failed_series[b];
     for (std::size_t i = 0; i < kPolicyCount; ++i) r.series_mean[b][i] += seed.series[b][i];
@@ -410,11 +508,14 @@ void finish_means(TimelineResult& r) {
     const double var = std::max(0.0, p.goodput_stderr / n - p.goodput_mean * p.goodput_mean);
     p.goodput_stderr = r.seeds > 1 ? std::sqrt(var * n / (n - 1.0) / n) : 0.0;
     p.pause_hours_mean /= n;
+    p.spares_needed_mean /= n;
   }
   r.ckpt_lost_hours_mean /= n;
+  r.boost_energy_kwh_mean /= n;
   r.failed_fraction_mean /= n;
   r.peak_failed_gpus_mean /= n;
   r.failures_mean /= n;
+  for (double& v : r.above_threshold_mean) v /= n;
   for (std::size_t b = 0; b < r.series_mean.size(); ++b) {
     r.failed_series_mean[b] /= n;
     for (double& v : r.series_mean[b]) v /= n;
@@ -454,6 +555,8 @@ TimelineResult run_timeline(const Scenario& s, const Pricing& pricing,
   r.seeds = s.run.seeds;
   r.ckpt_interval_hours = ckpt_interval_hours(s, trace);
   for (PolicySummary& p : r.policy) p.goodput_min = kInf;
+  r.above_threshold_mean.assign(s.run.thresholds_percent.size(), 0.0);
+  r.above_threshold_max.assign(s.run.thresholds_percent.size(), 0.0);
   // Seeds run in blocks so memory stays bounded with millions of seeds; each
   // block is summed in seed order, so the sums do not depend on the threads.
   constexpr int kBlock = 256;

@@ -4,6 +4,7 @@
 // Seeds run on run.threads threads; each seed has its own random stream, so
 // the output does not depend on the thread count.
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include "sim/pricing.h"
@@ -18,13 +19,16 @@ using PolicyValues = std::array<double, kPolicyCount>;  // indexed by Policy
 struct TimelineSeed {
   PolicyValues goodput{};          // time-averaged throughput relative to failure-free
   PolicyValues pause_hours{};      // hours with no training progress
-  PolicyValues spares_needed{};    // peak domains that would stop a fixed-batch job
+  PolicyValues spares_needed{};    // spare domains a fixed-batch job needs never to pause (peak)
   double ckpt_lost_hours = 0;      // ckpt-restart: computed work thrown away
+  double boost_energy_kwh = 0;     // ntp-pw: energy drawn above TDP by boosted GPUs
   double failed_fraction = 0;      // time-averaged failed fraction of the job's GPUs
   int peak_failed_gpus = 0;
   int failures = 0;                // failures that hit the job's GPUs
+  std::uint64_t failure_digest = 0;  // hash of the job's failures (element, time) in order
   std::vector<PolicyValues> series;  // throughput per bucket
   std::vector<double> failed_series;  // mean failed GPUs per bucket
+  std::vector<double> above_threshold;  // per run.thresholds_percent: share of time above it
 };
 
 struct PolicySummary {
@@ -33,6 +37,7 @@ struct PolicySummary {
   double goodput_min = 0;
   double pause_hours_mean = 0;
   double spares_needed_max = 0;   // spares for zero pause, worst seed
+  double spares_needed_mean = 0;  // spares for zero pause, mean over seeds
 };
 
 struct TimelineResult {
@@ -42,12 +47,15 @@ struct TimelineResult {
   double ckpt_interval_hours = 0;  // the interval ckpt-restart used
   std::array<PolicySummary, kPolicyCount> policy{};
   double ckpt_lost_hours_mean = 0;
+  double boost_energy_kwh_mean = 0;  // ntp-pw, per run
   double failed_fraction_mean = 0;
   double peak_failed_gpus_mean = 0;
   int peak_failed_gpus_max = 0;
   double failures_mean = 0;
   std::vector<PolicyValues> series_mean;  // throughput per bucket, mean over seeds
   std::vector<double> failed_series_mean;
+  std::vector<double> above_threshold_mean;  // per run.thresholds_percent, mean over seeds
+  std::vector<double> above_threshold_max;   // and the worst seed
   TimelineSeed first_seed;                // seed 0 in full, for the failure timeline plot
 };
 

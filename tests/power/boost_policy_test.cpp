@@ -20,6 +20,46 @@ double budget(int n, double headroom_w, const DevicePowerModel& m) {
 
 long sum(const std::vector<long>& v) { return std::accumulate(v.begin(), v.end(), 0L); }
 
+TEST(BoostToNeed, ReachesAGivenNeedWithinBothCapsAndSaysWhichBinds) {
+  // 30 of 32 GPUs that need 1.14x (uneven units), not 32/30.
+  const double need = 1.14;
+  const double need_limit = 1000.0 * std::pow(need, 1.0 / 0.65);
+  const DomainBoost met = boost_to_need(32, 30, need, 30 * need_limit - 32000.0 + 1.0, kB200);
+  EXPECT_TRUE(met.need_met);
+  EXPECT_EQ(met.speedup, need);
+  EXPECT_EQ(met.cap, BoostCap::none);
+  EXPECT_DOUBLE_EQ(met.limit_w, need_limit);
+  const DomainBoost budget_bound = boost_to_need(32, 30, need, 1000.0, kB200);
+  EXPECT_FALSE(budget_bound.need_met);
+  EXPECT_EQ(budget_bound.cap, BoostCap::domain_budget);
+  EXPECT_NEAR(budget_bound.limit_w, 33000.0 / 30.0, 1e-9);
+  EXPECT_LT(budget_bound.speedup, need);
+  const DomainBoost device_bound = boost_to_need(32, 30, 1.3, 1e6, kB200);
+  EXPECT_EQ(device_bound.cap, BoostCap::device_max);
+  EXPECT_DOUBLE_EQ(device_bound.limit_w, 1300.0);
+  EXPECT_NEAR(device_bound.speedup, std::pow(1.3, 0.65), 1e-12);
+  // No need given (0, NaN) is the even split n/k; a need below 1 never lowers the limit.
+  EXPECT_EQ(boost_to_need(32, 30, 0.0, 2000.0, kB200).speedup, 32.0 / 30.0);
+  EXPECT_EQ(boost_to_need(32, 30, std::nan(""), 2000.0, kB200).speedup, 32.0 / 30.0);
+  EXPECT_EQ(boost_to_need(32, 30, 0.5, 2000.0, kB200).limit_w, 1000.0);
+  EXPECT_EQ(std::string(to_string(BoostCap::domain_budget)), "domain_budget");
+}
+
+TEST(BoostToNeed, PlanSharesFollowTheNeedReached) {
+  // Two degraded replicas at the same k: the one needing more gets less.
+  const BoostPlan plan = plan_boost(32, {32, 30, 30}, {0.0, 32.0 / 30.0, 1.2}, 0.0, 3000, kB200);
+  EXPECT_EQ(plan.replicas[1].need, 32.0 / 30.0);
+  EXPECT_EQ(plan.replicas[2].need, 1.2);
+  EXPECT_EQ(plan.replicas[1].speedup, plan.replicas[2].speedup);  // same power either way
+  EXPECT_GT(plan.replicas[1].share, plan.replicas[2].share);
+  EXPECT_EQ(plan.replicas[0].share + plan.replicas[1].share + plan.replicas[2].share, 3000);
+  // The default needs give the plan of the original overload exactly.
+  const BoostPlan even = plan_boost(32, {32, 30, 29}, {}, 500.0, 3000, kB200);
+  const BoostPlan plain = plan_boost(32, {32, 30, 29}, 500.0, 3000, kB200);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(even.replicas[i].share, plain.replicas[i].share);
+  EXPECT_THROW(plan_boost(32, {32, 30}, {1.0}, 0.0, 10, kB200), std::invalid_argument);
+}
+
 TEST(DomainSpeedup, HealthyDomainGetsNoBoost) {
   for (const double headroom : {0.0, 500.0, 1e6}) {
     EXPECT_EQ(domain_speedup(8, 8, headroom, kB200), 1.0);

@@ -29,7 +29,9 @@ TEST(PowerCli, PlanJsonMatchesThePolicy) {
   ASSERT_EQ(replicas.size(), 3u);
   long total = 0;
   for (std::size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(replicas[i].size(), 4u);
+    EXPECT_EQ(replicas[i].size(), 6u);
+    EXPECT_EQ(replicas[i].at("need").get<double>(), plan.replicas[i].need);
+    EXPECT_EQ(replicas[i].at("cap").get<std::string>(), ntp::power::to_string(plan.replicas[i].cap));
     EXPECT_EQ(replicas[i].at("active").get<int>(), plan.replicas[i].active);
     EXPECT_EQ(replicas[i].at("limit_w").get<double>(), plan.replicas[i].limit_w);
     EXPECT_EQ(replicas[i].at("speedup").get<double>(), plan.replicas[i].speedup);
@@ -58,6 +60,21 @@ void expect_bad_input(const std::string& args, const std::string& flag) {
   EXPECT_TRUE(run.out.empty()) << args << "\nstdout: " << run.out;
   EXPECT_NE(run.err.find(flag), std::string::npos) << args << "\nstderr: " << run.err;
 }
+
+TEST(PowerCli, PlanBoostsToAGivenNeedAndSaysWhatBinds) {
+  // A TP-30 group of 32 that needs 1.14x: met with 9.6 kW headroom, short without.
+  const std::string base = "power plan --tp 32 --active \"32,30\" --need \"0,1.14\" --global-batch 64";
+  const CliRun met = run_ntp(base + " --headroom-w 9600 --json");
+  ASSERT_EQ(met.exit_code, 0) << met.err;
+  const auto r = nlohmann::json::parse(met.out).at("replicas").at(1);
+  EXPECT_EQ(r.at("speedup").get<double>(), 1.14);
+  EXPECT_EQ(r.at("cap").get<std::string>(), "none");
+  const CliRun short_of = run_ntp(base + " --headroom-w 0");
+  ASSERT_EQ(short_of.exit_code, 0) << short_of.err;
+  EXPECT_NE(short_of.out.find("domain_budget"), std::string::npos) << short_of.out;
+  expect_bad_input(base.substr(0, base.find("--need")) + "--need 1.1 --global-batch 64", "--need");
+}
+
 
 TEST(PowerCli, BadInputNamesTheFlagAndPrintsNothing) {
   const std::string base = "power plan --global-batch 64 ";

@@ -43,6 +43,20 @@ TEST(RankPower, BoostsWhileDegradedAndRestoresWhenHealed) {
   EXPECT_EQ(power.controller()->get_limit_w(0), 1000.0);
 }
 
+TEST(RankPower, BoostsToAGivenNeed) {
+  // The trainer may know its degraded replica needs more than n/k (say, from
+  // its step times): 1.2 at k = 7 of 8 needs 1000 * 1.2^(1/0.65) = 1323 W,
+  // above the 9000 W / 7 = 1286 W the domain budget gives each.
+  RankPower power(simulated_options());
+  const BoostPlan plan = power.plan(8, {8, 7, 8}, 96, {0.0, 1.2, 0.0});
+  const PowerDecision d = power.apply(plan, 8, 1);
+  EXPECT_EQ(d.need, 1.2);
+  EXPECT_NEAR(d.limit_w, 9000.0 / 7.0, 1e-9);
+  EXPECT_EQ(plan.replicas[1].cap, BoostCap::domain_budget);
+  EXPECT_LT(d.speedup, 1.2);
+  EXPECT_EQ(power.controller()->get_limit_w(0), d.limit_w);
+}
+
 TEST(RankPower, PowerOffPlansKOverNAndSetsNothing) {
   RankPowerOptions options;  // mode off
   RankPower power(options);

@@ -32,6 +32,11 @@ TEST(Svg, DrawsOneLinePerSeriesWithALegend) {
 
 const char* const kSmall = testing::small_scenario_toml();
 
+double j_energy(const Study& study) {
+  return study_json(study)["points"][0]["timeline"]["policies"]["ntp-pw"]["boost_energy_kwh_per_day"]
+      .get<double>();
+}
+
 TEST(Report, SweepOverSparesWritesTablesAndCharts) {
   const toml::table t = parse_scenario_text(kSmall, "small.toml");
   const Study study = run_study(t, "small.toml", parse_sweep_flag("spares.domains=0,2"));
@@ -42,6 +47,13 @@ TEST(Report, SweepOverSparesWritesTablesAndCharts) {
   EXPECT_EQ(count(timeline_series_csv(study), "\n"), 1 + 2 * 10);
   EXPECT_EQ(spares_vs_pause_chart(study).series.size(), 5u);
   EXPECT_EQ(sweep_chart(study).series.size(), 5u);
+  // Spares per policy (not ckpt-restart) on the left, ntp-pw's energy on the right.
+  const Chart boost = spares_vs_boost_chart(study);
+  ASSERT_EQ(boost.series.size(), 5u);
+  EXPECT_EQ(boost.series.back().name, "ntp-pw energy");
+  EXPECT_TRUE(boost.series.back().right_axis);
+  EXPECT_EQ(boost.series[0].y[0], study.points[0].timeline->policy[0].spares_needed_max);
+  EXPECT_GT(j_energy(study), 0.0);
   const nlohmann::json j = study_json(study);
   EXPECT_EQ(j["sweep_key"], "spares.domains");
   EXPECT_TRUE(j["points"][0]["timeline"]["policies"].contains("ntp-pw"));

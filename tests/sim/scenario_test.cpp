@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "sim/scenario_toml.h"
 #include "sim/study.h"
@@ -32,6 +36,114 @@ TEST(Scenario, ShippedExamplesParse) {
     const Scenario s = scenario_from_table(load_scenario_file(path), path);
     EXPECT_GT(s.dp(), 0) << name;
   }
+}
+
+// Written, read back and written again gives the same text: every key
+// scenario_to_table writes is read to the value it wrote.
+std::string resolved_text(const Scenario& s) {
+  std::ostringstream os;
+  os << scenario_to_table(s);
+  return os.str();
+}
+
+TEST(Scenario, ResolvedScenarioReadsBackToItself) {
+  std::vector<std::string> texts;
+  for (const char* name : {"b200_32k.toml", "gb200_nvl72.toml"}) {
+    const std::string path = std::string(NTP_SOURCE_DIR) + "/examples/sim/" + name;
+    texts.push_back(resolved_text(scenario_from_table(load_scenario_file(path), path)));
+  }
+  texts.push_back(resolved_text(scenario_from_table(parse_scenario_text(
+      "[failures]\ndistribution='weibull'\nweibull_shape=0.7\nblast_radius='domain'\n"
+      "[failures.hardware.repair]\ndist='lognormal'\nmean_hours=50\nsigma=0.5\n"
+      "[failures.software.repair]\ndist='uniform'\nmin_hours=1\nmax_hours=3\n"
+      "[policies]\ncompare=['ntp','dp-drop']\npack=true\n[policies.ckpt]\ninterval_hours=2\n"
+      "[run]\nmode='snapshot'\n",
+      "s.toml"), "s.toml")));
+  for (const std::string& text : texts) {
+    const Scenario again = scenario_from_table(parse_scenario_text(text, "r.toml"), "r.toml");
+    EXPECT_EQ(resolved_text(again), text);
+  }
+  EXPECT_NE(texts[2].find("lognormal"), std::string::npos);
+  EXPECT_NE(texts[2].find("weibull"), std::string::npos);
+  // A broken writer is caught: dropping a key changes what is read back.
+  toml::table lossy = scenario_to_table(scenario_from_table(parse_scenario_text(
+      "[spares]\ndomains = 7\n", "s.toml"), "s.toml"));
+  lossy["spares"].as_table()->erase("domains");
+  std::ostringstream os;
+  os << lossy;
+  EXPECT_NE(resolved_text(scenario_from_table(parse_scenario_text(os.str(), "l.toml"), "l.toml")),
+            resolved_text(scenario_from_table(parse_scenario_text("[spares]\ndomains = 7\n", "s.toml"), "s.toml")));
+}
+
+// The default column of docs/sim.md's key tables, checked against the code:
+// every number, bool and quoted string default equals the resolved default
+// scenario's value for that key.
+struct DocDefault {
+  std::string key;   // dotted
+  std::string cell;  // the default column, trimmed
+};
+
+std::vector<DocDefault> documented_defaults(const std::string& markdown) {
+  std::vector<DocDefault> out;
+  std::istringstream in(markdown);
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("### `[", 0) == 0) {
+      section = line.substr(6, line.find(']') - 6);
+      if (line.find("`, `[") != std::string::npos) section.clear();  // keys carry their table
+      continue;
+    }
+    if (line.rfind("## ", 0) == 0) section = "-";  // past the scenario tables
+    if (section == "-" || line.rfind("| `", 0) != 0) continue;
+    std::vector<std::string> cells;
+    for (std::size_t at = 1, bar; (bar = line.find('|', at)) != std::string::npos; at = bar + 1) {
+      std::string c = line.substr(at, bar - at);
+      c.erase(0, c.find_first_not_of(' '));
+      c.erase(c.find_last_not_of(' ') + 1);
+      cells.push_back(c);
+    }
+    if (cells.size() < 4 || cells[0].find("`,") != std::string::npos) continue;
+    const std::string key = cells[0].substr(1, cells[0].size() - 2);
+    out.push_back({section.empty() ? key : section + "." + key, cells[2]});
+  }
+  return out;
+}
+
+TEST(Scenario, DocumentedDefaultsMatchTheCode) {
+  std::ifstream in(std::string(NTP_SOURCE_DIR) + "/docs/sim.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const toml::table defaults = scenario_to_table(Scenario{});
+  int checked = 0;
+  for (const DocDefault& d : documented_defaults(text.str())) {
+    const toml::node_view<const toml::node> value = defaults.at_path(d.key);
+    std::size_t used = 0;
+    double number = 0;
+    try {
+      number = std::stod(d.cell, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == d.cell.size() && used > 0) {
+      ASSERT_TRUE(value.is_number()) << d.key;
+      EXPECT_NEAR(value.value<double>().value(), number, 1e-4 * std::max(1.0, std::abs(number)))
+          << d.key;
+      ++checked;
+    } else if (d.cell == "false" || d.cell == "true") {
+      EXPECT_EQ(value.value<bool>(), d.cell == "true") << d.key;
+      ++checked;
+    } else if (d.cell.size() > 4 && d.cell.rfind("`\"", 0) == 0) {
+      EXPECT_EQ(value.value<std::string>(), d.cell.substr(2, d.cell.size() - 4)) << d.key;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50);  // the tables were found and read
+  // A wrong default in the docs is caught: it is read with its key and differs.
+  const std::vector<DocDefault> wrong =
+      documented_defaults("### `[cluster]`\n| `gpus` | GPUs | 32769 | GPUs |\n");
+  ASSERT_EQ(wrong.size(), 1u);
+  EXPECT_EQ(wrong[0].key, "cluster.gpus");
+  EXPECT_NE(defaults.at_path(wrong[0].key).value<double>().value(), std::stod(wrong[0].cell));
 }
 
 TEST(Scenario, RejectsUnknownKeysNamingThem) {

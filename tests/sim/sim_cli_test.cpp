@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -69,6 +70,46 @@ TEST(SimCli, ScenarioWrittenByOutRunsAgainToTheSameSummary) {
   EXPECT_EQ(nlohmann::json::parse(again.out)["points"], nlohmann::json::parse(first.out)["points"]);
   EXPECT_EQ(nlohmann::json::parse(read_file(dir + "/summary.json"))["points"],
             nlohmann::json::parse(first.out)["points"]);
+}
+
+TEST(SimCli, OutIntoANonEmptyFolderNeedsForce) {
+  const std::string dir = temp_path("nonempty");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/notes.txt") << "mine\n";
+  const std::string run = "sim run " + small_scenario_file() + " --seeds 1 --out " + dir;
+  const CliRun refused = run_ntp(run);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--out"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--force"), std::string::npos) << refused.err;
+  EXPECT_TRUE(refused.out.empty()) << refused.out;  // refused before the simulation ran
+  EXPECT_FALSE(std::filesystem::exists(dir + "/summary.json"));
+  const CliRun forced = run_ntp(run + " --force");
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/summary.json"));
+  EXPECT_EQ(read_file(dir + "/notes.txt"), "mine\n");
+}
+
+TEST(SimCli, UnwritableOutFailsBeforeTheSimulation) {
+  const std::string file = temp_path("a_file");
+  std::ofstream(file) << "x\n";
+  // A path under a regular file can be neither created nor written.
+  const CliRun run = run_ntp("sim run " + small_scenario_file() + " --seeds 1 --out " + file + "/sub");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("--out"), std::string::npos) << run.err;
+  EXPECT_TRUE(run.out.empty()) << run.out;
+}
+
+TEST(SimCli, SavedScenarioIsResolvedWithEveryKey) {
+  const std::string dir = temp_path("resolved");
+  const CliRun run = run_ntp("sim run " + small_scenario_file() + " --seeds 1 --out " + dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string saved = read_file(dir + "/scenario.toml");
+  // Keys the small scenario leaves at their defaults are written with their values.
+  for (const char* key : {"nvlink_gbps", "rate_multiplier", "weibull_shape", "swap_hours",
+                          "headroom_w", "reconfig_s", "interval_hours", "bucket_hours",
+                          "placements", "dp_overlap", "act_bytes"}) {
+    EXPECT_NE(saved.find(key), std::string::npos) << key << "\n" << saved;
+  }
 }
 
 TEST(SimCli, SameSeedSameSummaryWhateverTheThreadCount) {

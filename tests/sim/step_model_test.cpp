@@ -111,6 +111,22 @@ TEST(StepModel, SyncingAtLowerDegreeCostsMoreAndHealthyHasNoReshard) {
   EXPECT_GE(m.step_s(28), m.step_s(32));
 }
 
+// The reshard volume is the layout library's plan: syncing TP 8 at K = 6,
+// the two extra slots of a healthy replica each send their whole shard
+// (3 heads, 768 neurons, 600 rows) to the core slots, which receive a third
+// of that each: the busiest GPU is a sender.
+TEST(StepModel, ReshardVolumeIsTheLayoutPlansBusiestGpu) {
+  const Scenario s = testing::small_scenario();  // h 1536, 24 heads, FFN 6144, V 4800, 8 layers, PP 1
+  const StepModel m(s);
+  const double h = 1536, ls = 8, head = 4.0 * h * (h / 24) * ls, neuron = 2.0 * h * ls, row = h;
+  const double sender = 3 * head + 768 * neuron + 600 * row;
+  EXPECT_DOUBLE_EQ(m.reshard_elements(6), sender);
+  const double receiver = 1 * head + 256 * neuron + 200 * row;  // what a receive-only count gives
+  EXPECT_GT(m.reshard_elements(6), receiver);
+  EXPECT_DOUBLE_EQ(m.reshard_s(6), 2.0 * sender * 2 / (1800e9 / 2 * 0.8));
+  EXPECT_EQ(m.reshard_elements(8), 0.0);
+}
+
 TEST(PolicyTables, PowerBoostNeverSlowsAGroupAndCoversSmallLossesWithHeadroom) {
   Scenario s = testing::small_scenario();
   s.efficiency.tp_overlap = 1.0;
@@ -129,6 +145,44 @@ TEST(PolicyTables, PowerBoostNeverSlowsAGroupAndCoversSmallLossesWithHeadroom) {
   EXPECT_NEAR(pw.speed[6], 0.75 * std::pow(1.3, 0.65), 1e-9);
   s.power.max_frac = 1.6;  // now the need is within the device cap: fully covered
   EXPECT_NEAR(make_policy_table(Policy::kNtpPw, s, m).speed[6], 1.0, 1e-9);
+}
+
+// The reference TP-30 group: 5 of 128 heads on its busiest GPU, so it needs
+// about 1.14x compute speed, more than the 32/30 = 1.067 of an even split.
+// Boosting to the modelled need reaches full pace when the budget allows, and
+// says what binds when it does not.
+TEST(PolicyTables, BoostToTheModelledNeedBringsATp30GroupToFullPace) {
+  Scenario s;  // reference
+  s.parallel.tp_step = 1;
+  const StepModel m(s);
+  const double need = m.needed_speedup(30);
+  EXPECT_GT(need, 1.13);
+  EXPECT_LT(need, 1.15);
+  EXPECT_NEAR(m.stage_speed(30, need), 1.0, 1e-12);
+  // Needs 1000 * need^(1/0.65) = 1226 W on 30 GPUs: 36.8 kW, 4.8 kW above 32 x TDP.
+  s.power.headroom_w = 9600;
+  const power::DomainBoost enough = boost_for(s, m, 30);
+  EXPECT_TRUE(enough.need_met);
+  EXPECT_EQ(enough.cap, power::BoostCap::none);
+  EXPECT_EQ(enough.speedup, need);
+  const PolicyTable pw = make_policy_table(Policy::kNtpPw, s, m);
+  EXPECT_EQ(pw.run_tp[30], 30);
+  EXPECT_NEAR(pw.speed[30], 1.0, 1e-12);
+  // The even-split need (n/k) would stop short of full pace: the check can fail.
+  EXPECT_LT(m.stage_speed(30, 32.0 / 30.0), 0.99);
+
+  s.power.headroom_w = 0;  // only the freed power: 32 kW over 30 GPUs, 1067 W each
+  const power::DomainBoost short_of = boost_for(s, m, 30);
+  EXPECT_FALSE(short_of.need_met);
+  EXPECT_EQ(short_of.cap, power::BoostCap::domain_budget);
+  EXPECT_NEAR(short_of.speedup, std::pow(32.0 / 30.0, 0.65), 1e-12);
+  EXPECT_LT(m.stage_speed(30, short_of.speedup), 0.99);
+  s.power.headroom_w = 1e6;  // any budget, but the device cap of 1.3 x TDP binds at TP 24
+  const StepModel m24(s);
+  const power::DomainBoost capped = boost_for(s, m24, 24);
+  EXPECT_FALSE(capped.need_met);
+  EXPECT_EQ(capped.cap, power::BoostCap::device_max);
+  EXPECT_NEAR(capped.limit_w, 1300.0, 1e-9);
 }
 
 TEST(PolicyTables, DropPoliciesCountOnlyHealthyGroupsAndNtpStopsBelowMinTp) {

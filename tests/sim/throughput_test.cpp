@@ -86,19 +86,17 @@ TEST_F(ThroughputTest, PackingPutsDegradedGroupsIntoFewReplicas) {
   EXPECT_GT(packed.value(Policy::kNtp, v, v), Pricing(s).value(Policy::kNtp, v, v));
 }
 
-TEST_F(ThroughputTest, FixedGlobalBatchPausesDropPoliciesAndSlowsNtpToTheStraggler) {
+TEST_F(ThroughputTest, FixedGlobalBatchPausesWhenTheReplicasFallShort) {
   s.policies.fixed_global_batch = true;
   const Pricing pricing(s);
   ReplicaView v(s.groups(), s.parallel.pp, s.parallel.tp);
   v.set_active(3, 6);
   EXPECT_EQ(pricing.value(Policy::kDpDrop, v, v), 0.0);
-  const StepModel& m = pricing.model();
-  const double pipeline = (m.microbatches() + m.bubble_ratio()) * m.microbatch_s(8);
-  const double expected =
-      m.step_s(8) / (pipeline / pricing.table(Policy::kNtp).speed[6] + m.step_s(6) - pipeline);
-  EXPECT_NEAR(pricing.value(Policy::kNtp, v, v), expected, 1e-12);
-  v.set_active(3, 3);  // below min_tp: the job cannot run
-  EXPECT_EQ(pricing.value(Policy::kNtp, v, v), 0.0);
+  EXPECT_EQ(pricing.value(Policy::kNtp, v, v), 0.0);  // its share is below 1
+  // One free spare domain forms a replica (PP 1): the degraded replica is
+  // not needed and the job syncs at full degree.
+  EXPECT_EQ(pricing.value(Policy::kDpDrop, v, v, 1), 1.0);
+  EXPECT_EQ(pricing.value(Policy::kNtp, v, v, 1), 1.0);
 }
 
 }  // namespace

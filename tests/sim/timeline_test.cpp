@@ -187,6 +187,37 @@ TEST(Timeline, SeedsBeyondOneBlockAreSummedInSeedOrder) {
   EXPECT_LT(worst, 1.0);  // failures happened: the check is not vacuous
 }
 
+// Each element draws from streams of its own: the spare pool (its elements
+// come after the job's) leaves the job's failure history as it was.
+TEST(Timeline, SparesSweepLeavesTheJobsFailureHistoryUnchanged) {
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.02;
+  s.run.duration_days = 20;
+  const auto history = [&](int spares, int seed) {
+    s.spares.domains = spares;
+    return run_timeline_seed(s, Pricing(s), nullptr, seed);
+  };
+  for (int seed = 0; seed < 3; ++seed) {
+    const TimelineSeed none = history(0, seed);
+    ASSERT_GT(none.failures, 10);
+    for (const int spares : {1, 4, 16}) {
+      const TimelineSeed with = history(spares, seed);
+      EXPECT_EQ(with.failure_digest, none.failure_digest) << spares;
+      EXPECT_EQ(with.failures, none.failures) << spares;
+      EXPECT_EQ(with.failed_fraction, none.failed_fraction) << spares;
+      // ntp does not use spares: its goodput moves only by the rounding of
+      // integrals split at the spares' own events.
+      EXPECT_NEAR(with.goodput[idx(Policy::kNtp)], none.goodput[idx(Policy::kNtp)], 1e-12);
+    }
+  }
+  // The digest tells histories apart: another seed, or another rate.
+  s.spares.domains = 0;
+  const std::uint64_t base = history(0, 0).failure_digest;
+  EXPECT_NE(history(0, 1).failure_digest, base);
+  s.failures.rate_per_gpu_day = 0.021;
+  EXPECT_NE(history(0, 0).failure_digest, base);
+}
+
 // One failure of GPU 0 at hour 10, back at hour 20, in a 30-day run of 32
 // replicas: every policy's goodput has a closed form.
 class OneFailure : public ::testing::Test {
@@ -220,7 +251,17 @@ TEST_F(OneFailure, EachPolicyLosesWhatTheFormulaSays) {
   EXPECT_EQ(r.failures, 1);
   EXPECT_EQ(r.peak_failed_gpus, 1);
   EXPECT_EQ(r.spares_needed[idx(Policy::kDpDrop)], 1);
-  EXPECT_EQ(r.spares_needed[idx(Policy::kNtp)], 0);
+  // PP 1: one spare completes the replica or forms a new one (its share at
+  // k = 7 is below 1).
+  EXPECT_EQ(r.spares_needed[idx(Policy::kNtp)], 1);
+}
+
+TEST_F(OneFailure, BoostEnergyIsTheBoostedGroupsPowerAboveTdpOverItsTime) {
+  const TimelineSeed r = run();
+  const double extra_w = Pricing(s).table(Policy::kNtpPw).extra_w[7];
+  EXPECT_GT(extra_w, 0.0);  // 7 GPUs share 8 x TDP: each above TDP
+  EXPECT_NEAR(r.boost_energy_kwh, extra_w * 10.0 / 1000.0, 1e-9);
+  EXPECT_EQ(Pricing(s).table(Policy::kNtp).extra_w[7], 0.0);
 }
 
 TEST_F(OneFailure, ReconfigurationPausesAreCharged) {
@@ -239,6 +280,38 @@ TEST_F(OneFailure, FixedGlobalBatchPausesDpDropUntilTheSpareArrives) {
   EXPECT_NEAR(r.goodput[idx(Policy::kDpDrop)], 1.0 - 1.0 / T, 1e-12);
   s.spares.domains = 0;
   EXPECT_NEAR(run().pause_hours[idx(Policy::kDpDrop)], 10.0, 1e-9);
+}
+
+TEST_F(OneFailure, ShareOfTimeAboveAFailedThreshold) {
+  // 1 of 256 GPUs is 0.39 %: above 0.3 % for the 10 hours it is down, never above 0.5 %.
+  s.run.thresholds_percent = {0.0, 0.3, 0.5};
+  const TimelineSeed r = run();
+  ASSERT_EQ(r.above_threshold.size(), 3u);
+  EXPECT_NEAR(r.above_threshold[0], 10.0 / T, 1e-12);
+  EXPECT_NEAR(r.above_threshold[1], 10.0 / T, 1e-12);
+  EXPECT_EQ(r.above_threshold[2], 0.0);
+}
+
+// A warm start runs the failure process before time 0, so a short run starts
+// in the steady state: its failed fraction is Little's law's from the first
+// hour, where a cold start (every GPU new at 0) stays well below it.
+TEST(Timeline, WarmStartBeginsInTheSteadyState) {
+  Scenario s = testing::small_scenario();
+  s.failures.rate_per_gpu_day = 0.024;  // 1e-3 per GPU-hour
+  s.failures.hardware_share = 1.0;
+  s.failures.hardware_repair = {RepairKind::kFixed, 40.0, 0.0};
+  s.run.duration_days = 1;  // shorter than one repair
+  s.run.seeds = 400;
+  s.run.bucket_hours = 24;
+  s.policies.compare = {Policy::kNtp};
+  const double steady = 0.04 / 1.04;
+  const double cold = run_timeline(s, Pricing(s), nullptr).failed_fraction_mean;
+  EXPECT_LT(cold, 0.5 * steady);  // ramps up over the first 40 hours
+  s.run.warmup_days = 10;
+  const TimelineResult warm = run_timeline(s, Pricing(s), nullptr);
+  EXPECT_NEAR(warm.failed_fraction_mean / steady, 1.0, 0.03);
+  // Failures before time 0 are not the run's: about rate x GPUs x 24 h of them count.
+  EXPECT_NEAR(warm.failures_mean / (1e-3 * 256 * 24 * (1.0 - steady)), 1.0, 0.05);
 }
 
 TEST(Timeline, OptimalIntervalCountsOnlyTraceFailuresWithinTheRun) {
