@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli/command.h"
+#include "cli/path_args.h"
 #include "comm/bench.h"
 #include "comm/child_process.h"
 #include "comm/group.h"
@@ -184,7 +185,8 @@ int run_bench(int argc, char** argv) {
   comm->add_flag("--check-inputs", a.check_inputs, "Exchange call descriptors before each call (as in training)");
   comm->add_option("--hostname", a.hostname, "Address this rank binds and publishes (multi-host)");
   comm->add_option("--interface", a.interface, "Network interface to bind instead of --hostname");
-  comm->add_option("--json", a.json, "Also write one JSON object per row to this file (rank 0)");
+  comm->add_option("--json", a.json, "Also write one JSON object per row to this file (rank 0)")
+      ->check(ntp::cli::output_file());
   comm->add_option("--deadline-s", a.deadline_s, "With --nproc: kill the ranks after this long")->check(CLI::Range(1, 86400));
   try {
     app.parse(argc, argv);

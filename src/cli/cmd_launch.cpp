@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
+#include "cli/path_args.h"
 #include "elastic/job.h"
 
 namespace {
@@ -24,7 +25,8 @@ int run_launch(int argc, char** argv) {
   auto* node_rank = app.add_option("--node-rank", options.node_rank, "this host's index");
   app.add_option("--store", options.store,
                  "rendezvous store: file:DIR or redis://host:port (default file:RUN_DIR/store)");
-  app.add_option("--run-dir", run_dir, "per-rank logs (logs/rank-N.log), events.jsonl and the store");
+  app.add_option("--run-dir", run_dir, "per-rank logs (logs/rank-N.log), events.jsonl and the store")
+      ->check(ntp::cli::output_folder());
   app.add_option("--straggler-timeout", straggler_s,
                  "seconds the other workers get to exit after the first failure")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
+#include "cli/path_args.h"
 #include "sim/policy_table.h"
 #include "sim/report.h"
 #include "sim/scenario_toml.h"
@@ -95,7 +96,7 @@ int run_sim(int argc, char** argv) {
   app.require_subcommand(1);
   SimOptions o;
   auto add_common = [&o](CLI::App* sub) {
-    sub->add_option("scenario", o.scenario, "scenario TOML file")->required();
+    sub->add_option("scenario", o.scenario, "scenario TOML file")->required()->check(ntp::cli::input_file());
     sub->add_option("--set", o.sets, "override a scenario key (TOML value), repeatable");
   };
   CLI::App* run_cmd = app.add_subcommand("run", "run a scenario (snapshot or timeline mode)");
@@ -107,7 +108,8 @@ int run_sim(int argc, char** argv) {
       ->check(CLI::Range(1, 10'000'000));
   run_cmd->add_option("--threads", o.threads, "threads (overrides run.threads)")
       ->check(CLI::Range(1, 1024));
-  run_cmd->add_option("--out", o.out, "write summary.json, CSV tables and SVG charts here");
+  run_cmd->add_option("--out", o.out, "write summary.json, CSV tables and SVG charts here")
+      ->check(ntp::cli::output_folder());
   run_cmd->add_flag("--json", o.json, "print the JSON summary instead of the text table");
   CLI::App* model_cmd = app.add_subcommand("model", "print the step-time model of a scenario");
   add_common(model_cmd);

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
+#include "cli/path_args.h"
 #include "elastic/train_job.h"
 
 namespace {
@@ -15,9 +16,11 @@ int run_train(int argc, char** argv) {
   std::string run_dir;
   bool verify = false;
   bool worker = false;
-  app.add_option("--config", config_path, "run configuration (TOML); default: the built-in demo");
+  app.add_option("--config", config_path, "run configuration (TOML); default: the built-in demo")
+      ->check(ntp::cli::input_file());
   app.add_option("--set", overrides, "override one key: --set train.lr=1e-3 (repeatable)");
-  app.add_option("--run-dir", run_dir, "run directory (default: run.dir, else runs/<UTC time>)");
+  app.add_option("--run-dir", run_dir, "run directory (default: run.dir, else runs/<UTC time>)")
+      ->check(ntp::cli::output_folder());
   app.add_flag("--verify", verify,
                "after training, replay the schedule at TP = 1, DP = 1 and compare (exit 1 on fail)");
   // One rank of a multi-process run, as the launcher starts it.

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
+#include "cli/path_args.h"
 #include "train/config.h"
 #include "train/verify.h"
 
@@ -17,7 +18,7 @@ int run_verify(int argc, char** argv) {
                "ntp verify"};
   std::string run_dir;
   bool json = false;
-  app.add_option("run_dir", run_dir, "the run directory")->required();
+  app.add_option("run_dir", run_dir, "the run directory")->required()->check(ntp::cli::input_folder());
   app.add_flag("--json", json, "print one JSON object (every tensor's worst element, per-step scalars)");
   try {
     app.parse(argc, argv);

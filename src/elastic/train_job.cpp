@@ -394,7 +394,7 @@ std::vector<std::string> demo_overrides() {
 std::filesystem::path choose_run_dir(const train::Config& config, const std::string& flag) {
   if (!flag.empty()) return flag;
   if (!config.run.dir.empty()) return config.run.dir;
-  return train::default_run_dir();
+  return train::create_new_run_dir();
 }
 
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,

@@ -562,6 +562,7 @@ void validate(const Config& config) {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Config config;
   if (!path.empty()) {
+    if (std::filesystem::is_directory(path)) throw ConfigError(fmt::format("{}: is a folder, not a config file", path));
     std::ifstream in(path);
     if (!in) throw ConfigError(fmt::format("{}: cannot open config file", path));
     std::stringstream text;

@@ -5,10 +5,13 @@
 
 #include <cstdio>
 #include <fstream>
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "train/config.h"
 #include "train/progress.h"
 #include "train/trace.h"
 
@@ -231,6 +234,61 @@ TEST_F(RunDirTest, TraceFragmentsMergeIntoOneChromeTrace) {
   }
   EXPECT_EQ(spans, 4);
   EXPECT_EQ(pids, (std::set<int>{0, 1}));
+}
+
+}  // namespace
+}  // namespace ntp::train
+
+namespace ntp::train {
+namespace {
+
+TEST_F(RunDirTest, ConcurrentRunsOnOneFolderLetExactlyOneIn) {
+  constexpr int kRuns = 8;
+  std::atomic<int> created{0};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> runs;
+  for (int i = 0; i < kRuns; ++i) {
+    runs.emplace_back([&] {
+      try {
+        RunDir::create(dir_);
+        ++created;
+      } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("already holds a run"), std::string::npos) << e.what();
+        ++refused;
+      }
+    });
+  }
+  for (std::thread& t : runs) t.join();
+  EXPECT_EQ(created.load(), 1);
+  EXPECT_EQ(refused.load(), kRuns - 1);
+}
+
+TEST_F(RunDirTest, NewRunFoldersAreUniqueWithinOneMillisecond) {
+  constexpr int kRuns = 16;
+  std::vector<fs::path> paths(kRuns);
+  std::vector<std::thread> runs;
+  for (int i = 0; i < kRuns; ++i) {
+    runs.emplace_back([&, i] { paths[static_cast<std::size_t>(i)] = create_new_run_dir(dir_); });
+  }
+  for (std::thread& t : runs) t.join();
+  const std::set<fs::path> distinct(paths.begin(), paths.end());
+  EXPECT_EQ(distinct.size(), paths.size());
+  for (const fs::path& p : paths) {
+    EXPECT_TRUE(fs::is_directory(p)) << p;
+    EXPECT_EQ(p.parent_path(), dir_);
+    EXPECT_NO_THROW(RunDir::create(p)) << p;  // each one is free for its run
+  }
+}
+
+TEST_F(RunDirTest, AFileIsNotARunFolder) {
+  { std::ofstream(dir_.string()) << "x"; }
+  try {
+    RunDir::create(dir_);
+    FAIL() << "a file accepted as a run folder";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a folder"), std::string::npos) << e.what();
+  }
+  fs::remove(dir_);
 }
 
 }  // namespace
