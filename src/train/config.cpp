@@ -28,6 +28,10 @@ using Choices = std::vector<std::pair<std::string, E>>;
 
 const Choices<DataOrder> kOrders = {{"shuffled", DataOrder::kShuffled},
                                     {"sequential", DataOrder::kSequential}};
+const Choices<DataFormat> kFormats = {{"auto", DataFormat::kAuto},
+                                      {"llmc", DataFormat::kLlmc},
+                                      {"nanogpt", DataFormat::kNanogpt},
+                                      {"text", DataFormat::kText}};
 const Choices<LrSchedule> kSchedules = {{"cosine", LrSchedule::kCosine},
                                         {"constant", LrSchedule::kConstant}};
 const Choices<NanPolicy> kNanPolicies = {{"stop", NanPolicy::kStop}, {"skip", NanPolicy::kSkip}};
@@ -229,8 +233,14 @@ const std::vector<KeyDef>& schema() {
                  NTP_FIELD(model.init_from)),
       int_key("model.threads", "kernel threads per rank; 0 = host cores / ranks on the host",
               NTP_FIELD(model.threads)),
-      string_key("data.path", "text file (bytes) or token .bin (llm.c); empty = built-in corpus",
+      string_key("data.path", "text file (bytes) or token .bin (llm.c or nanoGPT); empty = built-in corpus",
                  NTP_FIELD(data.path)),
+      choice_key("data.format",
+                 "auto | llmc | nanogpt | text; auto: llm.c by its magic, another .bin as nanoGPT "
+                 "raw uint16 (an odd size is an error), anything else as text",
+                 kFormats, NTP_FIELD(data.format)),
+      string_key("data.val_path", "validation tokens (read like data.path); empty = no validation loss",
+                 NTP_FIELD(data.val_path)),
       choice_key("data.order", "sample order: shuffled | sequential (llm.c's)", kOrders,
                  NTP_FIELD(data.order)),
       int_key("train.steps", "optimizer steps", NTP_FIELD(train.steps)),
@@ -254,6 +264,12 @@ const std::vector<KeyDef>& schema() {
       float_key("train.grad_clip", "global gradient-norm clip; 0 = off",
                 NTP_FIELD(train.grad_clip)),
       int_key("train.seed", "seed of init and of the shuffled order", NTP_FIELD(train.seed)),
+      int_key("train.eval_every",
+              "validation loss on data.val_path every this many steps and after the last; 0 = never",
+              NTP_FIELD(train.eval_every)),
+      int_key("train.eval_batches",
+              "micro-batches (of train.micro_batch sequences) in one validation pass",
+              NTP_FIELD(train.eval_batches)),
       int_key("parallel.tp", "base TP degree n: slots per replica", NTP_FIELD(parallel.tp)),
       int_key("parallel.dp", "DP replicas", NTP_FIELD(parallel.dp)),
       failed_key(),
@@ -402,6 +418,8 @@ void validate_optim(const OptimConfig& t) {
   require(t.eps > 0, "train.eps", "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 = off)");
   require(t.seed >= 0, "train.seed", "must be >= 0");
+  require(t.eval_every >= 0, "train.eval_every", "must be >= 0 (0 = never)");
+  require(t.eval_batches >= 1, "train.eval_batches", "must be >= 1");
 }
 
 void validate_parallel(const ParallelConfig& p, const OptimConfig& t) {
@@ -500,11 +518,21 @@ void validate_rest(const Config& c) {
     require(std::filesystem::is_regular_file(c.data.path), "data.path",
             fmt::format("'{}' is not a readable file", c.data.path));
   }
+  if (!c.data.val_path.empty()) {
+    require(std::filesystem::is_regular_file(c.data.val_path), "data.val_path",
+            fmt::format("'{}' is not a readable file", c.data.val_path));
+  }
+  // A validation file without passes, or passes without a file, would be ignored.
+  require(c.data.val_path.empty() || c.train.eval_every > 0, "data.val_path",
+          "needs train.eval_every > 0 (how often to evaluate)");
+  require(c.train.eval_every == 0 || !c.data.val_path.empty(), "train.eval_every",
+          "needs data.val_path (the validation tokens)");
 }
 
 }  // namespace
 
 std::string to_string(DataOrder order) { return name_of(kOrders, order); }
+std::string to_string(DataFormat format) { return name_of(kFormats, format); }
 std::string to_string(LrSchedule schedule) { return name_of(kSchedules, schedule); }
 std::string to_string(BatchPolicy policy) { return name_of(kPolicies, policy); }
 std::string to_string(NanPolicy policy) { return name_of(kNanPolicies, policy); }

@@ -21,12 +21,15 @@ class ConfigError : public std::runtime_error {
 };
 
 enum class DataOrder { kShuffled, kSequential };
+// How data.path and data.val_path are read (model/token_data.h).
+enum class DataFormat { kAuto, kLlmc, kNanogpt, kText };
 enum class LrSchedule { kCosine, kConstant };
 enum class BatchPolicy { kProportional, kFixed, kConstantGlobal };
 // What a non-finite loss or gradient norm does (train.on_nan).
 enum class NanPolicy { kStop, kSkip };
 
 std::string to_string(DataOrder order);
+std::string to_string(DataFormat format);
 std::string to_string(LrSchedule schedule);
 std::string to_string(BatchPolicy policy);
 std::string to_string(NanPolicy policy);
@@ -46,6 +49,8 @@ struct ModelConfig {
 
 struct DataConfig {
   std::string path;  // text file or token .bin; empty = the built-in demo corpus
+  DataFormat format = DataFormat::kAuto;
+  std::string val_path;  // validation tokens (same format); empty = no validation loss
   DataOrder order = DataOrder::kShuffled;
   bool operator==(const DataConfig&) const = default;
 };
@@ -64,6 +69,10 @@ struct OptimConfig {  // the [train] table
   NanPolicy on_nan = NanPolicy::kStop;
   double grad_clip = 1.0;  // 0 = off
   std::int64_t seed = 1337;
+  // Validation loss on data.val_path every eval_every steps and after the
+  // last; 0 = never. eval_batches micro-batches of train.micro_batch sequences.
+  std::int64_t eval_every = 0;
+  std::int64_t eval_batches = 4;
   bool operator==(const OptimConfig&) const = default;
 };
 

@@ -52,6 +52,9 @@ class LocalTrainer {
   StepMetrics step(std::int64_t step, const std::vector<std::vector<std::int64_t>>& samples,
                    TraceRecorder* trace = nullptr, StepUpdate update = StepUpdate::kApply);
 
+  // The mean loss per token on the validation sequences of `val` (evaluate.h).
+  double validation_loss(const model::TokenData& val);
+
  private:
   Config config_;
   model::TokenData data_;

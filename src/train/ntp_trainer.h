@@ -192,6 +192,7 @@ class NtpTrainer {
   void mutate_samples(std::int64_t s, std::vector<std::int64_t>& mine) const;
   // The local update of step s, once its commit is known.
   void apply_update(std::int64_t s, double grad_norm, bool skipped);
+  double validation_loss();  // every rank of the job takes part (evaluate.h)
 
   const Config& config_;
   WorkerOptions options_;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,91 @@ TEST_F(TrainCliTest, AnExplicitRunFolderHoldsOneRun) {
   const auto again = ntp("train " + kSmall + "--set train.steps=1 --run-dir " + run_dir);
   EXPECT_EQ(again.exit_code, 2) << text_of(again);
   EXPECT_NE(text_of(again).find("already holds a run"), std::string::npos) << text_of(again);
+}
+
+void write_uint16(const fs::path& path, std::size_t count) {
+  std::vector<std::uint16_t> tokens(count);
+  for (std::size_t i = 0; i < count; ++i) tokens[i] = static_cast<std::uint16_t>((i * 7) % 200);
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(count * 2));
+}
+
+// The model_ready event of a run: how many tokens the trainer read.
+std::int64_t data_tokens(const fs::path& run_dir) {
+  for (const auto& e : read_lines(run_dir / "events.jsonl")) {
+    if (e["event"] == "model_ready") return e["data_tokens"].get<std::int64_t>();
+  }
+  return -1;
+}
+
+TEST_F(TrainCliTest, NanoGptTokenFilesAreReadAsTokens) {
+  write_uint16(dir_ / "train.bin", 4000);
+  write_uint16(dir_ / "train.dat", 4000);
+  const std::string common = "train " + kSmall + "--set train.steps=1 ";
+  auto run = ntp(common + "--set data.path=" + (dir_ / "train.bin").string() + " --run-dir " + (dir_ / "a").string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  EXPECT_EQ(data_tokens(dir_ / "a"), 4000);  // not 8000 bytes of text
+  run = ntp(common + "--set data.path=" + (dir_ / "train.dat").string() + " --set data.format=nanogpt --run-dir " +
+            (dir_ / "b").string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  EXPECT_EQ(data_tokens(dir_ / "b"), 4000);
+}
+
+TEST_F(TrainCliTest, ABinOfNoTokenFormatIsRejected) {
+  std::ofstream(dir_ / "odd.bin", std::ios::binary) << std::string(4001, 'x');
+  auto run = ntp("train --set data.path=" + (dir_ / "odd.bin").string() + " --run-dir " + (dir_ / "a").string());
+  EXPECT_EQ(run.exit_code, 2) << text_of(run);
+  EXPECT_NE(text_of(run).find("data.path"), std::string::npos) << text_of(run);
+  EXPECT_FALSE(fs::exists(dir_ / "a"));
+  // An llm.c header with a wrong magic: a broken llm.c file, never text or raw tokens.
+  std::vector<std::int32_t> header(256, 0);
+  header[0] = 20240521;
+  header[1] = 1;
+  header[2] = 2000;
+  {
+    std::ofstream out(dir_ / "magic.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    out << std::string(4000, '\1');
+  }
+  run = ntp("train --set data.path=" + (dir_ / "magic.bin").string() + " --run-dir " + (dir_ / "b").string());
+  EXPECT_EQ(run.exit_code, 2) << text_of(run);
+  EXPECT_NE(text_of(run).find("magic"), std::string::npos) << text_of(run);
+}
+
+// The validation losses of a run, by step.
+std::map<std::int64_t, double> val_losses(const fs::path& run_dir) {
+  std::map<std::int64_t, double> out;
+  for (const auto& m : read_lines(run_dir / "metrics.jsonl")) {
+    if (m.contains("val_loss")) out[m["step"].get<std::int64_t>()] = m["val_loss"].get<double>();
+  }
+  return out;
+}
+
+TEST_F(TrainCliTest, ValidationLossGoesToMetricsAndTheProgressLine) {
+  std::ofstream(dir_ / "val.txt") << std::string(3000, 'a') + "the quick brown fox jumps over the lazy dog\n";
+  const std::string common = "train --set model.layers=1 --set train.global_batch=4 --set train.micro_batch=2 "
+                             "--set train.steps=3 --set train.eval_every=2 --set train.eval_batches=2 "
+                             "--set data.val_path=" + (dir_ / "val.txt").string() + " ";
+  auto run = ntp(common + "--run-dir " + (dir_ / "local").string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  const auto local = val_losses(dir_ / "local");
+  ASSERT_EQ(local.size(), 2u);  // after step 1 and after the last, step 2
+  EXPECT_TRUE(local.contains(1) && local.contains(2));
+  EXPECT_NE(run.out.find("val "), std::string::npos) << run.out;
+  // The same run over two TP ranks of one replica and two replicas: the same losses.
+  const std::vector<std::pair<std::string, std::string>> layouts = {{"tp", "--set parallel.tp=2"},
+                                                                    {"dp", "--set parallel.dp=2"}};
+  for (const auto& [name, layout] : layouts) {
+    const fs::path out = dir_ / name;
+    run = ntp(common + layout + " --run-dir " + out.string());
+    ASSERT_EQ(run.exit_code, 0) << layout << "\n" << text_of(run);
+    const auto parallel = val_losses(out);
+    ASSERT_EQ(parallel.size(), 2u) << layout;
+    for (const auto& [step, loss] : local) EXPECT_NEAR(parallel.at(step), loss, 2e-3 * loss) << layout;
+  }
+  // A validation file without passes, or passes without a file, is refused.
+  EXPECT_EQ(ntp("train --set data.val_path=" + (dir_ / "val.txt").string()).exit_code, 2);
+  EXPECT_EQ(ntp("train --set train.eval_every=2").exit_code, 2);
 }
 
 }  // namespace

@@ -96,11 +96,19 @@ TEST(Metrics, SummaryLeavesTheWarmUpStepOutOfRates) {
 
 TEST(Metrics, ProgressLineAndDurations) {
   const std::string line = progress_line(sample_metrics(1), 20, 12.0);
-  EXPECT_NE(line.find("step 2/20"), std::string::npos) << line;
+  // Step numbers count from 0, as in metrics.jsonl and every message.
+  EXPECT_EQ(line.rfind("step 1 (2 of 20)", 0), 0u) << line;
+  EXPECT_EQ(line.find("val "), std::string::npos) << line;
   EXPECT_NE(line.find("loss 4.5000"), std::string::npos) << line;
   EXPECT_NE(line.find("256 tok/s"), std::string::npos) << line;
   EXPECT_NE(line.find("tp [3,4]"), std::string::npos) << line;
   EXPECT_NE(line.find("eta 1:48"), std::string::npos) << line;  // 6 s/step x 18 steps
+  StepMetrics evaluated = sample_metrics(1);
+  evaluated.val_loss = 4.25;
+  EXPECT_NE(progress_line(evaluated, 20, 12.0).find("loss 4.5000  val 4.2500"), std::string::npos);
+  EXPECT_EQ(step_metrics_from_json(to_json(evaluated)), evaluated);
+  EXPECT_EQ(to_json(sample_metrics(1)).count("val_loss"), 0u);
+  EXPECT_EQ(summarize({sample_metrics(0), evaluated, sample_metrics(2)}, 1.0)["last_val_loss"], 4.25);
   EXPECT_EQ(format_duration(59.6), "1:00");
   EXPECT_EQ(format_duration(3723), "1:02:03");
 }
