@@ -188,4 +188,59 @@ TEST_F(TrainCliTest, ValidationLossGoesToMetricsAndTheProgressLine) {
   EXPECT_EQ(ntp("train --set train.eval_every=2").exit_code, 2);
 }
 
+TEST_F(TrainCliTest, LaunchRejectsFlagsItDoesNotKnow) {
+  const std::string run_dir = " --run-dir " + (dir_ / "l").string();
+  for (const char* args : {"--nproc 1 --bogus=3 -- echo hi", "--nproc 1 --bogus -- echo hi",
+                                  "--nproc 1 --bogus=3 echo hi"}) {
+    const auto run = ntp("launch" + run_dir + " " + std::string(args));
+    EXPECT_EQ(run.exit_code, 2) << args << "\n" << text_of(run);
+    EXPECT_NE(text_of(run).find("--bogus"), std::string::npos) << args << "\n" << text_of(run);
+    EXPECT_EQ(run.out.find("hi"), std::string::npos) << args;
+  }
+  // One flag under two spellings is given twice.
+  EXPECT_EQ(ntp("launch" + run_dir + " --nproc 1 --nproc-per-node 2 -- true").exit_code, 2);
+}
+
+TEST_F(TrainCliTest, LaunchSpeaksTorchrunAndTeesWorkerOutput) {
+  const std::string run_dir = " --run-dir " + (dir_ / "l").string();
+  auto run = ntp("launch" + run_dir +
+                 " --nproc-per-node 2 --nnodes 1 --node_rank 0 --tee 3 -- sh -c 'echo out $RANK; echo err $RANK >&2'");
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  for (const char* line : {"[rank 0] out 0", "[rank 0] err 0", "[rank 1] out 1", "[rank 1] err 1"}) {
+    EXPECT_NE(run.out.find(line), std::string::npos) << line << "\n" << run.out;
+  }
+  run = ntp("launch" + run_dir + " --nproc_per_node=1 --rdzv-endpoint 10.1.2.3:6400 --tee -- sh -c 'echo $NTP_STORE'");
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  EXPECT_NE(run.out.find("[rank 0] redis://10.1.2.3:6400"), std::string::npos) << run.out;
+  // Without --tee the output stays in the logs; a `--` inside the command is the command's.
+  run = ntp("launch" + run_dir + " --nproc 1 sh -c 'echo \"$@\"' -- a -- b");
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  EXPECT_EQ(run.out, "");
+  std::ifstream log(dir_ / "l" / "logs" / "rank-0.log");
+  std::string first;
+  std::getline(log, first);
+  EXPECT_EQ(first, "a -- b");
+}
+
+TEST_F(TrainCliTest, LaunchNamesACommandItCannotExecute) {
+  const auto run = ntp("launch --run-dir " + (dir_ / "l").string() + " --nproc 2 -- /no/such/worker --flag");
+  EXPECT_EQ(run.exit_code, 2) << text_of(run);
+  EXPECT_NE(run.err.find("/no/such/worker --flag"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("No such file or directory"), std::string::npos) << run.err;
+}
+
+TEST_F(TrainCliTest, LaunchChecksTimesAndWarnsOfAFileStoreAcrossHosts) {
+  const std::string run_dir = " --run-dir " + (dir_ / "l").string();
+  for (const char* bad : {"--straggler-timeout -1", "--straggler-timeout nan", "--term-grace -0.5"}) {
+    const auto run = ntp("launch" + run_dir + " --nproc 1 " + bad + " -- true");
+    EXPECT_EQ(run.exit_code, 2) << bad << "\n" << text_of(run);
+    EXPECT_NE(run.err.find(std::string(bad).substr(0, 8)), std::string::npos) << run.err;
+  }
+  const auto run = ntp("launch" + run_dir + " --nproc 1 --nnodes 2 --node-rank 1 -- true");
+  EXPECT_EQ(run.exit_code, 0) << text_of(run);
+  EXPECT_NE(run.err.find("warning: a file store"), std::string::npos) << run.err;
+  const auto single = ntp("launch" + run_dir + "2 --nproc 1 -- true");
+  EXPECT_EQ(single.err.find("warning"), std::string::npos) << single.err;
+}
+
 }  // namespace
