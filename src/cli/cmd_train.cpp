@@ -21,6 +21,9 @@ int run_train(int argc, char** argv) {
   app.add_option("--set", overrides, "override one key: --set train.lr=1e-3 (repeatable)");
   app.add_option("--run-dir", run_dir, "run directory (default: run.dir, else runs/<UTC time>)")
       ->check(ntp::cli::output_folder());
+  bool print_config = false;
+  app.add_flag("--print-config", print_config,
+               "print the resolved configuration (every key with its value, TOML) and exit");
   app.add_flag("--verify", verify,
                "after training, replay the schedule at TP = 1, DP = 1 and compare (exit 1 on fail)");
   // One rank of a multi-process run, as the launcher starts it.
@@ -39,6 +42,10 @@ int run_train(int argc, char** argv) {
   } catch (const ntp::train::ConfigError& e) {
     std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
     return ntp::cli::kExitBadInput;
+  }
+  if (print_config) {
+    std::printf("%s", ntp::train::to_toml(config).c_str());
+    return ntp::cli::kExitOk;
   }
   try {
     const auto result = ntp::elastic::run_train_job(

@@ -409,7 +409,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
     throw;
   }
   run.write_config(train::to_toml(config));
-  run.event("run_started", {{"job", describe_job(config)}, {"ranks", 1}});
+  run.event("run_started", {{"job", describe_job(config)}, {"ranks", train::job_places(config.parallel).size()}});
   std::fprintf(out, "ntp train: %s\nrun directory: %s\n", describe_job(config).c_str(),
                run_dir.string().c_str());
   const double start = train::unix_time_s();

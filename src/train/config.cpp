@@ -529,6 +529,50 @@ void validate_rest(const Config& c) {
           "needs data.val_path (the validation tokens)");
 }
 
+// A key set away from its default that nothing reads in this configuration
+// is an error, never silently ignored: it names the key that would use it.
+void reject_unused(const Config& c) {
+  const Config d;
+  struct Dependent {
+    std::string_view key;
+    bool set;   // differs from its default
+    bool used;  // read by this configuration
+    std::string_view needs;
+  };
+  const bool power_on = c.power.mode != power::PowerMode::off;
+  const Dependent dependents[] = {
+      {"model.preset", c.model.preset != d.model.preset, c.model.init_from.empty(),
+       "is unused with model.init_from (the checkpoint defines the model)"},
+      {"test.kill_at_step", c.test.kill_at_step != d.test.kill_at_step, c.test.kill_rank >= 0,
+       "needs test.kill_rank"},
+      {"test.chaos_seed", c.test.chaos_seed != d.test.chaos_seed, c.test.chaos > 0, "needs test.chaos > 0"},
+      {"test.mutation_rank", c.test.mutation_rank != d.test.mutation_rank, !c.test.mutation.empty(),
+       "needs test.mutation"},
+      {"test.repair_at_step", c.test.repair_at_step != d.test.repair_at_step, c.elastic.rejoin,
+       "needs elastic.rejoin = true"},
+      {"elastic.rejoin_after_s", c.elastic.rejoin_after_s != d.elastic.rejoin_after_s, c.elastic.rejoin,
+       "needs elastic.rejoin = true"},
+      {"elastic.settle_s", c.elastic.settle_s != d.elastic.settle_s, c.elastic.recover,
+       "needs elastic.recover = true"},
+      {"elastic.max_recoveries", c.elastic.max_recoveries != d.elastic.max_recoveries, c.elastic.recover,
+       "needs elastic.recover = true"},
+      {"power.tdp_w", c.power.tdp_w != d.power.tdp_w, power_on, "needs power.mode = \"simulated\" or \"nvml\""},
+      {"power.max_frac", c.power.max_frac != d.power.max_frac, power_on,
+       "needs power.mode = \"simulated\" or \"nvml\""},
+      {"power.headroom_w", c.power.headroom_w != d.power.headroom_w, power_on,
+       "needs power.mode = \"simulated\" or \"nvml\""},
+      {"power.alpha", c.power.alpha != d.power.alpha, power_on, "needs power.mode = \"simulated\" or \"nvml\""},
+      {"train.eval_batches", c.train.eval_batches != d.train.eval_batches, c.train.eval_every > 0,
+       "needs train.eval_every > 0"},
+  };
+  for (const Dependent& k : dependents) {
+    require(!k.set || k.used, k.key, fmt::format("is set but {}", k.needs));
+  }
+  const std::int64_t ranks = job_rank_count(c.parallel);
+  require(c.test.mutation_rank < ranks, "test.mutation_rank",
+          fmt::format("no such rank (the job has {} ranks)", ranks));
+}
+
 }  // namespace
 
 std::string to_string(DataOrder order) { return name_of(kOrders, order); }
@@ -585,6 +629,7 @@ void validate(const Config& config) {
   validate_parallel(config.parallel, config.train);
   validate_power(config.power);
   validate_rest(config);
+  reject_unused(config);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

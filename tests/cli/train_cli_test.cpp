@@ -243,4 +243,34 @@ TEST_F(TrainCliTest, LaunchChecksTimesAndWarnsOfAFileStoreAcrossHosts) {
   EXPECT_EQ(single.err.find("warning"), std::string::npos) << single.err;
 }
 
+TEST_F(TrainCliTest, PrintConfigShowsEveryResolvedKeyAndRunsNothing) {
+  const auto run = ntp("train --set train.steps=7 --set data.format=nanogpt --print-config");
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  for (const char* line : {"[model]\n", "preset = \"tiny\"\n", "steps = 7\n", "format = \"nanogpt\"\n",
+                           "eval_every = 0\n", "[run]\n"}) {
+    EXPECT_NE(run.out.find(line), std::string::npos) << line << "\n" << run.out;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "runs"));
+  // What it prints reads back as the same configuration.
+  std::ofstream(dir_ / "printed.toml") << run.out;
+  const auto again = ntp("train --config " + (dir_ / "printed.toml").string() + " --print-config");
+  EXPECT_EQ(again.out, run.out);
+  EXPECT_EQ(ntp("train --set test.kill_rank=99 --set test.kill_at_step=1 --print-config").exit_code, 2);
+}
+
+TEST_F(TrainCliTest, RunStartedCountsTheRealRanks) {
+  const fs::path run_dir = dir_ / "r";
+  const auto run = ntp("train " + kSmall + "--set train.steps=2 --set parallel.tp=2 --set parallel.dp=2 "
+                       "--set train.global_batch=4 --run-dir " + run_dir.string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  for (const auto& e : read_lines(run_dir / "events.jsonl")) {
+    if (e["event"] == "run_started") {
+      EXPECT_EQ(e["ranks"], 4) << e;
+    }
+  }
+  // One numbering: the progress line says step 0 and step 1 like metrics.jsonl.
+  EXPECT_NE(run.out.find("step 0 (1 of 2)"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("step 1 (2 of 2)"), std::string::npos) << run.out;
+}
+
 }  // namespace
