@@ -273,4 +273,25 @@ TEST_F(TrainCliTest, RunStartedCountsTheRealRanks) {
   EXPECT_NE(run.out.find("step 1 (2 of 2)"), std::string::npos) << run.out;
 }
 
+TEST_F(TrainCliTest, SampleReproducesThePatternOfATinyCorpus) {
+  std::string corpus;
+  while (corpus.size() < 20000) corpus += "abcd";
+  std::ofstream(dir_ / "abcd.txt") << corpus;
+  const fs::path run_dir = dir_ / "r";
+  const auto train = ntp("train --set model.layers=1 --set model.seq_len=16 --set train.steps=60 "
+                         "--set train.global_batch=8 --set train.micro_batch=8 --set train.lr=3e-3 "
+                         "--set data.path=" + (dir_ / "abcd.txt").string() + " --run-dir " + run_dir.string());
+  ASSERT_EQ(train.exit_code, 0) << text_of(train);
+  const auto run = ntp("sample " + run_dir.string() + " --prompt abcdab --tokens 30 --temperature 0");
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  EXPECT_EQ(run.out, "abcdab" + corpus.substr(2, 30) + "\n");
+  // The same from the checkpoint itself, with a seed: repeatable.
+  const auto a = ntp("sample " + (run_dir / "model.bin").string() + " --prompt ab --tokens 10 --seed 5");
+  const auto b = ntp("sample " + (run_dir / "model.bin").string() + " --prompt ab --tokens 10 --seed 5");
+  EXPECT_EQ(a.exit_code, 0) << text_of(a);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(ntp("sample " + run_dir.string() + " --prompt ab --temperature -1").exit_code, 2);
+  EXPECT_EQ(ntp("sample " + (dir_ / "missing").string() + " --prompt ab").exit_code, 2);
+}
+
 }  // namespace
