@@ -4,9 +4,19 @@
 
 #include "cli/command.h"
 #include "cli/path_args.h"
+#include "cli/run_report.h"
 #include "elastic/train_job.h"
 
 namespace {
+
+// The run's picture; a run that trained is not failed by its report.
+void write_report(const std::filesystem::path& run_dir) {
+  try {
+    std::printf("report: %s\n", ntp::cli::write_run_report(run_dir).string().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ntp train: no report: %s\n", e.what());
+  }
+}
 
 int run_train(int argc, char** argv) {
   CLI::App app{"Train a GPT with data parallelism over (nonuniform) tensor-parallel replicas.",
@@ -50,6 +60,7 @@ int run_train(int argc, char** argv) {
   try {
     const auto result = ntp::elastic::run_train_job(
         config, ntp::elastic::choose_run_dir(config, run_dir), verify, stdout);
+    write_report(result.run_dir);
     if (result.verify) {
       std::printf("%s\n", result.verify->to_json().dump().c_str());
       return result.verify->pass ? ntp::cli::kExitOk : ntp::cli::kExitFailure;

@@ -120,6 +120,7 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
     m.tp = split.active;
     m.power = power.metrics();
     if (val && eval_due(config.train, s)) m.val_loss = trainer.validation_loss(*val);
+    m.time = unix_time_s();
     run.append_metrics(m);
     metrics.push_back(m);
     if (on_step) on_step(m);

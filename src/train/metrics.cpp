@@ -52,6 +52,7 @@ nlohmann::json to_json(const StepMetrics& m) {
           {"allreduce_bytes", m.allreduce_bytes}};
   if (m.skipped) j["skipped"] = true;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.time > 0) j["time"] = m.time;
   if (m.power.empty()) return j;
   j["power"] = nlohmann::json::array();
   for (const ReplicaPower& p : m.power) j["power"].push_back({{"limit_w", p.limit_w}, {"speedup", p.speedup}});
@@ -74,6 +75,7 @@ StepMetrics step_metrics_from_json(const nlohmann::json& j) {
   m.allreduce_bytes = field<std::int64_t>(j, "allreduce_bytes");
   m.skipped = j.value("skipped", false);
   if (j.contains("val_loss")) m.val_loss = finite_or_nan(j, "val_loss");
+  m.time = j.value("time", 0.0);
   if (!j.contains("power")) return m;
   for (const nlohmann::json& p : field<std::vector<nlohmann::json>>(j, "power")) {
     m.power.push_back({field<double>(p, "limit_w"), field<double>(p, "speedup")});

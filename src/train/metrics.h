@@ -33,7 +33,8 @@ struct StepMetrics {
   std::int64_t allreduce_bytes = 0;        // DP all-reduce payload, whole job
   std::vector<ReplicaPower> power;         // per replica; empty when power.mode = off
   bool skipped = false;                    // non-finite loss or norm: no update (train.on_nan = "skip")
-  std::optional<double> val_loss;          // mean validation loss after this step's update (train.eval_every)
+  std::optional<double> val_loss;
+  double time = 0.0;                       // Unix time the step was logged (0: not recorded)          // mean validation loss after this step's update (train.eval_every)
   bool operator==(const StepMetrics&) const = default;
 };
 

@@ -424,6 +424,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   m.exposed_sync_s = t.exposed_sync_s;
   m.step_time_s = t.elapsed_s + opt_s;  // the slowest rank to the commit, then the update
   m.power = x.power->metrics();
+  m.time = unix_time_s();
   last_metrics_ = m;
   last_parts_ = parts;
   // After the update: a death in this pass is a death before the next step.

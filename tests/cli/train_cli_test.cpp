@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -292,6 +293,68 @@ TEST_F(TrainCliTest, SampleReproducesThePatternOfATinyCorpus) {
   EXPECT_EQ(a.out, b.out);
   EXPECT_EQ(ntp("sample " + run_dir.string() + " --prompt ab --temperature -1").exit_code, 2);
   EXPECT_EQ(ntp("sample " + (dir_ / "missing").string() + " --prompt ab").exit_code, 2);
+}
+
+// The SVG documents of a report, in order, and the points of a chart's polylines.
+std::vector<std::string> svgs_of(const std::string& html) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; (at = html.find("<svg", at)) != std::string::npos;) {
+    const std::size_t end = html.find("</svg>", at);
+    out.push_back(html.substr(at, end - at));
+    at = end;
+  }
+  return out;
+}
+
+std::vector<std::size_t> polyline_points(const std::string& svg) {
+  std::vector<std::size_t> counts;
+  for (std::size_t at = 0; (at = svg.find("points='", at)) != std::string::npos;) {
+    at += 8;
+    const std::string points = svg.substr(at, svg.find('\'', at) - at);
+    counts.push_back(static_cast<std::size_t>(std::count(points.begin(), points.end(), ',')));
+  }
+  return counts;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+TEST_F(TrainCliTest, TrainWritesAReportWithEveryStepPlotted) {
+  std::ofstream(dir_ / "val.txt") << std::string(3000, 'v');
+  const fs::path run_dir = dir_ / "r";
+  const auto run = ntp("train " + kSmall + "--set train.steps=5 --set parallel.dp=2 --set train.eval_every=2 "
+                       "--set data.val_path=" + (dir_ / "val.txt").string() + " --run-dir " + run_dir.string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  EXPECT_NE(run.out.find("report: " + (run_dir / "report.html").string()), std::string::npos) << run.out;
+  const std::vector<std::string> svgs = svgs_of(read_text(run_dir / "report.html"));
+  ASSERT_EQ(svgs.size(), 4u);
+  // Loss: 5 train points, validation after steps 1, 3 and 4.
+  EXPECT_EQ(polyline_points(svgs[0]), (std::vector<std::size_t>{5, 3}));
+  EXPECT_NE(svgs[0].find("validation loss"), std::string::npos);
+  EXPECT_EQ(polyline_points(svgs[1]), (std::vector<std::size_t>{5, 5}));  // tokens/s, step time
+  EXPECT_EQ(polyline_points(svgs[2]), (std::vector<std::size_t>{5}));     // exposed sync
+  // TP per replica as steps over time: 5 points plus 4 risers each.
+  EXPECT_EQ(polyline_points(svgs[3]), (std::vector<std::size_t>{9, 9}));
+  EXPECT_NE(svgs[3].find("replica 1"), std::string::npos);
+  // `ntp report` writes the same file again; a folder with no run is refused.
+  const auto again = ntp("report " + run_dir.string());
+  EXPECT_EQ(again.exit_code, 0) << text_of(again);
+  fs::create_directories(dir_ / "empty");
+  EXPECT_EQ(ntp("report " + (dir_ / "empty").string()).exit_code, 2);
+}
+
+TEST_F(TrainCliTest, TheReportMarksFailuresAndRecoveriesOnTheTimeAxis) {
+  const fs::path run_dir = dir_ / "r";
+  const auto run = ntp("train " + kSmall + "--set train.steps=5 --set parallel.dp=2 --set parallel.tp=2 "
+                       "--set train.global_batch=4 --set elastic.recover=true --set test.kill_rank=3 "
+                       "--set test.kill_at_step=2 --run-dir " + run_dir.string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  const std::vector<std::string> svgs = svgs_of(read_text(run_dir / "report.html"));
+  ASSERT_EQ(svgs.size(), 4u);
+  EXPECT_NE(svgs[3].find(">failure<"), std::string::npos) << svgs[3];
+  EXPECT_NE(svgs[3].find(">recovery<"), std::string::npos) << svgs[3];
 }
 
 }  // namespace
