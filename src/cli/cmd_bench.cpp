@@ -14,6 +14,9 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
 #include "cli/path_args.h"
 #include "comm/bench.h"
@@ -147,9 +150,9 @@ int run_local(const CommArgs& a) {
   const auto result = cm::run_local_ranks(argv, a.nproc, {}, std::chrono::seconds(a.deadline_s));
   if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
   if (!result.ok) {
-    std::fprintf(stderr, "ntp bench comm: ranks did not all succeed:");
-    for (std::size_t r = 0; r < result.outcome.size(); ++r) std::fprintf(stderr, " [%zu] %s", r, result.outcome[r].c_str());
-    std::fprintf(stderr, "\n");
+    std::string ranks;
+    for (std::size_t r = 0; r < result.outcome.size(); ++r) ranks += fmt::format(" [{}] {}", r, result.outcome[r]);
+    spdlog::error("ntp bench comm: ranks did not all succeed:{}", ranks);
     return kExitFailure;
   }
   return kExitOk;
@@ -162,7 +165,7 @@ int run_comm(const CommArgs& a) {
     if (cm::launcher_rank(rank, world)) return run_rank(a, rank, world);
     return run_local(a);
   } catch (const cm::CommError& e) {
-    std::fprintf(stderr, "ntp bench comm: %s\n", e.what());
+    spdlog::error("ntp bench comm: {}", e.what());
     return e.kind() == cm::CommErrorKind::kBadInput ? kExitBadInput : kExitFailure;
   }
 }

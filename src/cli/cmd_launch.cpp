@@ -8,6 +8,9 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <spdlog/spdlog.h>
 
 #include "cli/command.h"
 #include "cli/path_args.h"
@@ -86,8 +89,7 @@ int run_launch(int argc, char** argv) {
   }
   options.command = app.remaining();
   if (!options.command.empty() && options.command.front().starts_with("-")) {
-    std::fprintf(stderr, "ntp launch: unknown flag '%s' (the worker command goes after --)\n",
-                 options.command.front().c_str());
+    spdlog::error("ntp launch: unknown flag '{}' (the worker command goes after --)", options.command.front());
     return ntp::cli::kExitBadInput;
   }
   // A `--` after the command has begun belongs to the command.
@@ -95,7 +97,7 @@ int run_launch(int argc, char** argv) {
   options.command.insert(options.command.end(), args.command.begin(), args.command.end());
   for (const auto& bad : {check_seconds("--straggler-timeout", straggler_s), check_seconds("--term-grace", grace_s)}) {
     if (!bad) continue;
-    std::fprintf(stderr, "ntp launch: %s\n", bad->c_str());
+    spdlog::error("ntp launch: {}", *bad);
     return ntp::cli::kExitBadInput;
   }
 
@@ -110,18 +112,18 @@ int run_launch(int argc, char** argv) {
   try {
     ntp::elastic::validate(options);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "ntp launch: %s\n", e.what());
+    spdlog::error("ntp launch: {}", e.what());
     return ntp::cli::kExitBadInput;
   }
   if (options.nnodes > 1 && options.store.starts_with("file:")) {
-    std::fprintf(stderr,
-                 "ntp launch: warning: a file store (%s) with --nnodes %d works only if every host sees the "
-                 "same folder (a shared file system); otherwise use --store redis://HOST:PORT\n",
-                 options.store.c_str(), options.nnodes);
+    spdlog::warn("ntp launch: warning: a file store ({}) with --nnodes {} works only if every host sees the "
+                 "same folder (a shared file system); otherwise use --store redis://HOST:PORT",
+                 options.store, options.nnodes);
   }
   std::filesystem::create_directories(run_dir);
-  std::fprintf(stderr, "ntp launch: %d workers, store %s, logs in %s\n", options.nproc,
-               options.store.c_str(), options.log_dir.c_str());
+  spdlog::info("ntp launch: {} workers, store {}, logs in {}", options.nproc, options.store,
+               options.log_dir.string());
+  spdlog::debug("ntp launch: worker command: {}", fmt::join(options.command, " "));
   std::optional<ntp::elastic::LogTee> mirror;
   if (tee > 0) {
     std::vector<int> ranks;
@@ -133,12 +135,12 @@ int run_launch(int argc, char** argv) {
   try {
     result = ntp::elastic::run_job(options, {std::filesystem::path(run_dir) / "events.jsonl", stderr, "ntp launch"});
   } catch (const ntp::elastic::ExecError& e) {
-    std::fprintf(stderr, "ntp launch: %s\n", e.what());
+    spdlog::error("ntp launch: {}", e.what());
     return ntp::cli::kExitBadInput;
   }
   if (mirror) mirror->finish();
   if (result.ok()) return ntp::cli::kExitOk;
-  std::fprintf(stderr, "ntp launch: the job failed\n%s", result.report().c_str());
+  spdlog::error("ntp launch: the job failed\n{}", result.report());
   return ntp::cli::kExitFailure;
 }
 

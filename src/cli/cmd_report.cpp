@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
 #include "cli/path_args.h"
 #include "cli/run_report.h"
@@ -23,7 +25,7 @@ int run_report(int argc, char** argv) {
   try {
     std::printf("%s\n", ntp::cli::write_run_report(run_dir).string().c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ntp report: %s\n", e.what());
+    spdlog::error("ntp report: {}", e.what());
     return ntp::cli::kExitBadInput;
   }
   return ntp::cli::kExitOk;

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
 #include "cli/path_args.h"
 #include "model/generate.h"
@@ -89,7 +91,7 @@ int run_sample(int argc, char** argv) {
     }
     if (prompt_ids.empty()) throw std::invalid_argument("--prompt: empty");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ntp sample: %s\n", e.what());
+    spdlog::error("ntp sample: {}", e.what());
     return ntp::cli::kExitBadInput;
   }
   ntp::tensor::Context ctx({1, 1});

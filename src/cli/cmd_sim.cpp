@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
 #include "cli/path_args.h"
 #include "sim/policy_table.h"
@@ -59,7 +61,7 @@ int run(const SimOptions& o) {
   }
   std::fflush(stdout);  // the table before the list of files on stderr
   if (!o.out.empty()) {
-    for (const std::string& path : write_report(study, o.out)) std::fprintf(stderr, "wrote %s\n", path.c_str());
+    for (const std::string& path : write_report(study, o.out)) spdlog::info("wrote {}", path);
   }
   return ntp::cli::kExitOk;
 }
@@ -121,10 +123,10 @@ int run_sim(int argc, char** argv) {
   try {
     return run_cmd->parsed() ? run(o) : model(o);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "ntp sim: %s\n", e.what());
+    spdlog::error("ntp sim: {}", e.what());
     return ntp::cli::kExitBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ntp sim: %s\n", e.what());
+    spdlog::error("ntp sim: {}", e.what());
     return ntp::cli::kExitFailure;
   }
 }

@@ -2,6 +2,8 @@
 // docs/config.md). With no arguments it runs the built-in demo.
 #include <CLI/CLI.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
 #include "cli/path_args.h"
 #include "cli/run_report.h"
@@ -14,7 +16,7 @@ void write_report(const std::filesystem::path& run_dir) {
   try {
     std::printf("report: %s\n", ntp::cli::write_run_report(run_dir).string().c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ntp train: no report: %s\n", e.what());
+    spdlog::warn("ntp train: no report: {}", e.what());
   }
 }
 
@@ -50,7 +52,7 @@ int run_train(int argc, char** argv) {
   try {
     config = ntp::train::load_config(config_path, overrides);
   } catch (const ntp::train::ConfigError& e) {
-    std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
+    spdlog::error("ntp train: bad configuration: {}", e.what());
     return ntp::cli::kExitBadInput;
   }
   if (print_config) {
@@ -67,13 +69,13 @@ int run_train(int argc, char** argv) {
     }
     return ntp::cli::kExitOk;
   } catch (const ntp::train::ConfigError& e) {
-    std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
+    spdlog::error("ntp train: bad configuration: {}", e.what());
     return ntp::cli::kExitBadInput;
   } catch (const ntp::elastic::PowerUnavailable& e) {
-    std::fprintf(stderr, "ntp train: %s\n", e.what());
+    spdlog::error("ntp train: {}", e.what());
     return ntp::cli::kExitFailure;
   } catch (const ntp::elastic::UnsupportedRequest& e) {
-    std::fprintf(stderr, "ntp train: %s\n", e.what());
+    spdlog::error("ntp train: {}", e.what());
     return ntp::cli::kExitImpossible;
   }
 }

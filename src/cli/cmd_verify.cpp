@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
 #include "cli/path_args.h"
 #include "train/config.h"
@@ -34,10 +36,10 @@ int run_verify(int argc, char** argv) {
     }
     return result.pass ? ntp::cli::kExitOk : ntp::cli::kExitFailure;
   } catch (const ntp::train::VerifyInputError& e) {
-    std::fprintf(stderr, "ntp verify: %s\n", e.what());
+    spdlog::error("ntp verify: {}", e.what());
     return ntp::cli::kExitBadInput;
   } catch (const ntp::train::ConfigError& e) {
-    std::fprintf(stderr, "ntp verify: %s/config.toml: %s\n", run_dir.c_str(), e.what());
+    spdlog::error("ntp verify: {}/config.toml: {}", run_dir, e.what());
     return ntp::cli::kExitBadInput;
   }
 }

@@ -35,6 +35,9 @@ class TrainCliTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   ntp::testing::CliRun ntp(const std::string& args) const { return ntp::testing::run_cli(NTP_BINARY, args); }
+  ntp::testing::CliRun ntp_with_env(const std::string& env, const std::string& args) const {
+    return ntp::testing::run_cli(env + " " + NTP_BINARY, args);
+  }
 
   // A shell command in dir_; returns its exit status.
   int shell(const std::string& command) const {
@@ -355,6 +358,30 @@ TEST_F(TrainCliTest, TheReportMarksFailuresAndRecoveriesOnTheTimeAxis) {
   ASSERT_EQ(svgs.size(), 4u);
   EXPECT_NE(svgs[3].find(">failure<"), std::string::npos) << svgs[3];
   EXPECT_NE(svgs[3].find(">recovery<"), std::string::npos) << svgs[3];
+}
+
+TEST_F(TrainCliTest, LogLevelsComeFromFlagsOrTheEnvironment) {
+  const std::string launch = " --run-dir " + (dir_ / "l").string() + " --nproc 1 -- true";
+  const auto normal = ntp("launch" + launch);
+  ASSERT_EQ(normal.exit_code, 0) << text_of(normal);
+  EXPECT_NE(normal.err.find("ntp launch: 1 workers"), std::string::npos) << normal.err;
+  EXPECT_EQ(normal.err.find("worker command"), std::string::npos) << normal.err;
+  const auto quiet = ntp("launch --quiet" + launch);
+  EXPECT_EQ(quiet.exit_code, 0);
+  EXPECT_EQ(quiet.err, "");
+  const auto verbose = ntp("launch --verbose" + launch);
+  EXPECT_NE(verbose.err.find("worker command: true"), std::string::npos) << verbose.err;
+  const auto env = ntp_with_env("NTP_LOG_LEVEL=warn", "launch" + launch);
+  EXPECT_EQ(env.err, "");
+  // Errors still show when quiet; a bad level is refused.
+  const auto failed = ntp("launch --quiet --run-dir " + (dir_ / "l").string() + " --nproc 1 --bogus -- true");
+  EXPECT_EQ(failed.exit_code, 2);
+  EXPECT_NE(failed.err.find("--bogus"), std::string::npos) << failed.err;
+  EXPECT_EQ(ntp_with_env("NTP_LOG_LEVEL=loud", "launch" + launch).exit_code, 2);
+  EXPECT_EQ(ntp("launch --quiet --verbose" + launch).exit_code, 2);
+  // A --quiet after `--` belongs to the worker command.
+  const auto worker = ntp("launch --tee --run-dir " + (dir_ / "l").string() + " --nproc 1 -- echo --quiet");
+  EXPECT_NE(worker.out.find("[rank 0] --quiet"), std::string::npos) << worker.out;
 }
 
 }  // namespace
