@@ -400,12 +400,14 @@ std::filesystem::path choose_run_dir(const train::Config& config, const std::str
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
                              bool verify, std::FILE* out) {
   check_power(config, static_cast<int>(train::job_places(config.parallel).size()));
-  const bool existed = std::filesystem::exists(run_dir);
+  // An empty folder counts as new (choose_run_dir makes the default one).
+  const bool existed = std::filesystem::exists(run_dir) && !std::filesystem::is_empty(run_dir);
   const train::RunDir run = train::RunDir::create(run_dir);
   try {
     train::check_job(config, run_dir);
   } catch (const train::ConfigError&) {
     if (!existed) std::filesystem::remove_all(run_dir);  // nothing ran: leave nothing behind
+    if (existed) std::filesystem::remove(run.file("events.jsonl"));  // give the claim back
     throw;
   }
   run.write_config(train::to_toml(config));

@@ -101,6 +101,12 @@ TEST_F(TrainCliTest, PathArgumentsAreCheckedForTheirKind) {
 
 TEST_F(TrainCliTest, AnExplicitRunFolderHoldsOneRun) {
   const std::string run_dir = (dir_ / "run").string();
+  // A run refused before it starts leaves the folder free (and a new default folder behind it gone).
+  fs::create_directories(run_dir);
+  std::ofstream(dir_ / "run" / "notes.txt") << "mine";
+  EXPECT_EQ(ntp("train --set train.global_batch=100000 --run-dir " + run_dir).exit_code, 2);
+  EXPECT_EQ(shell(std::string(NTP_BINARY) + " train --set train.global_batch=100000 2>/dev/null"), 2);
+  EXPECT_FALSE(fs::exists(dir_ / "runs") && !fs::is_empty(dir_ / "runs"));
   ASSERT_EQ(ntp("train " + kSmall + "--set train.steps=1 --run-dir " + run_dir).exit_code, 0);
   const auto again = ntp("train " + kSmall + "--set train.steps=1 --run-dir " + run_dir);
   EXPECT_EQ(again.exit_code, 2) << text_of(again);
