@@ -304,6 +304,20 @@ TEST_F(TrainCliTest, SampleReproducesThePatternOfATinyCorpus) {
   EXPECT_EQ(ntp("sample " + (dir_ / "missing").string() + " --prompt ab").exit_code, 2);
 }
 
+TEST_F(TrainCliTest, ValidationPassesSurviveAnInJobRecovery) {
+  std::ofstream(dir_ / "val.txt") << std::string(3000, 'v');
+  const fs::path run_dir = dir_ / "r";
+  const auto run = ntp("train " + kSmall + "--set train.steps=5 --set parallel.dp=2 --set parallel.tp=2 "
+                       "--set train.global_batch=4 --set elastic.recover=true --set test.kill_rank=3 "
+                       "--set test.kill_at_step=2 --set train.eval_every=1 --set data.val_path=" +
+                       (dir_ / "val.txt").string() + " --verify --run-dir " + run_dir.string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  EXPECT_NE(run.out.find("\"verify\":\"pass\""), std::string::npos) << run.out;
+  const auto losses = val_losses(run_dir);
+  EXPECT_GE(losses.size(), 4u);  // every step but, at most, the one whose writer row was restored
+  EXPECT_TRUE(losses.contains(4));
+}
+
 // The SVG documents of a report, in order, and the points of a chart's polylines.
 std::vector<std::string> svgs_of(const std::string& html) {
   std::vector<std::string> out;
