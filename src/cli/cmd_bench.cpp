@@ -14,7 +14,11 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
+#include "cli/path_args.h"
 #include "comm/bench.h"
 #include "comm/child_process.h"
 #include "comm/group.h"
@@ -146,9 +150,9 @@ int run_local(const CommArgs& a) {
   const auto result = cm::run_local_ranks(argv, a.nproc, {}, std::chrono::seconds(a.deadline_s));
   if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
   if (!result.ok) {
-    std::fprintf(stderr, "ntp bench comm: ranks did not all succeed:");
-    for (std::size_t r = 0; r < result.outcome.size(); ++r) std::fprintf(stderr, " [%zu] %s", r, result.outcome[r].c_str());
-    std::fprintf(stderr, "\n");
+    std::string ranks;
+    for (std::size_t r = 0; r < result.outcome.size(); ++r) ranks += fmt::format(" [{}] {}", r, result.outcome[r]);
+    spdlog::error("ntp bench comm: ranks did not all succeed:{}", ranks);
     return kExitFailure;
   }
   return kExitOk;
@@ -161,7 +165,7 @@ int run_comm(const CommArgs& a) {
     if (cm::launcher_rank(rank, world)) return run_rank(a, rank, world);
     return run_local(a);
   } catch (const cm::CommError& e) {
-    std::fprintf(stderr, "ntp bench comm: %s\n", e.what());
+    spdlog::error("ntp bench comm: {}", e.what());
     return e.kind() == cm::CommErrorKind::kBadInput ? kExitBadInput : kExitFailure;
   }
 }
@@ -184,7 +188,8 @@ int run_bench(int argc, char** argv) {
   comm->add_flag("--check-inputs", a.check_inputs, "Exchange call descriptors before each call (as in training)");
   comm->add_option("--hostname", a.hostname, "Address this rank binds and publishes (multi-host)");
   comm->add_option("--interface", a.interface, "Network interface to bind instead of --hostname");
-  comm->add_option("--json", a.json, "Also write one JSON object per row to this file (rank 0)");
+  comm->add_option("--json", a.json, "Also write one JSON object per row to this file (rank 0)")
+      ->check(ntp::cli::output_file());
   comm->add_option("--deadline-s", a.deadline_s, "With --nproc: kill the ranks after this long")->check(CLI::Range(1, 86400));
   try {
     app.parse(argc, argv);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
 
 #include "cli/command.h"
 #include "model/llmc_checkpoint.h"
@@ -41,10 +42,10 @@ int run_export(int argc, char** argv) {
                 static_cast<long long>(checkpoint.info().step), checkpoint.dir().string().c_str());
     return ntp::cli::kExitOk;
   } catch (const ntp::train::CheckpointError& e) {
-    std::fprintf(stderr, "ntp export: %s\n", e.what());
+    spdlog::error("ntp export: {}", e.what());
     return ntp::cli::kExitBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ntp export: %s\n", e.what());
+    spdlog::error("ntp export: {}", e.what());
     return ntp::cli::kExitFailure;
   }
 }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
 #include "layout/errors.h"
 #include "layout/job_layout.h"
@@ -265,7 +267,7 @@ int run(int argc, char** argv) {
     std::fputs(app.help().c_str(), stdout);
     return kExitOk;
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ntp plan: error: %s\n(see ntp plan --help)\n", e.what());
+    spdlog::error("ntp plan: error: {}\n(see ntp plan --help)", e.what());
     return kExitBadInput;
   }
   try {
@@ -273,10 +275,10 @@ int run(int argc, char** argv) {
     std::fputs(text.c_str(), stdout);
     return kExitOk;
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "ntp plan: error: %s\n", e.what());
+    spdlog::error("ntp plan: error: {}", e.what());
     return kExitBadInput;
   } catch (const InfeasibleError& e) {
-    std::fprintf(stderr, "ntp plan: %s\n", e.what());
+    spdlog::error("ntp plan: {}", e.what());
     return kExitImpossible;
   }
 }

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
 #include "power/boost_policy.h"
 #include "power/power_mode.h"
@@ -146,8 +148,8 @@ int run_plan(const PlanArgs& args) {
   bool any_active = false;
   for (const int k : active) any_active = any_active || k > 0;
   if (!any_active) {
-    std::fprintf(stderr, "ntp power plan: every replica sits out (--active \"%s\"): no one can "
-                 "take the global batch\n", args.active.c_str());
+    spdlog::error("ntp power plan: every replica sits out (--active \"{}\"): no one can take the global batch",
+                  args.active);
     return kExitImpossible;
   }
   const std::vector<double> needs = parse_need(args.need, active.size());
@@ -256,13 +258,13 @@ int run_power(int argc, char** argv) {
     return run_reset(device);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "ntp power: %s\n", e.what());
+    spdlog::error("ntp power: {}", e.what());
     return kExitBadInput;
   } catch (const std::invalid_argument& e) {  // FlagError, or the policy's own checks
-    std::fprintf(stderr, "ntp power: %s\n", e.what());
+    spdlog::error("ntp power: {}", e.what());
     return kExitBadInput;
   } catch (const pw::PowerError& e) {
-    std::fprintf(stderr, "ntp power: %s\n", e.what());
+    spdlog::error("ntp power: {}", e.what());
     return kExitFailure;
   }
 }

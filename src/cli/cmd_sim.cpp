@@ -10,7 +10,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
+#include "cli/path_args.h"
 #include "sim/policy_table.h"
 #include "sim/report.h"
 #include "sim/scenario_toml.h"
@@ -63,7 +66,7 @@ int run(const SimOptions& o) {
   }
   std::fflush(stdout);  // the table before the list of files on stderr
   if (!o.out.empty()) {
-    for (const std::string& path : write_report(study, o.out)) std::fprintf(stderr, "wrote %s\n", path.c_str());
+    for (const std::string& path : write_report(study, o.out)) spdlog::info("wrote {}", path);
   }
   return ntp::cli::kExitOk;
 }
@@ -102,7 +105,7 @@ int run_sim(int argc, char** argv) {
   app.require_subcommand(1);
   SimOptions o;
   auto add_common = [&o](CLI::App* sub) {
-    sub->add_option("scenario", o.scenario, "scenario TOML file")->required();
+    sub->add_option("scenario", o.scenario, "scenario TOML file")->required()->check(ntp::cli::input_file());
     sub->add_option("--set", o.sets, "override a scenario key (TOML value), repeatable");
   };
   CLI::App* run_cmd = app.add_subcommand("run", "run a scenario (snapshot or timeline mode)");
@@ -117,7 +120,8 @@ int run_sim(int argc, char** argv) {
   run_cmd->add_option("--threshold", o.thresholds,
                       "report the share of time with more than X % of GPUs failed: X[,Y...] "
                       "(overrides run.thresholds_percent)");
-  run_cmd->add_option("--out", o.out, "write summary.json, CSV tables and SVG charts here");
+  run_cmd->add_option("--out", o.out, "write summary.json, CSV tables and SVG charts here")
+      ->check(ntp::cli::output_folder());
   run_cmd->add_flag("--force", o.force, "write into a non-empty --out folder");
   run_cmd->add_flag("--json", o.json, "print the JSON summary instead of the text table");
   CLI::App* model_cmd = app.add_subcommand("model", "print the step-time model of a scenario");
@@ -130,10 +134,10 @@ int run_sim(int argc, char** argv) {
   try {
     return run_cmd->parsed() ? run(o) : model(o);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "ntp sim: %s\n", e.what());
+    spdlog::error("ntp sim: {}", e.what());
     return ntp::cli::kExitBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ntp sim: %s\n", e.what());
+    spdlog::error("ntp sim: {}", e.what());
     return ntp::cli::kExitFailure;
   }
 }

@@ -5,8 +5,11 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "cli/command.h"
+#include "cli/path_args.h"
+#include "cli/run_report.h"
 #include "elastic/train_job.h"
 #include "train/checkpoint.h"
 
@@ -45,6 +48,15 @@ ntp::train::Config resume_config(const std::string& path, std::vector<std::strin
   return config;
 }
 
+// The run's picture; a run that trained is not failed by its report.
+void write_report(const std::filesystem::path& run_dir) {
+  try {
+    std::printf("report: %s\n", ntp::cli::write_run_report(run_dir).string().c_str());
+  } catch (const std::exception& e) {
+    spdlog::warn("ntp train: no report: {}", e.what());
+  }
+}
+
 int run_train(int argc, char** argv) {
   CLI::App app{"Train a GPT with data parallelism over (nonuniform) tensor-parallel replicas.",
                "ntp train"};
@@ -54,12 +66,17 @@ int run_train(int argc, char** argv) {
   std::string resume;
   bool verify = false;
   bool worker = false;
-  app.add_option("--config", config_path, "run configuration (TOML); default: the built-in demo");
+  app.add_option("--config", config_path, "run configuration (TOML); default: the built-in demo")
+      ->check(ntp::cli::input_file());
   app.add_option("--set", overrides, "override one key: --set train.lr=1e-3 (repeatable)");
-  app.add_option("--run-dir", run_dir, "run directory (default: run.dir, else runs/<UTC time>)");
+  app.add_option("--run-dir", run_dir, "run directory (default: run.dir, else runs/<UTC time>)")
+      ->check(ntp::cli::output_folder());
   app.add_option("--resume", resume,
                  "continue from a checkpoint: a run directory (its newest) or a checkpoint folder; at any "
                  "layout (--set parallel.*); continues in the checkpoint's run directory");
+  bool print_config = false;
+  app.add_flag("--print-config", print_config,
+               "print the resolved configuration (every key with its value, TOML) and exit");
   app.add_flag("--verify", verify,
                "after training, replay the schedule at TP = 1, DP = 1 and compare (exit 1 on fail)");
   // One rank of a multi-process run, as the launcher starts it.
@@ -73,8 +90,8 @@ int run_train(int argc, char** argv) {
   const bool demo = config_path.empty() && overrides.empty() && resume.empty();
   if (demo) overrides = ntp::elastic::demo_overrides();
   if (!resume.empty() && !config_path.empty()) {
-    std::fprintf(stderr, "ntp train: --config cannot be combined with --resume: the checkpoint's configuration "
-                         "is used; change settings with --set\n");
+    spdlog::error("ntp train: --config cannot be combined with --resume: the checkpoint's configuration is used; "
+                  "change settings with --set");
     return ntp::cli::kExitBadInput;
   }
   ntp::train::Config config;
@@ -84,34 +101,39 @@ int run_train(int argc, char** argv) {
       if (const auto owner = ntp::train::run_dir_of_checkpoint(config.run.resume)) run_dir = owner->string();
     }
   } catch (const ntp::train::ConfigError& e) {
-    std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
+    spdlog::error("ntp train: bad configuration: {}", e.what());
     return ntp::cli::kExitBadInput;
   } catch (const ntp::train::CheckpointError& e) {
-    std::fprintf(stderr, "ntp train: --resume: %s\n", e.what());
+    spdlog::error("ntp train: --resume: {}", e.what());
     return ntp::cli::kExitBadInput;
+  }
+  if (print_config) {
+    std::printf("%s", ntp::train::to_toml(config).c_str());
+    return ntp::cli::kExitOk;
   }
   try {
     const auto result = ntp::elastic::run_train_job(
         config, ntp::elastic::choose_run_dir(config, run_dir), verify, stdout);
+    write_report(result.run_dir);
     if (result.verify) {
       std::printf("%s\n", result.verify->to_json().dump().c_str());
       return result.verify->pass ? ntp::cli::kExitOk : ntp::cli::kExitFailure;
     }
     return ntp::cli::kExitOk;
   } catch (const ntp::train::ConfigError& e) {
-    std::fprintf(stderr, "ntp train: bad configuration: %s\n", e.what());
+    spdlog::error("ntp train: bad configuration: {}", e.what());
     return ntp::cli::kExitBadInput;
   } catch (const ntp::train::CheckpointError& e) {
-    std::fprintf(stderr, "ntp train: checkpoint: %s\n", e.what());
+    spdlog::error("ntp train: checkpoint: {}", e.what());
     return ntp::cli::kExitBadInput;
   } catch (const ntp::elastic::RunInterrupted& e) {
-    std::fprintf(stderr, "ntp train: %s\n", e.what());
+    spdlog::error("ntp train: {}", e.what());
     return ntp::cli::kExitInterrupted;
   } catch (const ntp::elastic::PowerUnavailable& e) {
-    std::fprintf(stderr, "ntp train: %s\n", e.what());
+    spdlog::error("ntp train: {}", e.what());
     return ntp::cli::kExitFailure;
   } catch (const ntp::elastic::UnsupportedRequest& e) {
-    std::fprintf(stderr, "ntp train: %s\n", e.what());
+    spdlog::error("ntp train: {}", e.what());
     return ntp::cli::kExitImpossible;
   }
 }

@@ -5,7 +5,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
+#include "cli/path_args.h"
 #include "train/config.h"
 #include "train/verify.h"
 
@@ -17,7 +20,7 @@ int run_verify(int argc, char** argv) {
                "ntp verify"};
   std::string run_dir;
   bool json = false;
-  app.add_option("run_dir", run_dir, "the run directory")->required();
+  app.add_option("run_dir", run_dir, "the run directory")->required()->check(ntp::cli::input_folder());
   app.add_flag("--json", json, "print one JSON object (every tensor's worst element, per-step scalars)");
   try {
     app.parse(argc, argv);
@@ -33,10 +36,10 @@ int run_verify(int argc, char** argv) {
     }
     return result.pass ? ntp::cli::kExitOk : ntp::cli::kExitFailure;
   } catch (const ntp::train::VerifyInputError& e) {
-    std::fprintf(stderr, "ntp verify: %s\n", e.what());
+    spdlog::error("ntp verify: {}", e.what());
     return ntp::cli::kExitBadInput;
   } catch (const ntp::train::ConfigError& e) {
-    std::fprintf(stderr, "ntp verify: %s/config.toml: %s\n", run_dir.c_str(), e.what());
+    spdlog::error("ntp verify: {}/config.toml: {}", run_dir, e.what());
     return ntp::cli::kExitBadInput;
   }
 }

@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
+#include "cli/logging.h"
 
 namespace ntp::cli {
 
@@ -27,6 +30,8 @@ void print_usage(std::FILE* out) {
     std::fprintf(out, "  %-10s %s\n", name.c_str(), command.summary.c_str());
   }
   std::fprintf(out, "\n`ntp <command> --help` describes a command's options.\n");
+  std::fprintf(out, "Every command takes --quiet (warnings and errors only) or --verbose (debug);\n"
+                    "NTP_LOG_LEVEL=trace|debug|info|warn|error|off sets the level too.\n");
 }
 
 }  // namespace
@@ -53,14 +58,21 @@ int main(int argc, char** argv) {
     print_usage(stderr);
     return kExitBadInput;
   }
+  std::vector<std::string> words(argv + 2, argv + argc);
+  try {
+    words = setup_logging(words);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "ntp: %s\n", e.what());
+    return kExitBadInput;
+  }
   std::string program = "ntp " + name;
   std::vector<char*> args;
   args.push_back(program.data());
-  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  for (std::string& word : words) args.push_back(word.data());
   try {
     return it->second.run(static_cast<int>(args.size()), args.data());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ntp %s: error: %s\n", name.c_str(), e.what());
+    spdlog::error("ntp {}: error: {}", name, e.what());
     return kExitFailure;
   }
 }

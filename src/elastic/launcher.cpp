@@ -95,10 +95,19 @@ pid_t spawn(const SpawnPlan& plan) {
   std::vector<char*> envp;
   for (const std::string& entry : plan.env) envp.push_back(const_cast<char*>(entry.c_str()));
   envp.push_back(nullptr);
+  // A close-on-exec pipe tells the parent whether exec succeeded: it closes
+  // unread on success, and carries errno on failure.
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) throw std::runtime_error(fmt::format("pipe failed: {}", std::strerror(errno)));
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(errno)));
+  if (pid < 0) {
+    ::close(report[0]);
+    ::close(report[1]);
+    throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(errno)));
+  }
   if (pid == 0) {
+    ::close(report[0]);
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(126);  // the launcher is already gone
@@ -112,11 +121,24 @@ pid_t spawn(const SpawnPlan& plan) {
       }
     }
     ::execvpe(argv[0], argv.data(), envp.data());
-    const char message[] = "ntp launch: cannot execute the worker command\n";
-    (void)!::write(STDERR_FILENO, message, sizeof message - 1);
+    const int error = errno;
+    (void)!::write(report[1], &error, sizeof error);
     ::_exit(127);
   }
+  ::close(report[1]);
   ::setpgid(pid, pid);  // also from the parent, so that signalling the group never races
+  int error = 0;
+  ssize_t got = 0;
+  do {
+    got = ::read(report[0], &error, sizeof error);
+  } while (got < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (got == static_cast<ssize_t>(sizeof error)) {
+    ::waitpid(pid, nullptr, 0);
+    std::string command;
+    for (const std::string& arg : plan.args) command += (command.empty() ? "" : " ") + arg;
+    throw ExecError(fmt::format("cannot execute the worker command `{}`: {}", command, std::strerror(error)));
+  }
   return pid;
 }
 
@@ -326,6 +348,8 @@ void validate(const LaunchOptions& o) {
         fmt::format("--store '{}': expected file:DIR or redis://host:port", o.store));
   }
   if (o.command.empty()) throw std::invalid_argument("no worker command given (after --)");
+  if (o.straggler_timeout.count() < 0) throw std::invalid_argument("--straggler-timeout must be >= 0 seconds");
+  if (o.term_grace.count() < 0) throw std::invalid_argument("--term-grace must be >= 0 seconds");
 }
 
 LaunchResult launch(const LaunchOptions& options_in) {

@@ -18,12 +18,20 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "elastic/world.h"
 
 namespace ntp::elastic {
+
+// A worker command that cannot be executed (not found, not executable):
+// names the command and the reason. No worker is left running.
+class ExecError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct LaunchOptions {
   int nproc = 1;      // workers on this host
@@ -90,11 +98,12 @@ Environment worker_env(const LaunchOptions& options, int local_rank, int hardwar
 void apply_slurm_nodes(LaunchOptions& options, const Environment& env, bool nodes_given);
 
 // Throws std::invalid_argument naming the option (--nproc, --nnodes,
-// --node-rank, --store, command) that is wrong.
+// --node-rank, --store, --straggler-timeout, --term-grace, command) that is wrong.
 void validate(const LaunchOptions& options);
 
 // Starts the workers and waits for all of them. Blocks the calling thread;
-// installs SIGINT/SIGTERM/SIGHUP handlers while it runs.
+// installs SIGINT/SIGTERM/SIGHUP handlers while it runs. Throws ExecError
+// when the command cannot be executed.
 LaunchResult launch(const LaunchOptions& options);
 
 }  // namespace ntp::elastic

@@ -154,10 +154,7 @@ train::Config fallback_config(const train::Config& config, const LaunchResult& r
     std::sort(failed.begin(), failed.end());
   }
   next.run.resume = checkpoint->string();
-  next.test.failures.clear();
-  next.test.chaos = 0;
-  next.test.kill_rank = -1;
-  next.test.kill_at_step = -1;
+  train::drop_injected_failures(next);
   try {
     if (train::job_places(next.parallel).empty()) throw train::ConfigError("no replica keeps parallel.min_tp slots");
     train::validate(next);
@@ -506,7 +503,7 @@ std::vector<std::string> demo_overrides() {
 std::filesystem::path choose_run_dir(const train::Config& config, const std::string& flag) {
   if (!flag.empty()) return flag;
   if (!config.run.dir.empty()) return config.run.dir;
-  return train::default_run_dir();
+  return train::create_new_run_dir();
 }
 
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
@@ -520,17 +517,19 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
     throw train::ConfigError(fmt::format("--verify replays a run from its first step: resume from a checkpoint "
                                          "inside its run directory ({} is not)", config.run.resume));
   }
-  const bool existed = std::filesystem::exists(run_dir);
+  // An empty folder counts as new (choose_run_dir makes the default one).
+  const bool existed = std::filesystem::exists(run_dir) && !std::filesystem::is_empty(run_dir);
   const train::RunDir run = continues ? train::RunDir::open(run_dir) : train::RunDir::create(run_dir);
   try {
     train::check_job(config, run_dir);
   } catch (const std::exception&) {  // ConfigError, CheckpointError
     if (!existed) std::filesystem::remove_all(run_dir);  // nothing ran: leave nothing behind
+    if (existed) std::filesystem::remove(run.file("events.jsonl"));  // give the claim back
     throw;
   }
   if (resuming) prepare_restart(run, config.run.resume);
   run.write_config(train::to_toml(config));
-  run.event("run_started", {{"job", describe_job(config)}, {"ranks", 1}});
+  run.event("run_started", {{"job", describe_job(config)}, {"ranks", train::job_places(config.parallel).size()}});
   std::fprintf(out, "ntp train: %s\nrun directory: %s\n", describe_job(config).c_str(),
                run_dir.string().c_str());
   const double start = train::unix_time_s();

@@ -47,7 +47,8 @@ struct TrainJobResult {
 // TP 4 of the tiny preset on the built-in corpus, replica 0 without slot 2.
 std::vector<std::string> demo_overrides();
 
-// The run directory of a job: --run-dir, else run.dir, else runs/<UTC time>.
+// The run directory of a job: --run-dir, else run.dir, else a new folder
+// runs/<UTC time> created here (unique, see train::create_new_run_dir).
 std::filesystem::path choose_run_dir(const train::Config& config, const std::string& flag);
 
 // The worker side (`ntp train --worker --run-dir DIR`, started by the

@@ -118,9 +118,7 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
   const bool rejoining = rejoin_env != nullptr && std::string(rejoin_env) == "1";
   train::Config run_config = config;
   if (rejoining) {
-    run_config.test.failures.clear();
-    run_config.test.chaos = 0;
-    run_config.test.kill_rank = -1;
+    train::drop_injected_failures(run_config);
   }
   FaultPlan faults(run_config, options.rank, options.world_size);
   const train::StopRequest stop;  // SIGINT/SIGTERM: finish the step, save, end

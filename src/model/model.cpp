@@ -356,4 +356,22 @@ double Model::local_grad_sq_norm() {
   return total;
 }
 
+std::vector<float> Model::next_token_probs(std::span<const std::int32_t> tokens) {
+  if (tp_ != nullptr) throw std::invalid_argument("model: next_token_probs needs a single-rank model");
+  // The fused cross-entropy leaves softmax - onehot(target) (times the loss
+  // scale) in place of the logits: with scale 1 and target 0 the last row
+  // is the distribution, less 1 at token 0.
+  const std::vector<std::int32_t> targets(tokens.size(), 0);
+  const float scale = loss_scale_;
+  loss_scale_ = 1.0f;
+  forward({tokens.data(), targets.data(), 1, static_cast<std::int64_t>(tokens.size())});
+  loss_scale_ = scale;
+  have_forward_ = false;
+  const Dims d = dims_of(*layout_);
+  const float* last = acts_->logits.data() + (static_cast<std::int64_t>(tokens.size()) - 1) * d.vocab_rows;
+  std::vector<float> probs(last, last + config().vocab);
+  probs[0] += 1.0f;
+  return probs;
+}
+
 }  // namespace ntp::model

@@ -95,6 +95,11 @@ class Model {
   void zero_grad();
   void backward(const BackwardHooks& hooks = {});
 
+  // Inference on a single-rank model: the next-token distribution after
+  // `tokens` (1 <= count <= max_seq), `vocab` probabilities. Leaves no
+  // forward for backward() to consume.
+  std::vector<float> next_token_probs(std::span<const std::int32_t> tokens);
+
   // Sum of squared gradients this rank counts towards the global norm:
   // its own units, plus the replicated tensors on TP rank 0 only, so that a
   // sum over the TP group counts every parameter exactly once.

@@ -45,11 +45,7 @@ CheckpointInfo checkpoint_info(const Config& config, const model::GptConfig& mod
 std::string checkpoint_config_toml(Config config, const ParallelConfig& parallel) {
   config.parallel = parallel;
   config.run.resume.clear();
-  // Failures injected into the run that saved it are not injected again.
-  config.test.failures.clear();
-  config.test.chaos = 0;
-  config.test.kill_rank = -1;
-  config.test.kill_at_step = -1;
+  drop_injected_failures(config);  // a resume must not inject them again
   return to_toml(config);
 }
 

@@ -30,6 +30,10 @@ const Choices<DataOrder> kOrders = {{"shuffled", DataOrder::kShuffled},
                                     {"sequential", DataOrder::kSequential}};
 const Choices<tensor::GemmBackend> kGemms = {{"onednn", tensor::GemmBackend::kOneDnn},
                                              {"openblas", tensor::GemmBackend::kOpenBlas}};
+const Choices<DataFormat> kFormats = {{"auto", DataFormat::kAuto},
+                                      {"llmc", DataFormat::kLlmc},
+                                      {"nanogpt", DataFormat::kNanogpt},
+                                      {"text", DataFormat::kText}};
 const Choices<LrSchedule> kSchedules = {{"cosine", LrSchedule::kCosine},
                                         {"constant", LrSchedule::kConstant}};
 const Choices<NanPolicy> kNanPolicies = {{"stop", NanPolicy::kStop}, {"skip", NanPolicy::kSkip}};
@@ -234,8 +238,14 @@ const std::vector<KeyDef>& schema() {
       int_key("model.threads", "kernel threads per rank; 0 = host cores / ranks on the host",
               NTP_FIELD(model.threads)),
       choice_key("model.gemm", "sgemm library: onednn | openblas", kGemms, NTP_FIELD(model.gemm)),
-      string_key("data.path", "text file (bytes) or token .bin (llm.c); empty = built-in corpus",
+      string_key("data.path", "text file (bytes) or token .bin (llm.c or nanoGPT); empty = built-in corpus",
                  NTP_FIELD(data.path)),
+      choice_key("data.format",
+                 "auto | llmc | nanogpt | text; auto: llm.c by its magic, another .bin as nanoGPT "
+                 "raw uint16 (an odd size is an error), anything else as text",
+                 kFormats, NTP_FIELD(data.format)),
+      string_key("data.val_path", "validation tokens (read like data.path); empty = no validation loss",
+                 NTP_FIELD(data.val_path)),
       choice_key("data.order", "sample order: shuffled | sequential (llm.c's)", kOrders,
                  NTP_FIELD(data.order)),
       int_key("train.steps", "optimizer steps", NTP_FIELD(train.steps)),
@@ -266,6 +276,12 @@ const std::vector<KeyDef>& schema() {
                 NTP_FIELD(train.checkpoint_every_s)),
       int_key("train.keep_checkpoints", "complete checkpoints kept (the newest); at least 1",
               NTP_FIELD(train.keep_checkpoints)),
+      int_key("train.eval_every",
+              "validation loss on data.val_path every this many steps and after the last; 0 = never",
+              NTP_FIELD(train.eval_every)),
+      int_key("train.eval_batches",
+              "micro-batches (of train.micro_batch sequences) in one validation pass",
+              NTP_FIELD(train.eval_batches)),
       int_key("parallel.tp", "base TP degree n: slots per replica", NTP_FIELD(parallel.tp)),
       int_key("parallel.dp", "DP replicas", NTP_FIELD(parallel.dp)),
       failed_key(),
@@ -425,6 +441,8 @@ void validate_optim(const OptimConfig& t) {
   require(t.eps > 0, "train.eps", "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 = off)");
   require(t.seed >= 0, "train.seed", "must be >= 0");
+  require(t.eval_every >= 0, "train.eval_every", "must be >= 0 (0 = never)");
+  require(t.eval_batches >= 1, "train.eval_batches", "must be >= 1");
 }
 
 void validate_parallel(const ParallelConfig& p, const OptimConfig& t) {
@@ -528,11 +546,69 @@ void validate_rest(const Config& c) {
     require(std::filesystem::is_regular_file(c.data.path), "data.path",
             fmt::format("'{}' is not a readable file", c.data.path));
   }
+  if (!c.data.val_path.empty()) {
+    require(std::filesystem::is_regular_file(c.data.val_path), "data.val_path",
+            fmt::format("'{}' is not a readable file", c.data.val_path));
+  }
+  // A validation file without passes, or passes without a file, would be ignored.
+  require(c.data.val_path.empty() || c.train.eval_every > 0, "data.val_path",
+          "needs train.eval_every > 0 (how often to evaluate)");
+  require(c.train.eval_every == 0 || !c.data.val_path.empty(), "train.eval_every",
+          "needs data.val_path (the validation tokens)");
+}
+
+// A key set away from its default that nothing reads in this configuration
+// is an error, never silently ignored: it names the key that would use it.
+void reject_unused(const Config& c) {
+  const Config d;
+  struct Dependent {
+    std::string_view key;
+    bool set;   // differs from its default
+    bool used;  // read by this configuration
+    std::string_view needs;
+  };
+  const bool power_on = c.power.mode != power::PowerMode::off;
+  const Dependent dependents[] = {
+      {"model.preset", c.model.preset != d.model.preset, c.model.init_from.empty(),
+       "is unused with model.init_from (the checkpoint defines the model)"},
+      {"test.kill_at_step", c.test.kill_at_step != d.test.kill_at_step, c.test.kill_rank >= 0,
+       "needs test.kill_rank"},
+      {"test.chaos_seed", c.test.chaos_seed != d.test.chaos_seed, c.test.chaos > 0, "needs test.chaos > 0"},
+      {"test.mutation_rank", c.test.mutation_rank != d.test.mutation_rank, !c.test.mutation.empty(),
+       "needs test.mutation"},
+      {"test.repair_at_step", c.test.repair_at_step != d.test.repair_at_step, c.elastic.rejoin,
+       "needs elastic.rejoin = true"},
+      {"elastic.rejoin_after_s", c.elastic.rejoin_after_s != d.elastic.rejoin_after_s, c.elastic.rejoin,
+       "needs elastic.rejoin = true"},
+      {"elastic.settle_s", c.elastic.settle_s != d.elastic.settle_s, c.elastic.recover,
+       "needs elastic.recover = true"},
+      {"elastic.max_recoveries", c.elastic.max_recoveries != d.elastic.max_recoveries, c.elastic.recover,
+       "needs elastic.recover = true"},
+      {"elastic.fallback", c.elastic.fallback != d.elastic.fallback, c.elastic.recover,
+       "needs elastic.recover = true"},
+      {"elastic.max_restarts", c.elastic.max_restarts != d.elastic.max_restarts, c.elastic.recover,
+       "needs elastic.recover = true"},
+      {"power.tdp_w", c.power.tdp_w != d.power.tdp_w, power_on, "needs power.mode = \"simulated\" or \"nvml\""},
+      {"power.max_frac", c.power.max_frac != d.power.max_frac, power_on,
+       "needs power.mode = \"simulated\" or \"nvml\""},
+      {"power.headroom_w", c.power.headroom_w != d.power.headroom_w, power_on,
+       "needs power.mode = \"simulated\" or \"nvml\""},
+      {"power.alpha", c.power.alpha != d.power.alpha, power_on, "needs power.mode = \"simulated\" or \"nvml\""},
+      {"train.eval_batches", c.train.eval_batches != d.train.eval_batches, c.train.eval_every > 0,
+       "needs train.eval_every > 0"},
+  };
+  for (const Dependent& k : dependents) {
+    require(!k.set || k.used, k.key, fmt::format("is set but {}", k.needs));
+  }
+  const std::int64_t ranks = job_rank_count(c.parallel);
+  require(c.test.mutation_rank < ranks, "test.mutation_rank",
+          fmt::format("no such rank (the job has {} ranks)", ranks));
 }
 
 }  // namespace
 
 std::string to_string(DataOrder order) { return name_of(kOrders, order); }
+std::string to_string(DataFormat format) { return name_of(kFormats, format); }
 std::string to_string(LrSchedule schedule) { return name_of(kSchedules, schedule); }
 std::string to_string(BatchPolicy policy) { return name_of(kPolicies, policy); }
 std::string to_string(NanPolicy policy) { return name_of(kNanPolicies, policy); }
@@ -586,11 +662,13 @@ void validate(const Config& config) {
   validate_parallel(config.parallel, config.train);
   validate_power(config.power);
   validate_rest(config);
+  reject_unused(config);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Config config;
   if (!path.empty()) {
+    if (std::filesystem::is_directory(path)) throw ConfigError(fmt::format("{}: is a folder, not a config file", path));
     std::ifstream in(path);
     if (!in) throw ConfigError(fmt::format("{}: cannot open config file", path));
     std::stringstream text;
@@ -628,6 +706,15 @@ std::vector<std::string> differing_keys(const Config& a, const Config& b) {
     if (before != after) out.push_back(fmt::format("{}: {} -> {}", key.doc.name, before, after));
   }
   return out;
+}
+
+void drop_injected_failures(Config& config) {
+  const TestConfig defaults;
+  config.test.failures = defaults.failures;
+  config.test.chaos = defaults.chaos;
+  config.test.chaos_seed = defaults.chaos_seed;
+  config.test.kill_rank = defaults.kill_rank;
+  config.test.kill_at_step = defaults.kill_at_step;
 }
 
 }  // namespace ntp::train

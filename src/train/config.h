@@ -22,6 +22,8 @@ class ConfigError : public std::runtime_error {
 };
 
 enum class DataOrder { kShuffled, kSequential };
+// How data.path and data.val_path are read (model/token_data.h).
+enum class DataFormat { kAuto, kLlmc, kNanogpt, kText };
 enum class LrSchedule { kCosine, kConstant };
 enum class BatchPolicy { kProportional, kFixed, kConstantGlobal };
 // What a non-finite loss or gradient norm does (train.on_nan).
@@ -30,6 +32,7 @@ enum class NanPolicy { kStop, kSkip };
 enum class FallbackPolicy { kCheckpoint, kStop };
 
 std::string to_string(DataOrder order);
+std::string to_string(DataFormat format);
 std::string to_string(LrSchedule schedule);
 std::string to_string(BatchPolicy policy);
 std::string to_string(NanPolicy policy);
@@ -51,6 +54,8 @@ struct ModelConfig {
 
 struct DataConfig {
   std::string path;  // text file or token .bin; empty = the built-in demo corpus
+  DataFormat format = DataFormat::kAuto;
+  std::string val_path;  // validation tokens (same format); empty = no validation loss
   DataOrder order = DataOrder::kShuffled;
   bool operator==(const DataConfig&) const = default;
 };
@@ -75,6 +80,10 @@ struct OptimConfig {  // the [train] table
   std::int64_t checkpoint_every = 0;
   double checkpoint_every_s = 600.0;
   std::int64_t keep_checkpoints = 2;
+  // Validation loss on data.val_path every eval_every steps and after the
+  // last; 0 = never. eval_batches micro-batches of train.micro_batch sequences.
+  std::int64_t eval_every = 0;
+  std::int64_t eval_batches = 4;
   bool operator==(const OptimConfig&) const = default;
 };
 
@@ -197,6 +206,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // The fully resolved configuration as TOML (every key, in schema order).
 std::string to_toml(const Config& config);
+
+// Clears the failures a run injects into itself (test.failures, test.chaos,
+// test.kill_rank and their seeds/steps): a restart or a checkpoint of a run
+// must not inject them again.
+void drop_injected_failures(Config& config);
 
 // The keys whose values differ between two configurations, in schema order,
 // each as "key: <a's value> -> <b's value>".

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -14,11 +15,22 @@ namespace {
 
 constexpr const char* kLicenseDir = "/usr/share/common-licenses";
 
-bool has_token_magic(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::int32_t magic = 0;
-  in.read(reinterpret_cast<char*>(&magic), sizeof magic);
-  return in && magic == model::kTokenFileMagic;
+model::TokenFormat token_format(DataFormat format) {
+  switch (format) {
+    case DataFormat::kLlmc: return model::TokenFormat::kLlmc;
+    case DataFormat::kNanogpt: return model::TokenFormat::kNanogpt;
+    case DataFormat::kText: return model::TokenFormat::kText;
+    case DataFormat::kAuto: break;
+  }
+  return model::TokenFormat::kAuto;
+}
+
+model::TokenData read_tokens(const std::string& path, DataFormat format, const char* key) {
+  try {
+    return model::TokenData::read(path, token_format(format));
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(fmt::format("{}: {}", key, e.what()));
+  }
 }
 
 }  // namespace
@@ -49,12 +61,12 @@ std::filesystem::path builtin_corpus(const std::filesystem::path& run_dir) {
 
 model::TokenData open_dataset(const DataConfig& data, const std::filesystem::path& run_dir) {
   const std::string path = data.path.empty() ? builtin_corpus(run_dir).string() : data.path;
-  try {
-    return has_token_magic(path) ? model::TokenData::read_token_file(path)
-                                 : model::TokenData::read_text_bytes(path);
-  } catch (const std::runtime_error& e) {
-    throw ConfigError(fmt::format("data.path: {}", e.what()));
-  }
+  return read_tokens(path, data.format, "data.path");
+}
+
+std::optional<model::TokenData> open_val_dataset(const DataConfig& data) {
+  if (data.val_path.empty()) return std::nullopt;
+  return read_tokens(data.val_path, data.format, "data.val_path");
 }
 
 }  // namespace ntp::train

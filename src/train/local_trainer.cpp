@@ -7,6 +7,7 @@
 #include "model/llmc_checkpoint.h"
 #include "train/checkpoint_saver.h"
 #include "train/dataset.h"
+#include "train/evaluate.h"
 #include "train/lr_schedule.h"
 #include "train/power_setup.h"
 #include "train/run_dir.h"
@@ -95,6 +96,12 @@ CheckpointPart LocalTrainer::snapshot(std::vector<float> reuse) const {
                        std::move(reuse));
 }
 
+double LocalTrainer::validation_loss(const model::TokenData& val) {
+  const std::vector<std::int64_t> ids = eval_samples(val, setup_.seq_len, config_.train);
+  const double sum = forward_loss_sum(*model_, val, ids, setup_.seq_len, config_.train.micro_batch);
+  return sum / static_cast<double>(static_cast<std::int64_t>(ids.size()) * setup_.seq_len);
+}
+
 namespace {
 
 // Saves the state after `steps_done` steps: the one rank writes the one part.
@@ -130,6 +137,8 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
   }
   CheckpointSaver saver(config, run);
   const StopRequest stop;
+  const std::optional<model::TokenData> val = open_val_dataset(config.data);
+  if (val) check_val_data(*val, trainer.setup().seq_len, trainer.setup().gpt.vocab);
   run.event("model_ready", {{"model", model::to_string(trainer.setup().gpt)},
                             {"parameters", model::parameter_count(trainer.setup().gpt)},
                             {"seq_len", trainer.setup().seq_len},
@@ -149,6 +158,8 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
     m.epoch = schedule.epoch_of(s);
     m.tp = split.active;
     m.power = power.metrics();
+    if (val && eval_due(config.train, s)) m.val_loss = trainer.validation_loss(*val);
+    m.time = unix_time_s();
     run.append_metrics(m);
     metrics.push_back(m);
     if (on_step) on_step(m);

@@ -58,6 +58,8 @@ class LocalTrainer {
   void load_checkpoint(const Checkpoint& checkpoint);
   CheckpointPart snapshot(std::vector<float> reuse = {}) const;
   std::int64_t optimizer_steps() const { return optimizer_->steps(); }
+  // The mean loss per token on the validation sequences of `val` (evaluate.h).
+  double validation_loss(const model::TokenData& val);
 
  private:
   Config config_;

@@ -51,6 +51,8 @@ nlohmann::json to_json(const StepMetrics& m) {
           {"reshard_bytes", m.reshard_bytes},
           {"allreduce_bytes", m.allreduce_bytes}};
   if (m.skipped) j["skipped"] = true;
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.time > 0) j["time"] = m.time;
   if (m.power.empty()) return j;
   j["power"] = nlohmann::json::array();
   for (const ReplicaPower& p : m.power) j["power"].push_back({{"limit_w", p.limit_w}, {"speedup", p.speedup}});
@@ -72,6 +74,8 @@ StepMetrics step_metrics_from_json(const nlohmann::json& j) {
   m.reshard_bytes = field<std::int64_t>(j, "reshard_bytes");
   m.allreduce_bytes = field<std::int64_t>(j, "allreduce_bytes");
   m.skipped = j.value("skipped", false);
+  if (j.contains("val_loss")) m.val_loss = finite_or_nan(j, "val_loss");
+  m.time = j.value("time", 0.0);
   if (!j.contains("power")) return m;
   for (const nlohmann::json& p : field<std::vector<nlohmann::json>>(j, "power")) {
     m.power.push_back({field<double>(p, "limit_w"), field<double>(p, "speedup")});
@@ -114,6 +118,11 @@ nlohmann::json summarize(const std::vector<StepMetrics>& steps, double wall_s) {
   s["final_tp"] = steps.back().tp;
   s["final_samples"] = steps.back().samples;
   if (!steps.back().power.empty()) s["final_power"] = to_json(steps.back())["power"];
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (!it->val_loss) continue;
+    s["last_val_loss"] = *it->val_loss;
+    break;
+  }
   return s;
 }
 
@@ -131,8 +140,10 @@ std::string progress_line(const StepMetrics& m, std::int64_t total_steps, double
   const double eta = done > 0 ? elapsed_s / static_cast<double>(done) *
                                     static_cast<double>(std::max<std::int64_t>(0, total_steps - done))
                               : 0.0;
-  return fmt::format("step {}/{}  loss {:.4f}  {} tok/s  tp [{}]  eta {}", done, total_steps,
-                     m.loss, si(rate), fmt::join(m.tp, ","), format_duration(eta));
+  // Step numbers count from 0 in every file and message; "(6 of 12)" is a count.
+  const std::string val = m.val_loss ? fmt::format("  val {:.4f}", *m.val_loss) : "";
+  return fmt::format("step {} ({} of {})  loss {:.4f}{}  {} tok/s  tp [{}]  eta {}", m.step, done, total_steps,
+                     m.loss, val, si(rate), fmt::join(m.tp, ","), format_duration(eta));
 }
 
 }  // namespace ntp::train

@@ -3,6 +3,7 @@
 // the progress line. Pure: formatting and arithmetic only; the writers are in
 // run_dir.h and progress.h. Field meanings: docs/train.md.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct StepMetrics {
   std::int64_t allreduce_bytes = 0;        // DP all-reduce payload, whole job
   std::vector<ReplicaPower> power;         // per replica; empty when power.mode = off
   bool skipped = false;                    // non-finite loss or norm: no update (train.on_nan = "skip")
+  std::optional<double> val_loss;
+  double time = 0.0;                       // Unix time the step was logged (0: not recorded)          // mean validation loss after this step's update (train.eval_every)
   bool operator==(const StepMetrics&) const = default;
 };
 
@@ -45,7 +48,8 @@ StepMetrics step_metrics_from_json(const nlohmann::json& j);
 // fraction of step time, reshard and all-reduce bytes per step.
 nlohmann::json summarize(const std::vector<StepMetrics>& steps, double wall_s);
 
-// One progress line: "step 12/20  loss 3.2145  4.1k tok/s  tp [3,4]  eta 0:42".
+// One progress line: "step 11 (12 of 20)  loss 3.2145  val 3.3012  4.1k tok/s  tp [3,4]  eta 0:42"
+// (val when the step has a validation loss). Steps count from 0 everywhere.
 std::string progress_line(const StepMetrics& m, std::int64_t total_steps, double elapsed_s);
 
 // "0:42", "12:05", "1:02:03".

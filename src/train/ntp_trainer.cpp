@@ -19,6 +19,7 @@
 #include "train/dataset.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_saver.h"
+#include "train/evaluate.h"
 #include "train/grad_norm.h"
 #include "train/group_handle.h"
 #include "train/lr_schedule.h"
@@ -194,6 +195,7 @@ KindPlans transition_plans(const ParallelConfig& from, const ParallelConfig& to,
 struct NtpTrainer::Impl {
   RunDir run;
   model::TokenData data;
+  std::optional<model::TokenData> val;  // data.val_path
   ModelSetup setup;
   SampleSchedule schedule;
   RankLayout layout;
@@ -216,6 +218,7 @@ struct NtpTrainer::Impl {
   Impl(const Config& config, const std::filesystem::path& run_dir, const std::string& label, int rank)
       : run(RunDir::open(run_dir)),
         data(open_dataset(config.data, run_dir)),
+        val(open_val_dataset(config.data)),
         setup(resolve_model(config.model, data.max_token())),
         schedule(samples_in(data.size(), setup.seq_len), config.train.global_batch, config.data.order,
                  config.train.seed),
@@ -442,8 +445,11 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   m.exposed_sync_s = t.exposed_sync_s;
   m.step_time_s = t.elapsed_s + opt_s;  // the slowest rank to the commit, then the update
   m.power = x.power->metrics();
+  m.time = unix_time_s();
   last_metrics_ = m;
   last_parts_ = parts;
+  // After the update: a death in this pass is a death before the next step.
+  if (x.val && eval_due(config_.train, s)) m.val_loss = validation_loss();
   if (is_writer()) {
     x.run.append_schedule(s, m.epoch, parts);
     x.run.append_metrics(m);
@@ -499,6 +505,17 @@ void NtpTrainer::load_checkpoint(const std::filesystem::path& dir) {
   applied_ = checkpoint.info().step - 1;
   event("checkpoint_loaded", {{"path", dir.string()}, {"step", checkpoint.info().step},
                               {"seconds", unix_time_s() - start}});
+}
+
+double NtpTrainer::validation_loss() {
+  Impl& x = *impl_;
+  const std::int64_t T = x.setup.seq_len;
+  const std::vector<std::int64_t> ids = eval_samples(*x.val, T, config_.train);
+  const std::vector<std::int64_t> mine = eval_share(ids, x.shares, me_.replica);
+  const double sum = forward_loss_sum(*x.model, *x.val, mine, T, config_.train.micro_batch);
+  double total = x.tp.rank() == 0 ? sum : 0.0;  // every TP rank holds its replica's sum
+  x.world->all_reduce(&total, 1);
+  return total / static_cast<double>(static_cast<std::int64_t>(ids.size()) * T);
 }
 
 void NtpTrainer::apply_update(std::int64_t s, double grad_norm, bool skipped) {
@@ -692,6 +709,7 @@ void check_resume(const Config& config, const ModelSetup& setup) {
 void check_job(const Config& config, const std::filesystem::path& run_dir) {
   const model::TokenData data = open_dataset(config.data, run_dir);
   const ModelSetup setup = resolve_model(config.model, data.max_token(), CheckpointRead::kHeaderOnly);
+  if (const auto val = open_val_dataset(config.data)) check_val_data(*val, setup.seq_len, setup.gpt.vocab);
   const std::int64_t samples = samples_in(data.size(), setup.seq_len);
   if (samples < config.train.global_batch) {
     throw ConfigError(fmt::format(

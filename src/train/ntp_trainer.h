@@ -205,6 +205,7 @@ class NtpTrainer {
   void save_checkpoint(std::int64_t steps_done);
   // Loads the units this rank holds from a checkpoint (run.resume).
   void load_checkpoint(const std::filesystem::path& dir);
+  double validation_loss();  // every rank of the job takes part (evaluate.h)
 
   const Config& config_;
   WorkerOptions options_;

@@ -1,6 +1,9 @@
 #include "train/run_dir.h"
 
+#include "train/config.h"
+
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,28 +60,44 @@ double unix_time_s() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-std::filesystem::path default_run_dir() {
-  const std::time_t now = std::time(nullptr);
+std::filesystem::path create_new_run_dir(const std::filesystem::path& parent) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm utc{};
-  gmtime_r(&now, &utc);
-  char name[32];
-  std::strftime(name, sizeof name, "%Y%m%d-%H%M%S", &utc);
-  return std::filesystem::path("runs") / name;
+  gmtime_r(&seconds, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
+  const std::string base = fmt::format("{}.{:03}", stamp, ms);
+  std::error_code error;
+  std::filesystem::create_directories(parent, error);
+  if (error) throw std::runtime_error(fmt::format("{}: cannot create: {}", parent.string(), error.message()));
+  for (int n = 1;; ++n) {
+    const std::filesystem::path path = parent / (n == 1 ? base : fmt::format("{}-{}", base, n));
+    if (::mkdir(path.c_str(), 0755) == 0) return path;
+    if (errno != EEXIST) io_error(path, "cannot create");
+  }
 }
 
 RunDir RunDir::create(const std::filesystem::path& path) {
-  for (const char* name : {"metrics.jsonl", "events.jsonl"}) {
-    if (std::filesystem::exists(path / name)) {
-      throw std::runtime_error(
-          fmt::format("{}: already holds a run ({} exists); choose another --run-dir",
-                      path.string(), name));
-    }
+  if (std::filesystem::exists(path) && !std::filesystem::is_directory(path)) {
+    throw ConfigError(fmt::format("{}: is not a folder (a run directory is one)", path.string()));
   }
+  const auto taken = [&path](const char* name) {
+    return ConfigError(
+        fmt::format("{}: already holds a run ({} exists); choose another --run-dir", path.string(), name));
+  };
+  if (std::filesystem::exists(path / "metrics.jsonl")) throw taken("metrics.jsonl");
   std::error_code error;
   std::filesystem::create_directories(path / "logs", error);
   if (error) {
     throw std::runtime_error(fmt::format("{}: cannot create: {}", path.string(), error.message()));
   }
+  // The claim: O_EXCL lets exactly one of several concurrent runs create it.
+  const int fd = ::open((path / "events.jsonl").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST) throw taken("events.jsonl");
+  if (fd < 0) io_error(path / "events.jsonl", "cannot create");
+  ::close(fd);
   return RunDir(path);
 }
 

@@ -52,13 +52,19 @@ class JsonlTail {
 // Wall-clock seconds since the Unix epoch (shared by every process on a host).
 double unix_time_s();
 
-// "runs/20261129-181500" (UTC), relative to the working directory.
-std::filesystem::path default_run_dir();
+// Creates a new, empty run directory under `parent` named after the UTC time
+// to the millisecond ("runs/20261129-181500.123"), with "-2", "-3", ...
+// appended when another run took that name: every caller gets its own folder,
+// even several processes in the same millisecond (mkdir is the arbiter).
+std::filesystem::path create_new_run_dir(const std::filesystem::path& parent = "runs");
 
 class RunDir {
  public:
-  // Creates the directory (and logs/). Refuses a directory that already holds
-  // a run (metrics.jsonl or events.jsonl present), naming it.
+  // Creates the directory (and logs/) and claims it by creating events.jsonl
+  // exclusively: of several runs started on one directory, exactly one gets
+  // it. Refuses a directory that already holds a run (metrics.jsonl or
+  // events.jsonl present) and a path that is not a folder, naming it
+  // (ConfigError: a bad --run-dir or run.dir).
   static RunDir create(const std::filesystem::path& path);
   // Opens an existing run directory (a worker joining the run).
   static RunDir open(const std::filesystem::path& path);

@@ -140,12 +140,19 @@ TEST_F(LauncherTest, SigtermToTheLauncherIsForwardedToEveryWorker) {
   EXPECT_NE(result.report().find("received signal 15"), std::string::npos) << result.report();
 }
 
-TEST_F(LauncherTest, AMissingProgramIsReportedAsExitCode127) {
-  LaunchOptions o = shell(1, "");
-  o.command = {(dir_ / "no-such-program").string()};
-  const LaunchResult result = launch(o);
-  EXPECT_EQ(result.ranks[0].code, 127);
-  EXPECT_NE(read(dir_ / "logs" / "rank-0.log").find("cannot execute"), std::string::npos);
+// exec's failure comes back through a close-on-exec pipe: the launcher names
+// the command and the reason instead of a bare exit code 127.
+TEST_F(LauncherTest, AMissingProgramIsReportedWithTheCommandAndTheReason) {
+  LaunchOptions o = shell(2, "");
+  o.command = {(dir_ / "no-such-program").string(), "--flag"};
+  try {
+    launch(o);
+    FAIL() << "a missing program was started";
+  } catch (const ExecError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir_ / "no-such-program").string() + " --flag"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

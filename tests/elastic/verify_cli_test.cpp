@@ -229,7 +229,7 @@ TEST_F(VerifyCliTest, EveryCheckRejectsABrokenRunDirectory) {
 TEST_F(VerifyCliTest, MissingRunFilesAreBadInput) {
   CliResult r = ntp("verify " + (dir_ / "nothing").string());
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("not a run directory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
   fs::create_directories(dir_ / "empty");
   std::ofstream(dir_ / "empty" / "config.toml") << "";
   r = ntp("verify " + (dir_ / "empty").string());

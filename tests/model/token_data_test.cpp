@@ -95,5 +95,61 @@ TEST_F(TokenFiles, RejectsMalformedFilesNamingFileAndField) {
   expect_rejected("header.bin", std::vector<char>(good.begin(), good.begin() + 12), "token file header");
 }
 
+TEST_F(TokenFiles, LlmcVersion2HoldsUint32Tokens) {
+  const std::vector<std::uint32_t> tokens{1, 70000, 128255, 3};
+  TokenData::write_token_file(path("v2.bin"), std::span<const std::uint32_t>(tokens));
+  for (const TokenFormat format : {TokenFormat::kAuto, TokenFormat::kLlmc}) {
+    const TokenData data = TokenData::read(path("v2.bin"), format);
+    EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), data.tokens().begin(), data.tokens().end()));
+    EXPECT_EQ(data.max_token(), 128255);
+  }
+}
+
+TEST_F(TokenFiles, AutoDetectionNeverReadsABinAsText) {
+  const std::vector<std::uint16_t> tokens{5, 50256, 7, 9};
+  TokenData::write_token_file(path("llmc.bin"), tokens);
+  std::ofstream(path("raw.bin"), std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), 8);
+  std::ofstream(path("odd.bin"), std::ios::binary) << "abc";
+  std::ofstream(path("notes.txt"), std::ios::binary) << "abc";
+  EXPECT_EQ(TokenData::read(path("llmc.bin"), TokenFormat::kAuto).size(), 4);
+  const TokenData raw = TokenData::read(path("raw.bin"), TokenFormat::kAuto);
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), raw.tokens().begin(), raw.tokens().end()));
+  EXPECT_EQ(TokenData::read(path("notes.txt"), TokenFormat::kAuto).size(), 3);  // bytes
+  EXPECT_EQ(TokenData::read(path("odd.bin"), TokenFormat::kText).size(), 3);     // asked for
+  const auto expect_rejected = [&](const char* name, const char* why) {
+    try {
+      TokenData::read(path(name), TokenFormat::kAuto);
+      ADD_FAILURE() << name << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(path(name)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  expect_rejected("odd.bin", "no token file");
+  // An llm.c header with a wrong magic is a broken llm.c file, not nanoGPT tokens.
+  std::ifstream in(path("llmc.bin"), std::ios::binary);
+  std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
+  bytes[0] = 1;
+  std::ofstream(path("magic.bin"), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  expect_rejected("magic.bin", "wrong magic");
+}
+
+TEST(TokenFormatDetection, DecidesByMagicExtensionAndSize) {
+  const std::int32_t llmc[3] = {kTokenFileMagic, 1, 10};
+  const std::int32_t other[3] = {1, 2, 3};
+  EXPECT_EQ(detect_token_format("a.txt", 1044, llmc), TokenFormat::kLlmc);
+  EXPECT_EQ(detect_token_format("a.bin", 1044, llmc), TokenFormat::kLlmc);
+  EXPECT_EQ(detect_token_format("a.bin", 12, other), TokenFormat::kNanogpt);
+  EXPECT_EQ(detect_token_format("a.txt", 12, other), TokenFormat::kText);
+  EXPECT_EQ(detect_token_format("a.bin.txt", 13, other), TokenFormat::kText);
+  EXPECT_THROW(detect_token_format("a.bin", 13, other), std::runtime_error);
+  EXPECT_THROW(detect_token_format("a.bin", 2, {}), std::runtime_error);
+  const std::int32_t shaped_v1[3] = {7, 1, 10};  // 1024 + 10 x 2 bytes
+  const std::int32_t shaped_v2[3] = {7, 2, 10};  // 1024 + 10 x 4 bytes
+  EXPECT_THROW(detect_token_format("a.bin", 1044, shaped_v1), std::runtime_error);
+  EXPECT_THROW(detect_token_format("a.bin", 1064, shaped_v2), std::runtime_error);
+  EXPECT_EQ(detect_token_format("a.bin", 1046, shaped_v1), TokenFormat::kNanogpt);  // count does not fit
+}
+
 }  // namespace
 }  // namespace ntp::model

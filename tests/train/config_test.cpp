@@ -126,6 +126,40 @@ TEST(Config, RecoveryAndFailureInjectionKeys) {
   expect_error([&] { validate(config); }, {"elastic.settle_s"});
 }
 
+// Every key set away from its default is used, or the configuration is refused naming it.
+TEST(Config, ASettingNothingReadsIsRefused) {
+  const std::string init_from = std::string(NTP_SOURCE_DIR) + "/README.md";  // exists; never read here
+  const std::vector<std::pair<std::string, std::string>> unused = {
+      {"[model]\npreset = \"small\"\ninit_from = \"" + init_from + "\"\n", "model.preset"},
+      {"[test]\nkill_at_step = 2\n", "test.kill_at_step"},
+      {"[test]\nchaos_seed = 9\n", "test.chaos_seed"},
+      {"[test]\nmutation_rank = 0\n", "test.mutation_rank"},
+      {"[elastic]\nrecover = true\n[test]\nrepair_at_step = 1\n", "test.repair_at_step"},
+      {"[elastic]\nrejoin_after_s = 2.0\n", "elastic.rejoin_after_s"},
+      {"[elastic]\nsettle_s = 0.25\n", "elastic.settle_s"},
+      {"[elastic]\nmax_recoveries = 2\n", "elastic.max_recoveries"},
+      {"[power]\ntdp_w = 700\n", "power.tdp_w"},
+      {"[power]\nmax_frac = 1.2\n", "power.max_frac"},
+      {"[power]\nheadroom_w = 10\n", "power.headroom_w"},
+      {"[power]\nalpha = 0.7\n", "power.alpha"},
+      {"[train]\neval_batches = 2\n", "train.eval_batches"},
+      {"[test]\nkill_rank = 99\nkill_at_step = 1\n", "test.kill_rank"},
+  };
+  for (const auto& [text, key] : unused) {
+    expect_error([&] { validate(parsed(text)); }, {key});
+  }
+  // The same keys with what uses them are accepted.
+  const std::vector<std::string> used = {
+      "[model]\ninit_from = \"" + init_from + "\"\n",
+      "[test]\nkill_rank = 0\nkill_at_step = 2\n",
+      "[test]\nchaos = 1\nchaos_seed = 9\n",
+      "[elastic]\nrecover = true\nrejoin = true\nrejoin_after_s = 2.0\nsettle_s = 0.25\nmax_recoveries = 2\n"
+      "[test]\nrepair_at_step = 1\n",
+      "[power]\nmode = \"simulated\"\ntdp_w = 700\nmax_frac = 1.2\nheadroom_w = 10\nalpha = 0.7\n",
+  };
+  for (const std::string& text : used) EXPECT_NO_THROW(validate(parsed(text))) << text;
+}
+
 TEST(Config, UnknownKeysAreNamed) {
   expect_error([] { parsed("[train]\nstepz = 3\n"); }, {"run.toml", "train.stepz", "unknown"});
   expect_error([] { parsed("[trian]\nsteps = 3\n"); }, {"run.toml", "trian"});
@@ -257,3 +291,16 @@ TEST(Config, DocsListEveryKey) {
 
 }  // namespace
 }  // namespace ntp::train
+
+// A checkpoint or a restart of a run with injected failures keeps none of
+// them, and what is left still validates (a seed without its failures would not).
+TEST(Config, DroppingInjectedFailuresLeavesAValidConfig) {
+  ntp::train::Config c = ntp::train::load_config(
+      "", {"parallel.tp=2", "parallel.dp=2", "train.steps=8", "test.chaos=2", "test.chaos_seed=9",
+           "test.kill_rank=1", "test.kill_at_step=3", "test.failures=\"0@2:start\""});
+  ntp::train::drop_injected_failures(c);
+  EXPECT_EQ(c, ntp::train::load_config("", {"parallel.tp=2", "parallel.dp=2", "train.steps=8"}));
+  EXPECT_NO_THROW(ntp::train::validate(c));
+  c.test.chaos_seed = 9;  // the seed alone is refused: shows the check above can fail
+  EXPECT_THROW(ntp::train::validate(c), ntp::train::ConfigError);
+}

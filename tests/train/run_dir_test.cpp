@@ -5,10 +5,13 @@
 
 #include <cstdio>
 #include <fstream>
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "train/config.h"
 #include "train/progress.h"
 #include "train/trace.h"
 
@@ -93,11 +96,19 @@ TEST(Metrics, SummaryLeavesTheWarmUpStepOutOfRates) {
 
 TEST(Metrics, ProgressLineAndDurations) {
   const std::string line = progress_line(sample_metrics(1), 20, 12.0);
-  EXPECT_NE(line.find("step 2/20"), std::string::npos) << line;
+  // Step numbers count from 0, as in metrics.jsonl and every message.
+  EXPECT_EQ(line.rfind("step 1 (2 of 20)", 0), 0u) << line;
+  EXPECT_EQ(line.find("val "), std::string::npos) << line;
   EXPECT_NE(line.find("loss 4.5000"), std::string::npos) << line;
   EXPECT_NE(line.find("256 tok/s"), std::string::npos) << line;
   EXPECT_NE(line.find("tp [3,4]"), std::string::npos) << line;
   EXPECT_NE(line.find("eta 1:48"), std::string::npos) << line;  // 6 s/step x 18 steps
+  StepMetrics evaluated = sample_metrics(1);
+  evaluated.val_loss = 4.25;
+  EXPECT_NE(progress_line(evaluated, 20, 12.0).find("loss 4.5000  val 4.2500"), std::string::npos);
+  EXPECT_EQ(step_metrics_from_json(to_json(evaluated)), evaluated);
+  EXPECT_EQ(to_json(sample_metrics(1)).count("val_loss"), 0u);
+  EXPECT_EQ(summarize({sample_metrics(0), evaluated, sample_metrics(2)}, 1.0)["last_val_loss"], 4.25);
   EXPECT_EQ(format_duration(59.6), "1:00");
   EXPECT_EQ(format_duration(3723), "1:02:03");
 }
@@ -231,6 +242,61 @@ TEST_F(RunDirTest, TraceFragmentsMergeIntoOneChromeTrace) {
   }
   EXPECT_EQ(spans, 4);
   EXPECT_EQ(pids, (std::set<int>{0, 1}));
+}
+
+}  // namespace
+}  // namespace ntp::train
+
+namespace ntp::train {
+namespace {
+
+TEST_F(RunDirTest, ConcurrentRunsOnOneFolderLetExactlyOneIn) {
+  constexpr int kRuns = 8;
+  std::atomic<int> created{0};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> runs;
+  for (int i = 0; i < kRuns; ++i) {
+    runs.emplace_back([&] {
+      try {
+        RunDir::create(dir_);
+        ++created;
+      } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("already holds a run"), std::string::npos) << e.what();
+        ++refused;
+      }
+    });
+  }
+  for (std::thread& t : runs) t.join();
+  EXPECT_EQ(created.load(), 1);
+  EXPECT_EQ(refused.load(), kRuns - 1);
+}
+
+TEST_F(RunDirTest, NewRunFoldersAreUniqueWithinOneMillisecond) {
+  constexpr int kRuns = 16;
+  std::vector<fs::path> paths(kRuns);
+  std::vector<std::thread> runs;
+  for (int i = 0; i < kRuns; ++i) {
+    runs.emplace_back([&, i] { paths[static_cast<std::size_t>(i)] = create_new_run_dir(dir_); });
+  }
+  for (std::thread& t : runs) t.join();
+  const std::set<fs::path> distinct(paths.begin(), paths.end());
+  EXPECT_EQ(distinct.size(), paths.size());
+  for (const fs::path& p : paths) {
+    EXPECT_TRUE(fs::is_directory(p)) << p;
+    EXPECT_EQ(p.parent_path(), dir_);
+    EXPECT_NO_THROW(RunDir::create(p)) << p;  // each one is free for its run
+  }
+}
+
+TEST_F(RunDirTest, AFileIsNotARunFolder) {
+  { std::ofstream(dir_.string()) << "x"; }
+  try {
+    RunDir::create(dir_);
+    FAIL() << "a file accepted as a run folder";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a folder"), std::string::npos) << e.what();
+  }
+  fs::remove(dir_);
 }
 
 }  // namespace
