@@ -39,6 +39,25 @@ class Store {
   // "file:/dir" or "redis://host:port/ns": for error messages.
   virtual std::string describe() const = 0;
 
+  // ---- Lists, batched reads and prefix listing. They keep a rendezvous at
+  // O(1) store operations per rank where the backend has the primitive
+  // (Redis: RPUSH, LRANGE, MGET, a blocking LMOVE, SCAN); the defaults build
+  // them from the calls above, one key per item ("<key>#<i>"), which costs
+  // O(items) operations but works on any store.
+
+  // Appends `item` to list `key` atomically; returns its 0-based position, so
+  // of N appenders exactly one sees N-1.
+  virtual std::size_t append(const std::string& key, const std::vector<char>& item);
+  // The items of list `key` in append order (empty when it does not exist).
+  virtual std::vector<std::vector<char>> items(const std::string& key);
+  // Waits until list `key` has an item and returns the first, or nothing by
+  // the deadline. Blocks in the server where it can; never consumes the item.
+  virtual std::optional<std::vector<char>> wait_first(const std::string& key, std::chrono::milliseconds timeout);
+  // The values of `keys` (nothing for an absent one), in one round trip where possible.
+  virtual std::vector<std::optional<std::vector<char>>> get_many(const std::vector<std::string>& keys);
+  // Removes every key (and list) whose name starts with `prefix`.
+  virtual void erase_prefix(const std::string& prefix) = 0;
+
   // Waits until every key exists; on deadline throws CommError(kTimeout)
   // listing the missing keys. Polls try_get with a short backoff. `check`, if
   // set, runs between polls (at least every 20 ms) and may throw to give up
