@@ -15,7 +15,9 @@
 // Every member calls create_group with the same ranks, epoch and name; the
 // call returns once all members joined (or throws CommError by the deadline,
 // naming the ranks that did not show up). Store keys live under
-// "ntp/e<epoch>/<name>/", so a group of epoch e+1 never sees epoch e.
+// "ntp/groups/e<epoch>/<name>/", so a group of epoch e+1 never sees epoch e,
+// and erase_prefix(group_keys_prefix(e)) drops every group of an epoch that
+// is over.
 //
 // Order: collectives of one group run in the order they are issued, and every
 // member must issue the same sequence (as with MPI/NCCL). Groups are
@@ -227,6 +229,9 @@ class Group {
 // the membership, kTimeout naming missing ranks, kConnectionClosed/kPeerError
 // for transport failures.
 std::unique_ptr<Group> create_group(std::shared_ptr<Store> store, const GroupOptions& opts);
+
+// "ntp/groups/e<epoch>/": the prefix of every group's store keys in that epoch.
+std::string group_keys_prefix(std::uint64_t epoch);
 
 // True when this build has the NCCL backend.
 bool have_nccl();

@@ -212,8 +212,9 @@ std::size_t RedisStore::append(const std::string& key, const std::vector<char>& 
   return static_cast<std::size_t>(reply->integer - 1);
 }
 
-std::vector<std::vector<char>> RedisStore::items(const std::string& key) {
-  Reply reply = run("store.items", {"LRANGE", full_key(key), "0", "-1"});
+std::vector<std::vector<char>> RedisStore::items(const std::string& key, std::size_t from) {
+  const std::string start = std::to_string(from);
+  Reply reply = run("store.items", {"LRANGE", full_key(key), start, "-1"});
   std::vector<std::vector<char>> out;
   for (std::size_t i = 0; i < reply->elements; ++i) {
     const redisReply* item = reply->element[i];

@@ -43,7 +43,7 @@ class RedisStore : public Store {
   std::string describe() const override;
 
   std::size_t append(const std::string& key, const std::vector<char>& item) override;
-  std::vector<std::vector<char>> items(const std::string& key) override;
+  std::vector<std::vector<char>> items(const std::string& key, std::size_t from = 0) override;
   // BLMOVE of the list onto itself: blocks in the server and leaves the list
   // as it was. Runs on a second connection so that other threads' calls
   // (heartbeats) do not queue behind it.

@@ -20,9 +20,9 @@ CommError group_error(const GroupOptions& opts, CommErrorKind kind, const std::s
   return CommError(std::move(info));
 }
 
-std::string group_prefix(std::uint64_t epoch, const std::string& name) {
-  return "ntp/e" + std::to_string(epoch) + "/" + name + "/";
-}
+std::string group_keys_prefix(std::uint64_t epoch) { return "ntp/groups/e" + std::to_string(epoch) + "/"; }
+
+std::string group_prefix(std::uint64_t epoch, const std::string& name) { return group_keys_prefix(epoch) + name + "/"; }
 
 namespace {
 

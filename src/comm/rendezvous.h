@@ -20,7 +20,7 @@ namespace ntp::comm {
 CommError group_error(const GroupOptions& opts, CommErrorKind kind, const std::string& op, const std::string& detail,
                       int peer_global_rank = -1);
 
-// "ntp/e<epoch>/<name>/": everything of one group in one epoch lives below it.
+// group_keys_prefix(epoch) + "<name>/": everything of one group in one epoch lives below it.
 std::string group_prefix(std::uint64_t epoch, const std::string& name);
 
 // Joins the group in O(1) store operations and O(N) bytes per rank (with a

@@ -64,9 +64,9 @@ std::size_t Store::append(const std::string& key, const std::vector<char>& item)
   }
 }
 
-std::vector<std::vector<char>> Store::items(const std::string& key) {
+std::vector<std::vector<char>> Store::items(const std::string& key, std::size_t from) {
   std::vector<std::vector<char>> out;
-  while (auto item = try_get(item_key(key, out.size()))) out.push_back(std::move(*item));
+  while (auto item = try_get(item_key(key, from + out.size()))) out.push_back(std::move(*item));
   return out;
 }
 

@@ -48,8 +48,10 @@ class Store {
   // Appends `item` to list `key` atomically; returns its 0-based position, so
   // of N appenders exactly one sees N-1.
   virtual std::size_t append(const std::string& key, const std::vector<char>& item);
-  // The items of list `key` in append order (empty when it does not exist).
-  virtual std::vector<std::vector<char>> items(const std::string& key);
+  // The items of list `key` from position `from` on, in append order (empty
+  // when it does not exist), so a reader that polls a growing list reads each
+  // item once.
+  virtual std::vector<std::vector<char>> items(const std::string& key, std::size_t from = 0);
   // Waits until list `key` has an item and returns the first, or nothing by
   // the deadline. Blocks in the server where it can; never consumes the item.
   virtual std::optional<std::vector<char>> wait_first(const std::string& key, std::chrono::milliseconds timeout);
