@@ -61,14 +61,13 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, GroupOptions opts)
       check_every_call_(opts_.check_every_call || env_flag("NTP_COMM_CHECK_EVERY_CALL")) {
   ignore_sigpipe();
   try {
-    MeshRecords records;
-    auto publish = [&](const std::vector<char>& record) {
-      return join_group(*store_, prefix_, opts_, connect_timeout(), record);
-    };
-    auto context = connect_mesh(publish, opts_, rank_, make_device(opts_), connect_timeout(), records);
+    std::vector<std::vector<char>> peer_addresses;
+    auto join = [&] { join_group(*store_, prefix_, opts_, connect_timeout()); };
+    auto context = connect_mesh(*store_, prefix_, opts_, rank_, make_device(opts_), connect_timeout(), join,
+                                peer_addresses);
     context->setTimeout(opts_.timeout);
     context_ = std::move(context);
-    map_peer_addresses(records);
+    map_peer_addresses(peer_addresses);
   } catch (const CommError& e) {
     if (!e.group().empty()) throw;
     fail(e.kind(), "create_group", e.detail());
@@ -80,13 +79,11 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, GroupOptions opts)
 GlooGroup::~GlooGroup() { executor_.drain(); }
 
 // Gloo names a failed peer by its address; remember which group rank that is.
-void GlooGroup::map_peer_addresses(const MeshRecords& records) {
-  const int n = size();
-  for (int i = 0; i < n; ++i) {
+void GlooGroup::map_peer_addresses(const std::vector<std::vector<char>>& peer_addresses) {
+  for (int i = 0; i < size(); ++i) {
     if (i == rank_) continue;
     try {
-      std::string text =
-          gloo::transport::tcp::Address(mesh_address(records[static_cast<std::size_t>(i)], rank_, i, n)).str();
+      std::string text = gloo::transport::tcp::Address(peer_addresses[static_cast<std::size_t>(i)]).str();
       // Drop a trailing sequence number ("$3"): messages may print it or not.
       if (auto dollar = text.find('$'); dollar != std::string::npos) text.resize(dollar);
       peer_by_address_[text] = i;

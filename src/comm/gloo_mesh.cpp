@@ -34,51 +34,49 @@ class MeshContext : public gloo::Context {
 // point-to-point messages 0xA0 and 0xA1 (gloo_p2p.cpp).
 constexpr std::uint8_t kAbortProbeSlotPrefix = 0xAF;
 
-// A record is one address per other rank, in rank order, skipping its
-// owner, or just the first of them when the others follow by sequence number.
-std::vector<char> mesh_record(gloo::transport::Context& transport, int rank, int size) {
-  std::vector<char> record;
-  bool consecutive = true;
-  gloo::transport::tcp::Address first;
-  for (int i = 0, index = 0; i < size; ++i) {
-    if (i == rank) continue;
-    const auto bytes = transport.createPair(i)->address().bytes();
-    const gloo::transport::tcp::Address address(bytes);
-    if (index == 0) first = address;
-    consecutive = consecutive && address.getSeq() == first.getSeq() + index &&
-                  std::memcmp(&address.getSockaddr(), &first.getSockaddr(), sizeof(sockaddr_storage)) == 0;
-    record.insert(record.end(), bytes.begin(), bytes.end());
-    ++index;
-  }
-  if (consecutive && size > 1) record.resize(record.size() / static_cast<std::size_t>(size - 1));
-  return record;
-}
+// Size of one address in a record.
+std::size_t address_width() { return gloo::transport::tcp::Address().bytes().size(); }
 
 }  // namespace
 
-std::vector<char> mesh_address(const std::vector<char>& record, int rank, int peer, int size) {
-  const std::size_t width = gloo::transport::tcp::Address().bytes().size();
-  const std::size_t index = static_cast<std::size_t>(rank < peer ? rank : rank - 1);
-  if (record.size() == width) {
-    const gloo::transport::tcp::Address first(record);
-    return gloo::transport::tcp::Address(first.getSockaddr(), first.getSeq() + static_cast<ssize_t>(index)).bytes();
-  }
-  if (record.size() != width * static_cast<std::size_t>(size - 1)) {
-    throw std::runtime_error("mesh record of rank " + std::to_string(peer) + " has " +
-                             std::to_string(record.size()) + " bytes");
-  }
-  const auto begin = record.begin() + static_cast<std::ptrdiff_t>(index * width);
-  return {begin, begin + static_cast<std::ptrdiff_t>(width)};
-}
+std::string mesh_key(const std::string& prefix, int rank) { return prefix + "mesh/" + std::to_string(rank); }
 
-std::shared_ptr<gloo::Context> connect_mesh(const std::function<MeshRecords(const std::vector<char>&)>& publish,
-                                            const GroupOptions& opts, int rank,
-                                            std::shared_ptr<gloo::transport::Device> device,
-                                            std::chrono::milliseconds timeout, MeshRecords& records) {
+std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& prefix, const GroupOptions& opts,
+                                            int rank, std::shared_ptr<gloo::transport::Device> device,
+                                            std::chrono::milliseconds timeout, const std::function<void()>& join,
+                                            std::vector<std::vector<char>>& peer_addresses) {
   const int size = static_cast<int>(opts.ranks.size());
   auto transport = device->createContext(rank, size);
   transport->setTimeout(timeout);
-  records = publish(mesh_record(*transport, rank, size));
+  std::vector<char> record;
+  for (int i = 0; i < size; ++i) {
+    if (i == rank) continue;
+    const auto address = transport->createPair(i)->address().bytes();
+    record.insert(record.end(), address.begin(), address.end());
+  }
+  store.set(mesh_key(prefix, rank), record);
+  join();
+
+  // This rank's place in peer i's record.
+  const std::size_t width = address_width();
+  std::vector<Store::Slice> slices;
+  for (int i = 0; i < size; ++i) {
+    if (i == rank) continue;
+    slices.push_back({mesh_key(prefix, i), static_cast<std::size_t>(rank < i ? rank : rank - 1) * width, width});
+  }
+  const auto found = store.get_slices(slices);
+  peer_addresses.assign(static_cast<std::size_t>(size), {});
+  for (int i = 0, k = 0; i < size; ++i) {
+    if (i == rank) continue;
+    const auto& address = found[static_cast<std::size_t>(k++)];
+    if (!address || address->size() != width) {
+      throw group_error(opts, CommErrorKind::kPeerError, "create_group",
+                        "rank " + std::to_string(opts.ranks[static_cast<std::size_t>(i)]) +
+                            " joined without a usable address record in " + store.describe(),
+                        opts.ranks[static_cast<std::size_t>(i)]);
+    }
+    peer_addresses[static_cast<std::size_t>(i)] = *address;
+  }
 
   // Every pair exists now, so the watch may close them from its thread: a
   // connect waiting for its peer then returns (closed counts as settled) or
@@ -91,7 +89,7 @@ std::shared_ptr<gloo::Context> connect_mesh(const std::function<MeshRecords(cons
   for (int i = 0; i < size; ++i) {
     if (i == rank) continue;
     try {
-      transport->getPair(i)->connect(mesh_address(records[static_cast<std::size_t>(i)], rank, i, size));
+      transport->getPair(i)->connect(peer_addresses[static_cast<std::size_t>(i)]);
     } catch (const std::exception&) {
       watch.throw_if_fired();  // the watch broke this connect: name the dead rank
       throw;

@@ -19,28 +19,24 @@ class Device;
 
 namespace ntp::comm {
 
-// The pair addresses each rank publishes, one record per rank.
-using MeshRecords = std::vector<std::vector<char>>;
-
 // Connects group rank `rank` to every other member, as gloo's connectFullMesh
-// does, but with O(1) bytes published per rank: all of a rank's pairs listen
-// on its device's one socket and differ only in a sequence number, so its
-// record is the first pair's address (the full per-pair list only when the
-// numbers are not consecutive). `publish` hands this rank's record to the
-// rendezvous and returns every member's, by group rank. Each wait has
-// `timeout`. Unlike connectFullMesh it gives up within ~50 ms once
-// opts.is_dead reports a member dead, also while a pair is blocked waiting
-// for its peer to connect (which gloo otherwise bounds only by 5x `timeout`):
-// it throws CommError(kPeerError) naming that rank. `records` receives the
-// members' records (to name peers in errors later).
-std::shared_ptr<gloo::Context> connect_mesh(const std::function<MeshRecords(const std::vector<char>&)>& publish,
-                                            const GroupOptions& opts, int rank,
-                                            std::shared_ptr<gloo::transport::Device> device,
-                                            std::chrono::milliseconds timeout, MeshRecords& records);
+// does: each rank publishes one record under mesh_key(prefix, rank), the
+// address of its pair for every other rank in rank order (skipping itself),
+// calls `join` (the group's rendezvous, after which every record exists), and
+// reads only its own address from each peer's record, in one batched read:
+// O(N) bytes per rank, not every record. Each wait has `timeout`. Unlike
+// connectFullMesh it gives up within ~50 ms once opts.is_dead reports a
+// member dead, also while a pair is blocked waiting for its peer to connect
+// (which gloo otherwise bounds only by 5x `timeout`): it throws
+// CommError(kPeerError) naming that rank. `peer_addresses` receives, by group
+// rank, the address each peer's pair for this rank listens on (to name peers
+// in errors later).
+std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& prefix, const GroupOptions& opts,
+                                            int rank, std::shared_ptr<gloo::transport::Device> device,
+                                            std::chrono::milliseconds timeout, const std::function<void()>& join,
+                                            std::vector<std::vector<char>>& peer_addresses);
 
-// Address of group rank `peer`'s pair for `rank` inside peer's mesh record
-// (either form).
-std::vector<char> mesh_address(const std::vector<char>& record, int rank, int peer, int size);
+std::string mesh_key(const std::string& prefix, int rank);
 
 // Fails every connection of `context` now; safe from any thread while
 // another thread is blocked in a gloo call on it. Pending sends and receives

@@ -81,7 +81,8 @@ RedisStore::RedisStore(std::string host, int port, std::string name_space,
 }
 
 RedisStore::~RedisStore() {
-  for (Link* link : {&main_, &blocking_}) {
+  if (main_.context != nullptr) redisFree(main_.context);
+  for (const auto& link : idle_) {
     if (link->context != nullptr) redisFree(link->context);
   }
 }
@@ -142,19 +143,15 @@ redisContext* RedisStore::connect(std::chrono::milliseconds socket_timeout) cons
 }
 
 RedisStore::Reply RedisStore::run(const char* op, const std::vector<std::string_view>& args) {
-  return run_on(main_, op, args, timeout_);
+  return std::move(run_on(main_, op, {args}, timeout_).front());
 }
 
-// Runs one command; a broken connection is dropped and the command reissued
-// on a new one until reconnect_within_ has passed.
-RedisStore::Reply RedisStore::run_on(Link& link, const char* op, const std::vector<std::string_view>& args,
-                                     std::chrono::milliseconds socket_timeout) {
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lengths;
-  for (auto arg : args) {
-    argv.push_back(arg.data());
-    lengths.push_back(arg.size());
-  }
+// Sends the commands in one round trip (pipelined) and returns their replies;
+// a broken connection is dropped and the whole batch reissued on a new one
+// until reconnect_within_ has passed.
+std::vector<RedisStore::Reply> RedisStore::run_on(Link& link, const char* op,
+                                                  const std::vector<std::vector<std::string_view>>& commands,
+                                                  std::chrono::milliseconds socket_timeout) {
   std::lock_guard lock(link.mutex);
   const auto give_up = Clock::now() + reconnect_within_;
   std::string why = "not connected";
@@ -162,11 +159,28 @@ RedisStore::Reply RedisStore::run_on(Link& link, const char* op, const std::vect
     if (link.context == nullptr) link.context = connect(socket_timeout);
     if (link.context != nullptr) {
       redisSetTimeout(link.context, to_timeval(socket_timeout));
-      auto* raw = redisCommandArgv(link.context, static_cast<int>(argv.size()), argv.data(), lengths.data());
-      Reply reply(static_cast<redisReply*>(raw));
-      if (reply) {
-        if (reply->type == REDIS_REPLY_ERROR) throw_store_error(op, describe(), reply->str);
-        return reply;
+      std::vector<Reply> replies;
+      bool sent = true;
+      for (const auto& args : commands) {
+        std::vector<const char*> argv;
+        std::vector<std::size_t> lengths;
+        for (auto arg : args) {
+          argv.push_back(arg.data());
+          lengths.push_back(arg.size());
+        }
+        sent = sent && redisAppendCommandArgv(link.context, static_cast<int>(argv.size()), argv.data(),
+                                              lengths.data()) == REDIS_OK;
+      }
+      while (sent && replies.size() < commands.size()) {
+        void* raw = nullptr;
+        if (redisGetReply(link.context, &raw) != REDIS_OK || raw == nullptr) break;
+        replies.emplace_back(static_cast<redisReply*>(raw));
+      }
+      if (replies.size() == commands.size()) {
+        for (const auto& reply : replies) {
+          if (reply->type == REDIS_REPLY_ERROR) throw_store_error(op, describe(), reply->str);
+        }
+        return replies;
       }
       why = link.context->errstr;
       redisFree(link.context);
@@ -226,8 +240,27 @@ std::vector<std::vector<char>> RedisStore::items(const std::string& key, std::si
 std::optional<std::vector<char>> RedisStore::wait_first(const std::string& key, std::chrono::milliseconds timeout) {
   const std::string list = full_key(key);
   const std::string seconds = std::to_string(std::max<std::int64_t>(1, timeout.count()) / 1000.0);
-  Reply reply = run_on(blocking_, "store.wait_first", {"BLMOVE", list, list, "LEFT", "LEFT", seconds},
-                       timeout + timeout_);
+  std::unique_ptr<Link> link;
+  {
+    std::lock_guard lock(idle_mutex_);
+    if (!idle_.empty()) {
+      link = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (!link) link = std::make_unique<Link>();
+  Reply reply;
+  try {
+    reply = std::move(
+        run_on(*link, "store.wait_first", {{"BLMOVE", list, list, "LEFT", "LEFT", seconds}}, timeout + timeout_).front());
+  } catch (...) {
+    if (link->context != nullptr) redisFree(link->context);
+    throw;
+  }
+  {
+    std::lock_guard lock(idle_mutex_);
+    idle_.push_back(std::move(link));
+  }
   if (reply->type != REDIS_REPLY_STRING) return std::nullopt;
   return std::vector<char>(reply->str, reply->str + reply->len);
 }
@@ -244,6 +277,30 @@ std::vector<std::optional<std::vector<char>>> RedisStore::get_many(const std::ve
     const redisReply* value = reply->element[i];
     if (value->type == REDIS_REPLY_STRING) {
       values.emplace_back(std::vector<char>(value->str, value->str + value->len));
+    } else {
+      values.emplace_back(std::nullopt);
+    }
+  }
+  return values;
+}
+
+std::vector<std::optional<std::vector<char>>> RedisStore::get_slices(const std::vector<Slice>& slices) {
+  std::vector<std::optional<std::vector<char>>> values;
+  if (slices.empty()) return values;
+  std::vector<std::string> texts;  // keys, first and last byte offsets
+  for (const Slice& slice : slices) {
+    texts.push_back(full_key(slice.key));
+    texts.push_back(std::to_string(slice.offset));
+    texts.push_back(std::to_string(slice.offset + slice.length - 1));
+  }
+  std::vector<std::vector<std::string_view>> commands;
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    commands.push_back({"GETRANGE", texts[3 * i], texts[3 * i + 1], texts[3 * i + 2]});
+  }
+  // GETRANGE answers "" for a missing key; a slice of a key that exists is never empty.
+  for (const Reply& reply : run_on(main_, "store.get_slices", commands, timeout_)) {
+    if (reply->type == REDIS_REPLY_STRING && reply->len > 0) {
+      values.emplace_back(std::vector<char>(reply->str, reply->str + reply->len));
     } else {
       values.emplace_back(std::nullopt);
     }

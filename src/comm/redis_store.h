@@ -16,6 +16,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <vector>
 #include <string_view>
 
 #include "comm/store.h"
@@ -45,11 +46,13 @@ class RedisStore : public Store {
   std::size_t append(const std::string& key, const std::vector<char>& item) override;
   std::vector<std::vector<char>> items(const std::string& key, std::size_t from = 0) override;
   // BLMOVE of the list onto itself: blocks in the server and leaves the list
-  // as it was. Runs on a second connection so that other threads' calls
-  // (heartbeats) do not queue behind it.
+  // as it was. Each waiting thread has a connection of its own, so that other
+  // threads' calls (heartbeats, other waits) do not queue behind it.
   std::optional<std::vector<char>> wait_first(const std::string& key, std::chrono::milliseconds timeout) override;
   std::vector<std::optional<std::vector<char>>> get_many(const std::vector<std::string>& keys) override;
   void erase_prefix(const std::string& prefix) override;
+  // GETRANGE per slice, all in one round trip.
+  std::vector<std::optional<std::vector<char>>> get_slices(const std::vector<Slice>& slices) override;
 
  private:
   struct ReplyDeleter {
@@ -62,8 +65,8 @@ class RedisStore : public Store {
     redisContext* context = nullptr;
   };
   Reply run(const char* op, const std::vector<std::string_view>& args);
-  Reply run_on(Link& link, const char* op, const std::vector<std::string_view>& args,
-               std::chrono::milliseconds socket_timeout);
+  std::vector<Reply> run_on(Link& link, const char* op, const std::vector<std::vector<std::string_view>>& commands,
+                            std::chrono::milliseconds socket_timeout);
   redisContext* connect(std::chrono::milliseconds socket_timeout) const;
   std::string full_key(const std::string& key) const;
 
@@ -74,7 +77,8 @@ class RedisStore : public Store {
   std::chrono::milliseconds reconnect_within_;
   std::string password_;
   Link main_;
-  Link blocking_;
+  std::mutex idle_mutex_;
+  std::vector<std::unique_ptr<Link>> idle_;  // connections for wait_first not in use
 };
 
 // Parses "redis://host:port[/namespace]" and connects.

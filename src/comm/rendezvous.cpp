@@ -42,28 +42,21 @@ std::uint64_t membership_hash(const std::vector<int>& ranks) {
   return hash;
 }
 
-// "<global rank> <members> <hash>\n<payload>"
+// "<global rank> <members> <hash>"
 struct Card {
   int rank = -1;
   std::size_t members = 0;
   std::uint64_t hash = 0;
-  std::vector<char> payload;
 };
 
 std::vector<char> encode_card(const Card& card) {
-  std::vector<char> bytes = to_bytes(std::to_string(card.rank) + " " + std::to_string(card.members) + " " +
-                                     std::to_string(card.hash) + "\n");
-  bytes.insert(bytes.end(), card.payload.begin(), card.payload.end());
-  return bytes;
+  return to_bytes(std::to_string(card.rank) + " " + std::to_string(card.members) + " " + std::to_string(card.hash));
 }
 
 std::optional<Card> decode_card(const std::vector<char>& bytes) {
-  const auto newline = std::find(bytes.begin(), bytes.end(), '\n');
-  if (newline == bytes.end()) return std::nullopt;
   Card card;
-  std::istringstream header(std::string(bytes.begin(), newline));
-  if (!(header >> card.rank >> card.members >> card.hash)) return std::nullopt;
-  card.payload.assign(newline + 1, bytes.end());
+  std::istringstream in(to_text(bytes));
+  if (!(in >> card.rank >> card.members >> card.hash)) return std::nullopt;
   return card;
 }
 
@@ -104,18 +97,17 @@ std::vector<int> absent_ranks(const Roll& roll, const GroupOptions& opts) {
 
 std::string join_list_key(const std::string& prefix) { return prefix + "joined"; }
 
-std::vector<char> join_card(const GroupOptions& opts, const std::vector<char>& payload) {
-  return encode_card({opts.global_rank, opts.ranks.size(), membership_hash(opts.ranks), payload});
+std::vector<char> join_card(const GroupOptions& opts) {
+  return encode_card({opts.global_rank, opts.ranks.size(), membership_hash(opts.ranks)});
 }
 
-std::vector<std::vector<char>> join_group(Store& store, const std::string& prefix, const GroupOptions& opts,
-                                          std::chrono::milliseconds timeout, const std::vector<char>& payload) {
+void join_group(Store& store, const std::string& prefix, const GroupOptions& opts, std::chrono::milliseconds timeout) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + timeout;
   const std::uint64_t hash = membership_hash(opts.ranks);
   const std::string ready_key = prefix + "ready";
   const std::size_t n = opts.ranks.size();
-  const std::size_t position = store.append(join_list_key(prefix), join_card(opts, payload));
+  const std::size_t position = store.append(join_list_key(prefix), join_card(opts));
   if (position + 1 >= n) store.append(ready_key, to_bytes("all"));
   Roll roll;
   {
@@ -155,9 +147,6 @@ std::vector<std::vector<char>> join_group(Store& store, const std::string& prefi
                           std::to_string(timeout.count()) + " ms (store " + store.describe() + ")",
                       absent.front());
   }
-  std::vector<std::vector<char>> payloads;
-  for (auto& card : roll.cards) payloads.push_back(std::move(card->payload));
-  return payloads;
 }
 
 DeathWatch::DeathWatch(const GroupOptions& opts, std::string phase, std::function<void(const CommError&)> on_death)

@@ -86,6 +86,21 @@ std::vector<std::optional<std::vector<char>>> Store::get_many(const std::vector<
   return values;
 }
 
+std::vector<std::optional<std::vector<char>>> Store::get_slices(const std::vector<Slice>& slices) {
+  std::vector<std::optional<std::vector<char>>> values;
+  for (const Slice& slice : slices) {
+    auto value = try_get(slice.key);
+    if (value && slice.offset < value->size()) {
+      const auto begin = value->begin() + static_cast<std::ptrdiff_t>(slice.offset);
+      const auto end = value->begin() + static_cast<std::ptrdiff_t>(std::min(value->size(), slice.offset + slice.length));
+      values.emplace_back(std::vector<char>(begin, end));
+    } else {
+      values.emplace_back(std::nullopt);
+    }
+  }
+  return values;
+}
+
 std::shared_ptr<Store> open_store(const std::string& spec) {
   if (spec.empty()) throw_bad_input("open_store", "empty store spec (want file:/dir or redis://host:port)");
   const std::string file_scheme = "file:";

@@ -57,6 +57,15 @@ class Store {
   virtual std::optional<std::vector<char>> wait_first(const std::string& key, std::chrono::milliseconds timeout);
   // The values of `keys` (nothing for an absent one), in one round trip where possible.
   virtual std::vector<std::optional<std::vector<char>>> get_many(const std::vector<std::string>& keys);
+  // Parts of values: `length` bytes from `offset` of `key` each (nothing for
+  // an absent key), in one round trip where possible; a reader that needs its
+  // own part of each peer's record reads O(1) bytes per peer.
+  struct Slice {
+    std::string key;
+    std::size_t offset = 0;
+    std::size_t length = 0;
+  };
+  virtual std::vector<std::optional<std::vector<char>>> get_slices(const std::vector<Slice>& slices);
   // Removes every key (and list) whose name starts with `prefix`.
   virtual void erase_prefix(const std::string& prefix) = 0;
 

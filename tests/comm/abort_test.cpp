@@ -17,6 +17,7 @@
 
 #include <gloo/transport/tcp/address.h>
 
+#include "comm/gloo_mesh.h"
 #include "comm/rendezvous.h"
 #include "tests/comm/thread_ranks.h"
 
@@ -219,11 +220,11 @@ std::vector<char> unreachable_mesh_record(int peers) {
   return record;
 }
 
-// Rank 2 joined with an address (a join card carries it), then died before
-// connecting.
+// Rank 2 published an address and joined, then died before connecting.
 void publish_rank_2_that_never_connects(Store& store, const std::string& name) {
   const std::string prefix = group_prefix(1, name);
-  store.append(join_list_key(prefix), join_card(group_options(3, 2, name), unreachable_mesh_record(2)));
+  store.set(mesh_key(prefix, 2), unreachable_mesh_record(2));
+  store.append(join_list_key(prefix), join_card(group_options(3, 2, name)));
 }
 
 TEST(CreationGivesUp, WhenIsDeadReportsAMemberThatNeverConnects) {

@@ -250,7 +250,7 @@ TEST(Epochs, NextEpochOnSubsetSharesNothingWithThePrevious) {
   for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
     const std::string name = f.path().filename();
     if (before.count(name) == 0) {
-      EXPECT_EQ(name.rfind("ntp%2Fe2%2Fdp%2F", 0), 0u) << name;
+      EXPECT_EQ(name.rfind("ntp%2Fgroups%2Fe2%2Fdp%2F", 0), 0u) << name;
     }
   }
 }
