@@ -251,18 +251,37 @@ std::optional<std::vector<char>> RedisStore::wait_first(const std::string& key, 
   if (!link) link = std::make_unique<Link>();
   Reply reply;
   try {
-    reply = std::move(
-        run_on(*link, "store.wait_first", {{"BLMOVE", list, list, "LEFT", "LEFT", seconds}}, timeout + timeout_).front());
-  } catch (...) {
-    if (link->context != nullptr) redisFree(link->context);
-    throw;
+    if (!no_blmove_) {
+      reply = std::move(
+          run_on(*link, "store.wait_first", {{"BLMOVE", list, list, "LEFT", "LEFT", seconds}}, timeout + timeout_)
+              .front());
+    }
+  } catch (const CommError& e) {
+    // A server older than 6.2 has no BLMOVE: poll the list's head instead.
+    if (e.detail().find("unknown command") == std::string::npos) {
+      if (link->context != nullptr) redisFree(link->context);
+      throw;
+    }
+    no_blmove_ = true;
   }
+  if (no_blmove_) reply = poll_first(list, timeout);
   {
     std::lock_guard lock(idle_mutex_);
     idle_.push_back(std::move(link));
   }
   if (reply->type != REDIS_REPLY_STRING) return std::nullopt;
   return std::vector<char>(reply->str, reply->str + reply->len);
+}
+
+RedisStore::Reply RedisStore::poll_first(const std::string& list, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  while (true) {
+    Reply reply = run("store.wait_first", {"LINDEX", list, "0"});
+    if (reply->type == REDIS_REPLY_STRING || Clock::now() >= deadline) return reply;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
 }
 
 std::vector<std::optional<std::vector<char>>> RedisStore::get_many(const std::vector<std::string>& keys) {

@@ -13,6 +13,7 @@
 // SET NX whose first attempt won answers "lost" the second time, and the
 // caller then reads its own value as the winner's; a reissued RPUSH may leave
 // a duplicate item, which list readers tolerate.
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,8 @@ class RedisStore : public Store {
   std::vector<Reply> run_on(Link& link, const char* op, const std::vector<std::vector<std::string_view>>& commands,
                             std::chrono::milliseconds socket_timeout);
   redisContext* connect(std::chrono::milliseconds socket_timeout) const;
+  // wait_first for servers without BLMOVE (before 6.2): LINDEX with a backoff.
+  Reply poll_first(const std::string& list, std::chrono::milliseconds timeout);
   std::string full_key(const std::string& key) const;
 
   std::string host_;
@@ -77,6 +80,7 @@ class RedisStore : public Store {
   std::chrono::milliseconds reconnect_within_;
   std::string password_;
   Link main_;
+  std::atomic<bool> no_blmove_{false};
   std::mutex idle_mutex_;
   std::vector<std::unique_ptr<Link>> idle_;  // connections for wait_first not in use
 };

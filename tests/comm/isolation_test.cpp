@@ -84,6 +84,23 @@ TEST(RedisReconnect, AServerGoneLongerThanTheDeadlineFailsNamingIt) {
   EXPECT_NE(text.find("no connection for 300 ms"), std::string::npos) << text;
 }
 
+// A server without BLMOVE (before 6.2; here the command is renamed away):
+// wait_first polls the list's head instead.
+TEST(RedisLists, WaitFirstWorksWithoutBlmove) {
+  NTP_NEEDS_REDIS();
+  testing::RedisServer server("", {"--rename-command", "BLMOVE", ""});
+  auto store = open_store(server.spec());
+  EXPECT_FALSE(store->wait_first("list", 50ms).has_value());
+  auto waiter = std::async(std::launch::async, [&] { return store->wait_first("list", 5s); });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(store->append("list", to_bytes("first")), 0u);
+  EXPECT_EQ(store->append("list", to_bytes("second")), 1u);
+  const auto first = waiter.get();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(to_text(*first), "first");
+  EXPECT_EQ(store->items("list", 1).size(), 1u);
+}
+
 TEST(RedisAuth, APasswordIsRequiredAndNeverPrinted) {
   NTP_NEEDS_REDIS();
   const std::string password = "pw-7f3a9c";

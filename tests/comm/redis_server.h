@@ -35,8 +35,10 @@ class RedisServer {
 
   static bool available() { return ::access(kBinary, X_OK) == 0; }
 
-  // `password`: started with requirepass (clients need NTP_REDIS_PASSWORD).
-  explicit RedisServer(std::string password = "") : port_(free_loopback_port()), password_(std::move(password)) {
+  // `password`: started with requirepass (clients need NTP_REDIS_PASSWORD);
+  // `extra`: more server arguments.
+  explicit RedisServer(std::string password = "", std::vector<std::string> extra = {})
+      : port_(free_loopback_port()), password_(std::move(password)), extra_(std::move(extra)) {
     start();
   }
 
@@ -63,6 +65,7 @@ class RedisServer {
       argv.push_back("--requirepass");
       argv.push_back(password_);
     }
+    argv.insert(argv.end(), extra_.begin(), extra_.end());
     process_ = std::make_unique<ChildProcess>(argv, std::vector<std::string>{}, "/dev/null");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
@@ -91,6 +94,7 @@ class RedisServer {
 
   int port_;
   std::string password_;
+  std::vector<std::string> extra_;
   std::unique_ptr<ChildProcess> process_;
 };
 
