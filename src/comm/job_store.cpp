@@ -1,6 +1,7 @@
 #include "comm/job_store.h"
 
 #include <cctype>
+#include <cstring>
 #include <random>
 
 #include "comm/error.h"
@@ -55,6 +56,26 @@ std::shared_ptr<Store> join_job(std::shared_ptr<Store> store, const std::string&
                                "start) or the job has not started");
   }
   return job;
+}
+
+namespace {
+
+constexpr const char* kJobMark = "?job=";
+
+}  // namespace
+
+std::string job_of(const std::string& spec) {
+  const auto mark = spec.rfind(kJobMark);
+  return mark == std::string::npos ? "" : spec.substr(mark + std::strlen(kJobMark));
+}
+
+std::string without_job(const std::string& spec) { return spec.substr(0, spec.rfind(kJobMark)); }
+
+std::string start_job(const std::string& spec) {
+  std::string id = job_of(spec);
+  if (id.empty()) id = new_job_id();
+  create_job(open_store(without_job(spec)), id);
+  return without_job(spec) + kJobMark + id;
 }
 
 PrefixStore::PrefixStore(std::shared_ptr<Store> inner, std::string prefix)

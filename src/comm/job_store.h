@@ -9,6 +9,7 @@
 //   const std::string id = new_job_id();                  // printed at start
 //   auto job = create_job(open_store(spec), id);          // the first node
 //   auto same = join_job(open_store(spec), id, 10s);      // every other process
+//   auto also = open_store(spec + "?job=" + id);          // the same, from a spec
 #include <chrono>
 #include <memory>
 #include <string>
@@ -29,6 +30,19 @@ std::shared_ptr<Store> create_job(std::shared_ptr<Store> store, const std::strin
 // when there is no such job.
 std::shared_ptr<Store> join_job(std::shared_ptr<Store> store, const std::string& job_id,
                                 std::chrono::milliseconds wait);
+
+// A store spec may name its job: "<spec>?job=<id>" (e.g.
+// "redis://10.0.0.1:6379/team?job=3f9c..."); open_store() then joins that job
+// (join_job, waiting up to 10 s for its record), so the id travels with the
+// spec to every process of the job. job_of() reads the id (empty for none);
+// without_job() strips it.
+std::string job_of(const std::string& spec);
+std::string without_job(const std::string& spec);
+
+// For the process that starts a job on a shared store: claims the job the
+// spec names, or a new id when it names none, and returns the spec with its
+// job, to hand to every other process (and to print).
+std::string start_job(const std::string& spec);
 
 // Every key under `prefix` of `inner`.
 class PrefixStore : public Store {

@@ -5,6 +5,7 @@
 
 #include "comm/error.h"
 #include "comm/file_store.h"
+#include "comm/job_store.h"
 #include "comm/redis_store.h"
 
 namespace ntp::comm {
@@ -102,6 +103,9 @@ std::vector<std::optional<std::vector<char>>> Store::get_slices(const std::vecto
 }
 
 std::shared_ptr<Store> open_store(const std::string& spec) {
+  if (const std::string job = job_of(spec); !job.empty()) {
+    return join_job(open_store(without_job(spec)), job, std::chrono::seconds(10));
+  }
   if (spec.empty()) throw_bad_input("open_store", "empty store spec (want file:/dir or redis://host:port)");
   const std::string file_scheme = "file:";
   const std::string redis_scheme = "redis://";

@@ -6,7 +6,8 @@
 //
 //   std::shared_ptr<Store> open_store(const std::string& spec);
 //     spec: "file:/path/to/dir", a plain path "/path/to/dir",
-//           or "redis://host:port[/namespace]".
+//           or "redis://host:port[/namespace]", each optionally followed by
+//           "?job=<id>": the keys of that job only (comm/job_store.h).
 //
 // Keys are plain strings ("ntp/e3/dp/core0/join/5"); values are bytes. Every
 // blocking call has a deadline and throws CommError (kTimeout naming the keys

@@ -163,5 +163,22 @@ TEST(JobIsolation, AWrongJobIdIsRefusedAndTheJobGoesOn) {
   EXPECT_EQ(shared->items("job/" + id + "/" + group_keys_prefix(1) + "world/joined").size(), 3u);
 }
 
+TEST(JobIsolation, TheJobTravelsInTheStoreSpec) {
+  NTP_NEEDS_REDIS();
+  testing::RedisServer server;
+  const std::string spec = start_job(server.spec("team"));
+  const std::string id = job_of(spec);
+  EXPECT_EQ(id.size(), 16u) << spec;
+  EXPECT_EQ(without_job(spec), server.spec("team"));
+  open_store(spec)->set("ntp/hb/0", to_bytes("1"));
+  EXPECT_TRUE(open_store(server.spec("team") + "?job=" + id)->try_get("ntp/hb/0").has_value());
+  EXPECT_FALSE(open_store(server.spec("team"))->try_get("ntp/hb/0").has_value());
+  const auto start = clock_type::now();
+  const std::string text = error_text([&] { open_store(server.spec("team") + "?job=0123456789abcdef"); });
+  EXPECT_NE(text.find("no job '0123456789abcdef'"), std::string::npos) << text;
+  EXPECT_LT(clock_type::now() - start, 15s);
+  EXPECT_NE(error_text([&] { start_job(spec); }).find("already in use"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ntp::comm
