@@ -203,20 +203,26 @@ Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
   const int taker = position == 0 ? o.rank : census_taker(store, o.epoch);
   Census census(store, o);
   bool settled = false;
+  const auto published = [&](std::chrono::nanoseconds wait) {
+    return store.wait_first(members_key, std::chrono::ceil<std::chrono::milliseconds>(wait));
+  };
   while (Clock::now() < deadline) {
     const auto now = Clock::now();
-    const auto wait = now < census_from ? std::min({census_from, deadline, now + kTakerCheck}) - now : kPoll;
-    if (const auto published = store.wait_first(members_key, std::chrono::ceil<std::chrono::milliseconds>(wait))) {
-      return adopt(o, *published);
-    }
-    if (Clock::now() < census_from) {
+    if (now < census_from) {
+      if (const auto list = published(std::min({census_from, deadline, now + kTakerCheck}) - now)) {
+        return adopt(o, *list);
+      }
       if (store.try_get(dead_key(taker))) census_from = Clock::now();
       continue;
     }
+    if (const auto list = published(std::chrono::milliseconds(0))) return adopt(o, *list);
     census.read_registrations();
     census.read_deaths(false);
     const bool waited_out = Clock::now() - start >= o.wait_for_blocked;
-    if (!census.silent().empty() && !waited_out) continue;
+    if (!census.silent().empty() && !waited_out) {
+      if (const auto list = published(kPoll)) return adopt(o, *list);
+      continue;
+    }
     if (!settled) {
       std::this_thread::sleep_for(o.settle);  // let near-simultaneous deaths arrive
       settled = true;
@@ -228,7 +234,7 @@ Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
     if (store.append(members_key, comm::to_bytes(format_survivors(census.survivors()))) == 0) {
       erase_finished_epoch(store, o.epoch);
     }
-    // The next wait reads back whichever publication won.
+    // The next look reads back whichever publication won.
   }
   throw std::runtime_error(fmt::format("rank {}: no membership for epoch {} within {} ms (deadline.rendezvous_s)",
                                        o.rank, o.epoch, o.deadline.count()));
