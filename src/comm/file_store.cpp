@@ -31,7 +31,9 @@ FileStore::FileStore(std::string dir) : dir_(std::move(dir)) {
 }
 
 // Keys contain '/', which would need directories; escape them to one flat name.
-std::string FileStore::path_of(const std::string& key) const {
+std::string FileStore::path_of(const std::string& key) const { return dir_ + "/" + file_name_of(key); }
+
+std::string FileStore::file_name_of(const std::string& key) {
   std::string name;
   name.reserve(key.size() + 8);
   for (char c : key) {
@@ -44,7 +46,7 @@ std::string FileStore::path_of(const std::string& key) const {
       name += hex;
     }
   }
-  return dir_ + "/" + name;
+  return name;
 }
 
 namespace {
@@ -110,6 +112,18 @@ std::optional<std::vector<char>> FileStore::try_get(const std::string& key) {
 void FileStore::erase(const std::string& key) {
   std::error_code ec;
   fs::remove(path_of(key), ec);
+}
+
+// The escaping maps a key prefix to a file-name prefix, so one scan finds
+// them; a temporary file of a key being written goes too, harmlessly.
+void FileStore::erase_prefix(const std::string& prefix) {
+  const std::string name_prefix = file_name_of(prefix);
+  std::error_code ec;
+  std::vector<fs::path> doomed;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    if (entry.path().filename().string().rfind(name_prefix, 0) == 0) doomed.push_back(entry.path());
+  }
+  for (const auto& path : doomed) fs::remove(path, ec);
 }
 
 }  // namespace ntp::comm

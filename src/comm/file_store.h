@@ -17,10 +17,13 @@ class FileStore : public Store {
   bool create(const std::string& key, const std::vector<char>& value) override;
   std::optional<std::vector<char>> try_get(const std::string& key) override;
   void erase(const std::string& key) override;
+  // Scans the directory: O(keys of the whole store), fine for one host.
+  void erase_prefix(const std::string& prefix) override;
   std::string describe() const override { return "file:" + dir_; }
 
  private:
   std::string path_of(const std::string& key) const;
+  static std::string file_name_of(const std::string& key);
   // Writes `value` to a fresh temporary file next to `final_path`; returns its path.
   std::string write_temp(const std::string& final_path, const std::vector<char>& value, const char* op) const;
   std::string dir_;

@@ -197,10 +197,8 @@ void GlooGroup::broadcast(View data, int root) {
 
 void GlooGroup::barrier() {
   guarded("barrier", [&] {
-    if (opts_.check_inputs) {
-      check_call({CallOp::kBarrier, DataType::kUint8, 0, 0, {}, {}, true}, "");  // the exchange is the barrier
-      return;
-    }
+    // A descriptor exchange is a barrier too.
+    if (check_call({CallOp::kBarrier, DataType::kUint8, 0, 0, {}, {}, true}, "")) return;
     gloo::BarrierOptions o(context_);
     o.setTag(next_tag());
     o.setTimeout(deadline());

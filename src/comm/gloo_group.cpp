@@ -1,6 +1,7 @@
 #include "comm/gloo_group.h"
 
 #include <csignal>
+#include <cstdlib>
 #include <mutex>
 
 #include <gloo/allgather.h>
@@ -45,19 +46,28 @@ std::shared_ptr<gloo::transport::Device> make_device(const GroupOptions& opts) {
   }
 }
 
+bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string(value) == "1";
+}
+
 bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
 
 }  // namespace
 
 GlooGroup::GlooGroup(std::shared_ptr<Store> store, GroupOptions opts)
-    : GroupBase(std::move(store), std::move(opts)), prefix_(group_prefix(opts_.epoch, opts_.name)) {
+    : GroupBase(std::move(store), std::move(opts)),
+      prefix_(group_prefix(opts_.epoch, opts_.name)),
+      check_every_call_(opts_.check_every_call || env_flag("NTP_COMM_CHECK_EVERY_CALL")) {
   ignore_sigpipe();
   try {
-    join_group(*store_, prefix_, opts_, connect_timeout());
-    auto context = connect_mesh(*store_, prefix_, opts_, rank_, make_device(opts_), connect_timeout());
+    std::vector<std::vector<char>> peer_addresses;
+    auto join = [&] { join_group(*store_, prefix_, opts_, connect_timeout()); };
+    auto context = connect_mesh(*store_, prefix_, opts_, rank_, make_device(opts_), connect_timeout(), join,
+                                peer_addresses);
     context->setTimeout(opts_.timeout);
     context_ = std::move(context);
-    map_peer_addresses();
+    map_peer_addresses(peer_addresses);
   } catch (const CommError& e) {
     if (!e.group().empty()) throw;
     fail(e.kind(), "create_group", e.detail());
@@ -69,14 +79,11 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, GroupOptions opts)
 GlooGroup::~GlooGroup() { executor_.drain(); }
 
 // Gloo names a failed peer by its address; remember which group rank that is.
-void GlooGroup::map_peer_addresses() {
-  const int n = size();
-  for (int i = 0; i < n; ++i) {
+void GlooGroup::map_peer_addresses(const std::vector<std::vector<char>>& peer_addresses) {
+  for (int i = 0; i < size(); ++i) {
     if (i == rank_) continue;
-    auto all = store_->try_get(prefix_ + "mesh/" + std::to_string(i));
-    if (!all || all->empty()) continue;
     try {
-      std::string text = gloo::transport::tcp::Address(mesh_address(*all, rank_, i, n)).str();
+      std::string text = gloo::transport::tcp::Address(peer_addresses[static_cast<std::size_t>(i)]).str();
       // Drop a trailing sequence number ("$3"): messages may print it or not.
       if (auto dollar = text.find('$'); dollar != std::string::npos) text.resize(dollar);
       peer_by_address_[text] = i;
@@ -148,15 +155,23 @@ void GlooGroup::guarded(const char* op, const std::function<void()>& body) {
   });
 }
 
-void GlooGroup::check_call(const CallDescriptor& call, const std::string& local_problem) {
+// Descriptors are exchanged for the first call of each shape only: a shape
+// every member agreed on is remembered by all of them alike (the agreed calls
+// are the same sequence on every rank), so they skip its next exchange
+// together. A call that differs after its shape was agreed is then undefined,
+// as with checks off; check_every_call (or NTP_COMM_CHECK_EVERY_CALL=1) keeps
+// the exchange on every call for debugging.
+bool GlooGroup::check_call(const CallDescriptor& call, const std::string& local_problem) {
   const char* op = to_string(call.op);
   if (!opts_.check_inputs || size() == 1) {
     if (!local_problem.empty()) fail(CommErrorKind::kBadInput, op, local_problem);
-    return;
+    return false;
   }
   CallDescriptor mine = call;
   mine.local_ok = local_problem.empty();
   std::vector<std::int64_t> words = encode(mine, size());
+  const std::string shape(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(std::int64_t));
+  if (mine.local_ok && !check_every_call_ && checked_shapes_.count(shape) != 0) return false;
   std::vector<std::int64_t> gathered(words.size() * static_cast<std::size_t>(size()));
   gloo::AllgatherOptions o(context_);
   o.setInput(words.data(), words.size());
@@ -167,7 +182,9 @@ void GlooGroup::check_call(const CallDescriptor& call, const std::string& local_
   if (!local_problem.empty()) fail(CommErrorKind::kBadInput, op, local_problem);
   const Mismatch mismatch = find_mismatch(gathered, size());
   if (!mismatch.detail.empty()) fail(CommErrorKind::kBadInput, op, mismatch.detail, mismatch.rank);
+  if (checked_shapes_.size() >= kMaxCheckedShapes) checked_shapes_.clear();  // same on every rank
+  checked_shapes_.insert(shape);
+  return true;
 }
-
 
 }  // namespace ntp::comm

@@ -5,6 +5,8 @@
 // connections so that the other members fail fast too.
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
 
 #include "comm/call_check.h"
 #include "comm/group_base.h"
@@ -43,14 +45,15 @@ class GlooGroup : public GroupBase {
  private:
   // Runs one operation in order, under the group's error policy.
   void guarded(const char* op, const std::function<void()>& body);
-  // Exchanges call descriptors (if enabled) and throws kBadInput on mismatch.
-  void check_call(const CallDescriptor& call, const std::string& local_problem);
+  // Exchanges call descriptors (if enabled and the shape is new) and throws
+  // kBadInput on mismatch; true when the exchange ran (it is then a barrier).
+  bool check_call(const CallDescriptor& call, const std::string& local_problem);
   [[noreturn]] void fail(CommErrorKind kind, const char* op, const std::string& detail, int peer_group_rank = -1);
   CommError translate(const char* op, const std::exception& e) const;
   // Records the failure and closes the connections; false if the group was
   // already broken (an earlier error, or abort() from another thread).
   bool break_group(const CommError& error);
-  void map_peer_addresses();
+  void map_peer_addresses(const std::vector<std::vector<char>>& records);
   std::uint32_t next_tag() { return static_cast<std::uint32_t>(seq_++); }
   std::chrono::milliseconds deadline() const { return timeout(); }
 
@@ -58,6 +61,9 @@ class GlooGroup : public GroupBase {
   std::shared_ptr<gloo::Context> context_;
   std::uint64_t seq_ = 0;
   std::map<std::string, int> peer_by_address_;  // Gloo peer address -> group rank
+  static constexpr std::size_t kMaxCheckedShapes = 4096;
+  bool check_every_call_ = false;
+  std::set<std::string> checked_shapes_;  // encoded descriptors every member agreed on
 };
 
 }  // namespace ntp::comm

@@ -1,12 +1,15 @@
 #include "comm/gloo_mesh.h"
 
 #include <chrono>
+#include <cstring>
+#include <stdexcept>
 #include <cstdint>
 #include <exception>
 
 #include <gloo/context.h>
 #include <gloo/transport/context.h>
 #include <gloo/transport/device.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
@@ -31,21 +34,17 @@ class MeshContext : public gloo::Context {
 // point-to-point messages 0xA0 and 0xA1 (gloo_p2p.cpp).
 constexpr std::uint8_t kAbortProbeSlotPrefix = 0xAF;
 
-std::string mesh_key(const std::string& prefix, int rank) { return prefix + "mesh/" + std::to_string(rank); }
+// Size of one address in a record.
+std::size_t address_width() { return gloo::transport::tcp::Address().bytes().size(); }
 
 }  // namespace
 
-std::vector<char> mesh_address(const std::vector<char>& record, int rank, int peer, int size) {
-  // A record holds one address per other rank, in rank order, skipping its owner.
-  const std::size_t width = record.size() / static_cast<std::size_t>(size - 1);
-  const std::size_t index = static_cast<std::size_t>(rank < peer ? rank : rank - 1);
-  const auto begin = record.begin() + static_cast<std::ptrdiff_t>(index * width);
-  return {begin, begin + static_cast<std::ptrdiff_t>(width)};
-}
+std::string mesh_key(const std::string& prefix, int rank) { return prefix + "mesh/" + std::to_string(rank); }
 
 std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& prefix, const GroupOptions& opts,
                                             int rank, std::shared_ptr<gloo::transport::Device> device,
-                                            std::chrono::milliseconds timeout) {
+                                            std::chrono::milliseconds timeout, const std::function<void()>& join,
+                                            std::vector<std::vector<char>>& peer_addresses) {
   const int size = static_cast<int>(opts.ranks.size());
   auto transport = device->createContext(rank, size);
   transport->setTimeout(timeout);
@@ -56,6 +55,28 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
     record.insert(record.end(), address.begin(), address.end());
   }
   store.set(mesh_key(prefix, rank), record);
+  join();
+
+  // This rank's place in peer i's record.
+  const std::size_t width = address_width();
+  std::vector<Store::Slice> slices;
+  for (int i = 0; i < size; ++i) {
+    if (i == rank) continue;
+    slices.push_back({mesh_key(prefix, i), static_cast<std::size_t>(rank < i ? rank : rank - 1) * width, width});
+  }
+  const auto found = store.get_slices(slices);
+  peer_addresses.assign(static_cast<std::size_t>(size), {});
+  for (int i = 0, k = 0; i < size; ++i) {
+    if (i == rank) continue;
+    const auto& address = found[static_cast<std::size_t>(k++)];
+    if (!address || address->size() != width) {
+      throw group_error(opts, CommErrorKind::kPeerError, "create_group",
+                        "rank " + std::to_string(opts.ranks[static_cast<std::size_t>(i)]) +
+                            " joined without a usable address record in " + store.describe(),
+                        opts.ranks[static_cast<std::size_t>(i)]);
+    }
+    peer_addresses[static_cast<std::size_t>(i)] = *address;
+  }
 
   // Every pair exists now, so the watch may close them from its thread: a
   // connect waiting for its peer then returns (closed counts as settled) or
@@ -67,11 +88,8 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
   });
   for (int i = 0; i < size; ++i) {
     if (i == rank) continue;
-    const std::string key = mesh_key(prefix, i);
-    store.wait({key}, timeout, watch.check());
-    const auto peer_record = store.get(key, timeout);
     try {
-      transport->getPair(i)->connect(mesh_address(peer_record, rank, i, size));
+      transport->getPair(i)->connect(peer_addresses[static_cast<std::size_t>(i)]);
     } catch (const std::exception&) {
       watch.throw_if_fired();  // the watch broke this connect: name the dead rank
       throw;

@@ -3,6 +3,7 @@
 // failing every pair at once on abort. Gloo's own calls for these cannot be
 // interrupted, so both are done here from its lower-level pieces.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,18 +20,23 @@ class Device;
 namespace ntp::comm {
 
 // Connects group rank `rank` to every other member, as gloo's connectFullMesh
-// does (each rank publishes its pairs' addresses under "<prefix>mesh/<rank>",
-// then connects pair by pair), with `timeout` for each wait. Unlike
-// connectFullMesh it gives up within ~50 ms once opts.is_dead reports a member
-// dead, also while a pair is blocked waiting for its peer to connect (which
-// gloo otherwise bounds only by 5x `timeout`): it throws CommError(kPeerError)
-// naming that rank.
+// does: each rank publishes one record under mesh_key(prefix, rank), the
+// address of its pair for every other rank in rank order (skipping itself),
+// calls `join` (the group's rendezvous, after which every record exists), and
+// reads only its own address from each peer's record, in one batched read:
+// O(N) bytes per rank, not every record. Each wait has `timeout`. Unlike
+// connectFullMesh it gives up within ~50 ms once opts.is_dead reports a
+// member dead, also while a pair is blocked waiting for its peer to connect
+// (which gloo otherwise bounds only by 5x `timeout`): it throws
+// CommError(kPeerError) naming that rank. `peer_addresses` receives, by group
+// rank, the address each peer's pair for this rank listens on (to name peers
+// in errors later).
 std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& prefix, const GroupOptions& opts,
                                             int rank, std::shared_ptr<gloo::transport::Device> device,
-                                            std::chrono::milliseconds timeout);
+                                            std::chrono::milliseconds timeout, const std::function<void()>& join,
+                                            std::vector<std::vector<char>>& peer_addresses);
 
-// Address of group rank `peer`'s pair for `rank` inside peer's mesh record.
-std::vector<char> mesh_address(const std::vector<char>& record, int rank, int peer, int size);
+std::string mesh_key(const std::string& prefix, int rank);
 
 // Fails every connection of `context` now; safe from any thread while
 // another thread is blocked in a gloo call on it. Pending sends and receives

@@ -15,7 +15,9 @@
 // Every member calls create_group with the same ranks, epoch and name; the
 // call returns once all members joined (or throws CommError by the deadline,
 // naming the ranks that did not show up). Store keys live under
-// "ntp/e<epoch>/<name>/", so a group of epoch e+1 never sees epoch e.
+// "ntp/groups/e<epoch>/<name>/", so a group of epoch e+1 never sees epoch e,
+// and erase_prefix(group_keys_prefix(e)) drops every group of an epoch that
+// is over.
 //
 // Order: collectives of one group run in the order they are issued, and every
 // member must issue the same sequence (as with MPI/NCCL). Groups are
@@ -119,13 +121,17 @@ struct GroupOptions {
   std::chrono::milliseconds connect_timeout{0};
   // Size of the world the ranks come from; 0 = unknown (no upper bound check).
   int world_size = 0;
-  // Before each collective, members exchange a small descriptor (op, type,
-  // counts, root) so a call that differs between ranks fails with kBadInput
-  // naming the rank, instead of corrupting data or timing out. Costs one small
-  // all-gather per call; turn off on latency-critical paths that are proven.
-  // Off, calls that differ between ranks are undefined: they may fail by the
-  // deadline or make the transport abort the process.
+  // Before the first collective of each shape (op, type, counts, root),
+  // members exchange a small descriptor of it, so a call that differs
+  // between ranks fails with kBadInput naming the rank, instead of corrupting
+  // data or timing out. Later calls of an agreed shape skip the exchange, so
+  // a steady training step pays nothing. Off (or for a call that differs
+  // after its shape was agreed), calls that differ between ranks are
+  // undefined: they may fail by the deadline or make the transport abort.
   bool check_inputs = true;
+  // Debugging: exchange the descriptor before every call, not only the first
+  // of a shape (also set by NTP_COMM_CHECK_EVERY_CALL=1 in the environment).
+  bool check_every_call = false;
   // Gloo TCP: address to bind and publish (multi-host: this host's IP or
   // name), or a network interface name ("eth0") which wins if set.
   std::string hostname = "127.0.0.1";
@@ -223,6 +229,9 @@ class Group {
 // the membership, kTimeout naming missing ranks, kConnectionClosed/kPeerError
 // for transport failures.
 std::unique_ptr<Group> create_group(std::shared_ptr<Store> store, const GroupOptions& opts);
+
+// "ntp/groups/e<epoch>/": the prefix of every group's store keys in that epoch.
+std::string group_keys_prefix(std::uint64_t epoch);
 
 // True when this build has the NCCL backend.
 bool have_nccl();

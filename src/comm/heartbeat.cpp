@@ -53,11 +53,15 @@ void Heartbeat::loop() {
   }
 }
 
+// One batched read (Redis MGET) for all the ranks: a watcher of N ranks makes
+// one store operation per check, not N.
 std::vector<std::int64_t> heartbeat_ages_ms(Store& store, const std::vector<int>& ranks) {
+  std::vector<std::string> keys;
+  for (int r : ranks) keys.push_back(heartbeat_key(r));
+  const auto values = store.get_many(keys);
   std::vector<std::int64_t> ages;
   const std::int64_t now = wall_ms();
-  for (int r : ranks) {
-    auto value = store.try_get(heartbeat_key(r));
+  for (const auto& value : values) {
     if (!value) {
       ages.push_back(-1);
       continue;

@@ -20,15 +20,24 @@ namespace ntp::comm {
 CommError group_error(const GroupOptions& opts, CommErrorKind kind, const std::string& op, const std::string& detail,
                       int peer_global_rank = -1);
 
-// "ntp/e<epoch>/<name>/": everything of one group in one epoch lives below it.
+// group_keys_prefix(epoch) + "<name>/": everything of one group in one epoch lives below it.
 std::string group_prefix(std::uint64_t epoch, const std::string& name);
 
-// Publishes this rank's join record (its view of the membership) and waits
-// for every member's. Throws CommError: kTimeout naming the ranks that did not
-// join, kBadInput naming a rank whose membership list differs, kPeerError
-// naming a member that opts.is_dead reports dead while waiting.
-void join_group(Store& store, const std::string& prefix, const GroupOptions& opts,
-                std::chrono::milliseconds timeout);
+// Joins the group in O(1) store operations and O(N) bytes per rank (with a
+// store that has lists, e.g. Redis): each rank appends one card (its global
+// rank and a hash of its membership list) to the list join_list_key(prefix);
+// the rank that makes the list full appends to "<prefix>ready", which every
+// rank waits on; then each reads the list once. Whatever a member published
+// before joining is in the store when this returns. Throws CommError:
+// kTimeout naming the ranks that did not join, kBadInput naming a rank whose
+// membership list differs, kPeerError naming a member that opts.is_dead
+// reports dead while waiting (the rank that sees it wakes the others).
+void join_group(Store& store, const std::string& prefix, const GroupOptions& opts, std::chrono::milliseconds timeout);
+
+// The list a group's members join in, and the card rank opts.global_rank
+// appends to it (exposed so that tests can stand in for a member).
+std::string join_list_key(const std::string& prefix);
+std::vector<char> join_card(const GroupOptions& opts);
 
 // Watches opts.is_dead during one phase of group creation ("joining",
 // "connecting"): a helper thread asks it about every other member every

@@ -6,7 +6,8 @@
 //
 //   std::shared_ptr<Store> open_store(const std::string& spec);
 //     spec: "file:/path/to/dir", a plain path "/path/to/dir",
-//           or "redis://host:port[/namespace]".
+//           or "redis://host:port[/namespace]", each optionally followed by
+//           "?job=<id>": the keys of that job only (comm/job_store.h).
 //
 // Keys are plain strings ("ntp/e3/dp/core0/join/5"); values are bytes. Every
 // blocking call has a deadline and throws CommError (kTimeout naming the keys
@@ -38,6 +39,36 @@ class Store {
   virtual void erase(const std::string& key) = 0;
   // "file:/dir" or "redis://host:port/ns": for error messages.
   virtual std::string describe() const = 0;
+
+  // ---- Lists, batched reads and prefix listing. They keep a rendezvous at
+  // O(1) store operations per rank where the backend has the primitive
+  // (Redis: RPUSH, LRANGE, MGET, a blocking LMOVE, SCAN); the defaults build
+  // them from the calls above, one key per item ("<key>#<i>"), which costs
+  // O(items) operations but works on any store.
+
+  // Appends `item` to list `key` atomically; returns its 0-based position, so
+  // of N appenders exactly one sees N-1.
+  virtual std::size_t append(const std::string& key, const std::vector<char>& item);
+  // The items of list `key` from position `from` on, in append order (empty
+  // when it does not exist), so a reader that polls a growing list reads each
+  // item once.
+  virtual std::vector<std::vector<char>> items(const std::string& key, std::size_t from = 0);
+  // Waits until list `key` has an item and returns the first, or nothing by
+  // the deadline. Blocks in the server where it can; never consumes the item.
+  virtual std::optional<std::vector<char>> wait_first(const std::string& key, std::chrono::milliseconds timeout);
+  // The values of `keys` (nothing for an absent one), in one round trip where possible.
+  virtual std::vector<std::optional<std::vector<char>>> get_many(const std::vector<std::string>& keys);
+  // Parts of values: `length` bytes from `offset` of `key` each (nothing for
+  // an absent key), in one round trip where possible; a reader that needs its
+  // own part of each peer's record reads O(1) bytes per peer.
+  struct Slice {
+    std::string key;
+    std::size_t offset = 0;
+    std::size_t length = 0;
+  };
+  virtual std::vector<std::optional<std::vector<char>>> get_slices(const std::vector<Slice>& slices);
+  // Removes every key (and list) whose name starts with `prefix`.
+  virtual void erase_prefix(const std::string& prefix) = 0;
 
   // Waits until every key exists; on deadline throws CommError(kTimeout)
   // listing the missing keys. Polls try_get with a short backoff. `check`, if

@@ -16,6 +16,9 @@
 
 #include <fmt/format.h>
 
+#include "comm/error.h"
+#include "comm/job_store.h"
+
 namespace ntp::elastic {
 namespace {
 
@@ -327,6 +330,11 @@ Environment worker_env(const LaunchOptions& options, int local_rank, int hardwar
 }
 
 void apply_slurm_nodes(LaunchOptions& options, const Environment& env, bool nodes_given) {
+  // Launchers that srun starts together cannot be told node 0's new job id:
+  // Slurm's job id names the job instead.
+  if (options.store.starts_with("redis://") && comm::job_of(options.store).empty() && env.contains("SLURM_JOB_ID")) {
+    options.store += "?job=slurm-" + env.at("SLURM_JOB_ID");
+  }
   if (nodes_given || !env.contains("SLURM_NNODES") || !env.contains("SLURM_NODEID")) return;
   const WorldInfo slurm = world_from_env({{"SLURM_PROCID", "0"},
                                           {"SLURM_NNODES", env.at("SLURM_NNODES")},
@@ -335,6 +343,35 @@ void apply_slurm_nodes(LaunchOptions& options, const Environment& env, bool node
   options.nnodes = slurm.num_nodes;
   options.node_rank = slurm.node_rank;
 }
+
+namespace {
+
+// On a shared (Redis) store every key of a job lives under its id: node 0
+// claims the job (a new id unless --store names one with ?job=) and prints
+// the spec every other node must be given (launch()); another node must name
+// a job that exists, or it is refused before any worker starts (validate()).
+void check_job(const LaunchOptions& options) {
+  if (!options.store.starts_with("redis://") || options.node_rank == 0) return;
+  if (comm::job_of(options.store).empty()) {
+    throw std::invalid_argument(fmt::format("--store '{}': node {} must name the job node 0 printed ('{}?job=<id>')",
+                                            options.store, options.node_rank, options.store));
+  }
+  try {
+    comm::open_store(options.store);
+  } catch (const comm::CommError& e) {
+    if (e.kind() != comm::CommErrorKind::kBadInput) throw;
+    throw std::invalid_argument(fmt::format("--store: {}", e.detail()));
+  }
+}
+
+void claim_job(LaunchOptions& options) {
+  if (!options.store.starts_with("redis://") || options.node_rank != 0) return;
+  options.store = comm::start_job(options.store);
+  std::fprintf(stderr, "ntp launch: job %s; start the other nodes with --store %s\n",
+               comm::job_of(options.store).c_str(), options.store.c_str());
+}
+
+}  // namespace
 
 void validate(const LaunchOptions& o) {
   if (o.nproc < 1) throw std::invalid_argument("--nproc must be >= 1");
@@ -350,11 +387,13 @@ void validate(const LaunchOptions& o) {
   if (o.command.empty()) throw std::invalid_argument("no worker command given (after --)");
   if (o.straggler_timeout.count() < 0) throw std::invalid_argument("--straggler-timeout must be >= 0 seconds");
   if (o.term_grace.count() < 0) throw std::invalid_argument("--term-grace must be >= 0 seconds");
+  check_job(o);
 }
 
 LaunchResult launch(const LaunchOptions& options_in) {
   validate(options_in);
   LaunchOptions options = options_in;
+  claim_job(options);
   if (options.master_port == 0 && !options.store.starts_with("redis://")) {
     options.master_port = pick_free_port();
   }

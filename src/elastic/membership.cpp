@@ -2,18 +2,26 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "comm/group.h"
+
 namespace ntp::elastic {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(20);
+// How long past the census taker's longest legitimate wait the others give it.
+constexpr auto kTakeover = std::chrono::milliseconds(2000);
+// How often the others ask whether the census taker died.
+constexpr auto kTakerCheck = std::chrono::milliseconds(250);
 
 std::string epoch_key(std::uint64_t epoch, const std::string& leaf) {
   return fmt::format("ntp/e{}/{}", epoch, leaf);
@@ -61,39 +69,64 @@ std::string format_survivors(const std::vector<Survivor>& survivors) {
   return text;
 }
 
-struct Census {
-  std::vector<Survivor> registered;  // ascending rank, not dead
-  std::vector<int> silent;           // neither registered nor dead
-};
+// The census taker's running view: each registration is read once, and only
+// members still silent are asked about.
+class Census {
+ public:
+  Census(comm::Store& store, const MembershipOptions& o) : store_(store), o_(o) {}
 
-std::optional<Survivor> registration(comm::Store& store, const MembershipOptions& o, int rank) {
-  const auto value = store.try_get(epoch_key(o.epoch, fmt::format("alive/{}", rank)));
-  if (!value) return std::nullopt;
-  Survivor s;
-  s.rank = rank;
-  std::stringstream in(comm::to_text(*value));
-  parse_state(in, s);
-  return s;
-}
-
-Census take_census(comm::Store& store, const MembershipOptions& o) {
-  Census c;
-  for (int m : o.members) {
-    if (store.try_get(dead_key(m))) continue;
-    if (const auto s = registration(store, o, m)) {
-      c.registered.push_back(*s);
-    } else {
-      c.silent.push_back(m);
+  void read_registrations() {
+    const auto fresh = store_.items(alive_list_key(o_.epoch), read_);
+    read_ += fresh.size();
+    for (const auto& item : fresh) {
+      Survivor s;
+      std::stringstream in(comm::to_text(item));
+      if (!(in >> s.rank)) continue;
+      parse_state(in, s);
+      registered_.emplace(s.rank, s);  // a reissued append repeats an item: the first counts
     }
   }
-  for (int m : o.candidates) {
-    if (store.try_get(dead_key(m))) continue;
-    if (const auto s = registration(store, o, m)) c.registered.push_back(*s);
+
+  // Asks about the dead marks of `everyone` (members and candidates), or only
+  // of the members still silent.
+  void read_deaths(bool everyone) {
+    std::vector<int> ask = everyone ? o_.members : silent();
+    if (everyone) ask.insert(ask.end(), o_.candidates.begin(), o_.candidates.end());
+    std::vector<std::string> keys;
+    for (int r : ask) keys.push_back(dead_key(r));
+    const auto marks = store_.get_many(keys);
+    for (std::size_t i = 0; i < ask.size(); ++i) {
+      if (marks[i]) dead_.insert(ask[i]);
+    }
   }
-  std::sort(c.registered.begin(), c.registered.end(),
-            [](const Survivor& a, const Survivor& b) { return a.rank < b.rank; });
-  return c;
-}
+
+  // Members neither registered nor dead.
+  std::vector<int> silent() const {
+    std::vector<int> out;
+    for (int m : o_.members) {
+      if (!registered_.count(m) && !dead_.count(m)) out.push_back(m);
+    }
+    return out;
+  }
+
+  // Registered members and candidates that are not dead, ascending rank.
+  std::vector<Survivor> survivors() const {
+    std::vector<Survivor> out;
+    for (const auto& [rank, s] : registered_) {
+      const bool known = std::find(o_.members.begin(), o_.members.end(), rank) != o_.members.end() ||
+                         std::find(o_.candidates.begin(), o_.candidates.end(), rank) != o_.candidates.end();
+      if (known && !dead_.count(rank)) out.push_back(s);
+    }
+    return out;
+  }
+
+ private:
+  comm::Store& store_;
+  const MembershipOptions& o_;
+  std::size_t read_ = 0;
+  std::map<int, Survivor> registered_;
+  std::set<int> dead_;
+};
 
 Membership result(const MembershipOptions& o, std::vector<Survivor> survivors) {
   Membership m{o.epoch, std::move(survivors), {}, {}};
@@ -118,42 +151,90 @@ std::vector<int> Membership::ranks() const {
   return out;
 }
 
+std::string alive_list_key(std::uint64_t epoch) { return epoch_key(epoch, "alive"); }
+std::string members_list_key(std::uint64_t epoch) { return epoch_key(epoch, "members"); }
+
+namespace {
+
+Membership adopt(const MembershipOptions& o, const std::vector<char>& published) {
+  Membership m = result(o, parse_survivors(comm::to_text(published)));
+  const std::vector<int> ranks = m.ranks();
+  if (!std::binary_search(ranks.begin(), ranks.end(), o.rank)) {
+    throw LeftOutError(fmt::format("rank {}: left out of epoch {} (survivors {}): it was declared lost", o.rank,
+                                   o.epoch, fmt::join(ranks, ",")));
+  }
+  return m;
+}
+
+// The rank whose registration came first.
+int census_taker(comm::Store& store, std::uint64_t epoch) {
+  const auto first = store.wait_first(alive_list_key(epoch), std::chrono::milliseconds(1));
+  int rank = -1;
+  if (first) std::stringstream(comm::to_text(*first)) >> rank;
+  return rank;
+}
+
+// Keys of the epoch before the failed one: its groups were all built or
+// abandoned, and its agreement is over.
+void erase_finished_epoch(comm::Store& store, std::uint64_t epoch) {
+  if (epoch < 2) return;
+  store.erase_prefix(comm::group_keys_prefix(epoch - 2));
+  store.erase_prefix(alive_list_key(epoch - 2));
+}
+
+}  // namespace
+
 Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
-  const std::string members_key = epoch_key(o.epoch, "members");
+  const std::string members_key = members_list_key(o.epoch);
   Survivor me;
   me.applied = o.applied;
   me.held_epoch = o.held_epoch;
   me.pending = o.pending;
   me.grad_norm = o.grad_norm;
   me.skipped = o.skipped;
-  store.set(epoch_key(o.epoch, fmt::format("alive/{}", o.rank)), comm::to_bytes(format_state(me, ' ')));
+  const std::size_t position =
+      store.append(alive_list_key(o.epoch), comm::to_bytes(fmt::format("{} {}", o.rank, format_state(me, ' '))));
   const auto start = Clock::now();
+  const auto deadline = start + o.deadline;
+  // The first to register takes the census; the others take it over when
+  // the launcher reports it dead, or when it stays silent past the longest
+  // wait it may have.
+  auto census_from = position == 0 ? start : start + o.wait_for_blocked + 2 * o.settle + kTakeover;
+  const int taker = position == 0 ? o.rank : census_taker(store, o.epoch);
+  Census census(store, o);
   bool settled = false;
-  while (Clock::now() - start < o.deadline) {
-    if (const auto published = store.try_get(members_key)) {
-      std::vector<Survivor> survivors = parse_survivors(comm::to_text(*published));
-      Membership m = result(o, std::move(survivors));
-      const std::vector<int> ranks = m.ranks();
-      if (!std::binary_search(ranks.begin(), ranks.end(), o.rank)) {
-        throw LeftOutError(fmt::format("rank {}: left out of epoch {} (survivors {}): it was declared lost",
-                                       o.rank, o.epoch, fmt::join(ranks, ",")));
+  const auto published = [&](std::chrono::nanoseconds wait) {
+    return store.wait_first(members_key, std::chrono::ceil<std::chrono::milliseconds>(wait));
+  };
+  while (Clock::now() < deadline) {
+    const auto now = Clock::now();
+    if (now < census_from) {
+      if (const auto list = published(std::min({census_from, deadline, now + kTakerCheck}) - now)) {
+        return adopt(o, *list);
       }
-      return m;
+      if (store.try_get(dead_key(taker))) census_from = Clock::now();
+      continue;
     }
-    Census census = take_census(store, o);
+    if (const auto list = published(std::chrono::milliseconds(0))) return adopt(o, *list);
+    census.read_registrations();
+    census.read_deaths(false);
     const bool waited_out = Clock::now() - start >= o.wait_for_blocked;
-    if (census.silent.empty() || waited_out) {
-      if (!settled) {
-        std::this_thread::sleep_for(o.settle);  // let near-simultaneous deaths arrive
-        settled = true;
-        continue;
-      }
-      // Members still silent are fenced before anyone goes on without them.
-      for (int m : census.silent) store.set(fence_key(m), comm::to_bytes("silent in the agreement"));
-      store.create(members_key, comm::to_bytes(format_survivors(census.registered)));
-      continue;  // read back whichever publication won
+    if (!census.silent().empty() && !waited_out) {
+      if (const auto list = published(kPoll)) return adopt(o, *list);
+      continue;
     }
-    std::this_thread::sleep_for(kPoll);
+    if (!settled) {
+      std::this_thread::sleep_for(o.settle);  // let near-simultaneous deaths arrive
+      settled = true;
+      continue;
+    }
+    census.read_deaths(true);  // a member may have died after registering
+    // Members still silent are fenced before anyone goes on without them.
+    for (int m : census.silent()) store.set(fence_key(m), comm::to_bytes("silent in the agreement"));
+    if (store.append(members_key, comm::to_bytes(format_survivors(census.survivors()))) == 0) {
+      erase_finished_epoch(store, o.epoch);
+    }
+    // The next look reads back whichever publication won.
   }
   throw std::runtime_error(fmt::format("rank {}: no membership for epoch {} within {} ms (deadline.rendezvous_s)",
                                        o.rank, o.epoch, o.deadline.count()));

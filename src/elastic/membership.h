@@ -7,21 +7,32 @@
 // (dead_key: it exited, or was fenced). When every member is accounted for —
 // or `wait_for_blocked` has passed since this rank entered, enough for a member
 // still blocked in a collective of the failed epoch to reach its deadline and
-// register — a survivor waits `settle` (near-simultaneous deaths make one
-// reconfiguration), asks the launcher to fence the members still silent
+// register — the census taker waits `settle` (near-simultaneous deaths make
+// one reconfiguration), asks the launcher to fence the members still silent
 // (fence_key: it SIGKILLs them, so a hung process can never come back with
 // stale state), and publishes the registered list by compare-and-set: the
 // first publication wins, any later one is dropped, and everyone adopts the
-// winner. There is no leader to lose: any survivor may publish.
+// winner.
+//
+// Cost: registration is one append to a list; the first rank to register
+// takes the census (it reads each registration once and asks only about
+// members still silent), and every other rank waits for the publication in
+// the server (Redis: a blocking call), so a rank makes O(1) store operations
+// per recovery and the census taker O(N) bytes. There is no leader to lose:
+// if the census taker dies, the others take the census themselves once
+// `wait_for_blocked` and the settle time have passed, and any of them may
+// publish. The publisher then erases the store keys of epoch e-1 (its groups
+// and its registrations), which nobody reads any more.
 //
 // A repaired rank that wants to come back is a candidate: it registers like a
 // survivor (nothing applied, no layout), and the list includes it if it
 // registered in time; it is never waited for.
 //
 // Store keys: "ntp/dead/<rank>" (the launcher), "ntp/fence/<rank>" (the
-// survivors, for the launcher), "ntp/e<E>/alive/<rank>" = "<applied> <held>
-// <pending> <norm bits> <skipped>", "ntp/e<E>/members" = the same per survivor,
-// "<rank>:<applied>:<held>:<pending>:<norm bits>:<skipped>,...".
+// survivors, for the launcher), list alive_list_key(E) with items "<rank>
+// <applied> <held> <pending> <norm bits> <skipped>", list members_list_key(E)
+// whose first item is the published list, "<rank>:<applied>:<held>:<pending>:
+// <norm bits>:<skipped>,...".
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -34,6 +45,8 @@ namespace ntp::elastic {
 
 std::string dead_key(int rank);   // set by the launcher when worker `rank` died or was fenced
 std::string fence_key(int rank);  // set by survivors: the launcher must kill `rank`
+std::string alive_list_key(std::uint64_t epoch);    // registrations of epoch `epoch`
+std::string members_list_key(std::uint64_t epoch);  // publications of epoch `epoch`; the first wins
 
 struct MembershipOptions {
   int rank = 0;                  // this process's global rank

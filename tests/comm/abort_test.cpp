@@ -17,6 +17,7 @@
 
 #include <gloo/transport/tcp/address.h>
 
+#include "comm/gloo_mesh.h"
 #include "comm/rendezvous.h"
 #include "tests/comm/thread_ranks.h"
 
@@ -205,18 +206,6 @@ TEST(CreationGivesUp, WhenIsDeadReportsAMemberThatHasNotJoined) {
   expect_rank_2_named_dead(outcome, "while joining");
 }
 
-// Rank 2's join record exists (it joined, then died before publishing its
-// address); is_dead reports it 300 ms later, when ranks 0 and 1 wait for the
-// address.
-TEST(CreationGivesUp, WhenIsDeadReportsAMemberWhoseAddressNeverCame) {
-  TempStoreDir dir;
-  auto store = open_store(dir.spec());
-  store->set(group_prefix(1, "dead-mesh") + "join/2", to_bytes("0,1,2"));
-  const auto outcome = create_without_rank_2(store, "dead-mesh", 10s, 300ms);
-  report("is_dead -> create_group fails (address wait)", outcome.seconds);
-  expect_rank_2_named_dead(outcome, "while connecting");
-}
-
 // An address no member has: 127.0.0.2 sorts after the members' 127.0.0.1, so
 // each of them takes the listening side of its pair with rank 2 and waits for
 // rank 2 to connect, which it never does.
@@ -231,11 +220,11 @@ std::vector<char> unreachable_mesh_record(int peers) {
   return record;
 }
 
-// Rank 2 joined and published an address, then died before connecting.
+// Rank 2 published an address and joined, then died before connecting.
 void publish_rank_2_that_never_connects(Store& store, const std::string& name) {
   const std::string prefix = group_prefix(1, name);
-  store.set(prefix + "join/2", to_bytes("0,1,2"));
-  store.set(prefix + "mesh/2", unreachable_mesh_record(2));
+  store.set(mesh_key(prefix, 2), unreachable_mesh_record(2));
+  store.append(join_list_key(prefix), join_card(group_options(3, 2, name)));
 }
 
 TEST(CreationGivesUp, WhenIsDeadReportsAMemberThatNeverConnects) {

@@ -57,6 +57,27 @@ TEST(Errors, MismatchedCountsNameTheRankAndKeepTheGroup) {
   testing::rethrow_first(errors);
 }
 
+// The descriptor is exchanged for the first call of a shape; the debug
+// setting keeps it on every call, so a call that differs after its shape was
+// agreed is still named.
+TEST(Errors, CheckEveryCallNamesAMismatchAfterAnAgreedShape) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  auto errors = run_threads(3, [&](int rank) {
+    auto opts = group_options(3, rank, "tp/r1");
+    opts.check_every_call = true;
+    auto g = create_group(store, opts);
+    std::vector<float> agreed(5, 1.0f);
+    g->all_reduce(agreed.data(), agreed.size());
+    std::vector<float> data(rank == 2 ? 7 : 5, 1.0f);
+    g->all_reduce(data.data(), data.size());
+  });
+  for (const auto& e : errors) {
+    EXPECT_EQ(error_of(e).kind(), CommErrorKind::kBadInput);
+    EXPECT_EQ(error_of(e).peer(), 2);
+  }
+}
+
 TEST(Errors, InvalidLocalArgumentsFailOnEveryRank) {
   TempStoreDir dir;
   auto store = open_store(dir.spec());
@@ -250,7 +271,7 @@ TEST(Epochs, NextEpochOnSubsetSharesNothingWithThePrevious) {
   for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
     const std::string name = f.path().filename();
     if (before.count(name) == 0) {
-      EXPECT_EQ(name.rfind("ntp%2Fe2%2Fdp%2F", 0), 0u) << name;
+      EXPECT_EQ(name.rfind("ntp%2Fgroups%2Fe2%2Fdp%2F", 0), 0u) << name;
     }
   }
 }

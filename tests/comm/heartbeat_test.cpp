@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "comm/counting_store.h"
 #include "tests/comm/thread_ranks.h"
 
 namespace ntp::comm {
@@ -26,6 +27,18 @@ TEST(Heartbeat, LiveRanksAreFreshStoppedAndMissingOnesStale) {
   EXPECT_LT(ages[0], 400);
   EXPECT_GE(ages[1], 400);
   EXPECT_EQ(ages[2], -1);
+}
+
+TEST(Heartbeat, CheckingManyRanksIsOneStoreOperation) {
+  testing::TempStoreDir dir;
+  auto store = std::make_shared<CountingStore>(open_store(dir.spec()));
+  Heartbeat beat(store, 3, 10s);
+  const StoreCounts before = store->counts();
+  std::vector<int> ranks(64);
+  for (int r = 0; r < 64; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  const auto stale = stale_ranks(*store, ranks, 5s);
+  EXPECT_EQ(stale.size(), 63u);
+  EXPECT_EQ((store->counts() - before).operations, 1u);
 }
 
 }  // namespace

@@ -110,6 +110,7 @@ class CheckThenSetStore : public Store {
   }
   std::optional<std::vector<char>> try_get(const std::string& key) override { return inner_->try_get(key); }
   void erase(const std::string& key) override { inner_->erase(key); }
+  void erase_prefix(const std::string& prefix) override { inner_->erase_prefix(prefix); }
   std::string describe() const override { return "check-then-set over " + inner_->describe(); }
 
  private:

@@ -10,6 +10,8 @@
 #include <thread>
 #include <cstdio>
 #include <filesystem>
+
+#include "tests/comm/redis_server.h"
 #include <set>
 #include <string>
 #include <vector>
@@ -112,6 +114,27 @@ TEST_F(CliTest, LaunchReportsWhoDiedAndExitsNonZero) {
 TEST_F(CliTest, LaunchSucceedsWhenEveryWorkerDoes) {
   const CommandResult run = ntp("launch --nproc 2 --run-dir " + dir_.string() + " -- true");
   EXPECT_EQ(run.code, 0) << run.output;
+}
+
+// On Redis, node 0 claims a job and hands its id to the workers in
+// NTP_STORE; another node that names no job, or a wrong one, is refused.
+TEST_F(CliTest, LaunchOnRedisRunsUnderAJobIdThatEveryNodeMustName) {
+  if (!ntp::comm::testing::RedisServer::available()) GTEST_SKIP() << "redis-server is not installed";
+  ntp::comm::testing::RedisServer redis;
+  const CommandResult first = ntp("launch --nproc 1 --run-dir " + dir_.string() + " --store " + redis.spec("cli") +
+                                  " -- sh -c 'echo store=$NTP_STORE'");
+  EXPECT_EQ(first.code, 0) << first.output;
+  std::ifstream log(dir_ / "logs" / "rank-0.log");
+  const std::string worker((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(worker.find("store=" + redis.spec("cli") + "?job="), std::string::npos) << worker;
+  EXPECT_NE(first.output.find("start the other nodes with --store"), std::string::npos) << first.output;
+  const CommandResult nameless = ntp("launch --nnodes 2 --node-rank 1 --nproc 1 --store " + redis.spec("cli") + " -- true");
+  EXPECT_EQ(nameless.code, 2) << nameless.output;
+  EXPECT_NE(nameless.output.find("must name the job node 0 printed"), std::string::npos) << nameless.output;
+  const CommandResult wrong = ntp("launch --nnodes 2 --node-rank 1 --nproc 1 --store " + redis.spec("cli") +
+                                  "?job=0123456789abcdef -- true");
+  EXPECT_EQ(wrong.code, 2) << wrong.output;
+  EXPECT_NE(wrong.output.find("no job '0123456789abcdef'"), std::string::npos) << wrong.output;
 }
 
 TEST_F(CliTest, LaunchRejectsBadFlags) {

@@ -155,5 +155,21 @@ TEST_F(LauncherTest, AMissingProgramIsReportedWithTheCommandAndTheReason) {
   }
 }
 
+TEST(Launcher, UnderSlurmTheSlurmJobIdNamesTheJobOnRedis) {
+  const Environment env = {{"SLURM_JOB_ID", "4242"}};
+  LaunchOptions redis;
+  redis.store = "redis://head:6379/team";
+  apply_slurm_nodes(redis, env, false);
+  EXPECT_EQ(redis.store, "redis://head:6379/team?job=slurm-4242");
+  LaunchOptions named;
+  named.store = "redis://head:6379?job=mine";
+  apply_slurm_nodes(named, env, false);
+  EXPECT_EQ(named.store, "redis://head:6379?job=mine");
+  LaunchOptions file;
+  file.store = "file:/run/store";
+  apply_slurm_nodes(file, env, false);
+  EXPECT_EQ(file.store, "file:/run/store");
+}
+
 }  // namespace
 }  // namespace ntp::elastic

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/group.h"
+
 namespace ntp::elastic {
 namespace {
 
@@ -62,7 +64,7 @@ TEST_F(MembershipTest, DeathsWithinTheSettleWindowMakeOneReconfiguration) {
   auto a = agree(1, {0, 1, 2, 3});
   auto b = agree(3, {0, 1, 2, 3});
   // Rank 2 registered, then died before anyone published.
-  store_->set("ntp/e1/alive/2", comm::to_bytes("4 0"));
+  store_->append(alive_list_key(1), comm::to_bytes("2 4 0"));
   store_->set(dead_key(2), comm::to_bytes("1"));
   EXPECT_EQ(a.get().ranks(), (std::vector<int>{1, 3}));
   EXPECT_EQ(b.get().lost, (std::vector<int>{0, 2}));
@@ -85,7 +87,7 @@ TEST_F(MembershipTest, AMemberSilentTooLongIsFencedAndLeftOut) {
 
 TEST_F(MembershipTest, ThePublicationIsCompareAndSetTheFirstOneWins) {
   // A survivor that thinks it decides alone cannot overwrite an earlier decision.
-  store_->create("ntp/e1/members", comm::to_bytes("0:4:0,2:4:0"));
+  store_->append(members_list_key(1), comm::to_bytes("0:4:0,2:4:0"));
   auto late = agree(1, {0, 1, 2});
   EXPECT_THROW(late.get(), LeftOutError);
   auto member = agree(2, {0, 1, 2});
@@ -133,6 +135,33 @@ TEST_F(MembershipTest, ACommitsOutcomeTravelsBitForBit) {
   EXPECT_EQ(m.survivors[0].applied, 7);
   EXPECT_EQ(m.survivors[1].pending, 7);
   EXPECT_TRUE(m.survivors[1].skipped);
+}
+
+TEST_F(MembershipTest, WhenTheCensusTakerDiesTheOthersTakeOverWithoutWaitingItOut) {
+  // Rank 0 registered first (so it takes the census), then died.
+  store_->append(alive_list_key(1), comm::to_bytes("0 4 0"));
+  store_->set(dead_key(0), comm::to_bytes("1"));
+  const auto start = std::chrono::steady_clock::now();
+  auto a = agree(1, {0, 1, 2}, 4, milliseconds(8000));
+  auto b = agree(2, {0, 1, 2}, 4, milliseconds(8000));
+  EXPECT_EQ(a.get().ranks(), (std::vector<int>{1, 2}));
+  EXPECT_EQ(b.get().lost, (std::vector<int>{0}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+TEST_F(MembershipTest, ThePublisherErasesTheKeysOfTheEpochBeforeTheFailedOne) {
+  store_->set(comm::group_keys_prefix(1) + "world/x", comm::to_bytes("old"));
+  store_->set(comm::group_keys_prefix(2) + "world/x", comm::to_bytes("current"));
+  store_->append(alive_list_key(1), comm::to_bytes("0 4 0"));
+  MembershipOptions o;
+  o.rank = 0;
+  o.members = {0};
+  o.epoch = 3;
+  o.settle = milliseconds(10);
+  agree_membership(*store_, o);
+  EXPECT_FALSE(store_->try_get(comm::group_keys_prefix(1) + "world/x"));
+  EXPECT_TRUE(store_->items(alive_list_key(1)).empty());
+  EXPECT_TRUE(store_->try_get(comm::group_keys_prefix(2) + "world/x"));
 }
 
 TEST_F(MembershipTest, NoAgreementByTheDeadlineIsAnErrorNotAHang) {
