@@ -3,8 +3,10 @@
 //   disk      sequential write with fsync (dd, 256 MiB) — the ceiling
 //   save      MB/s of each checkpoint of `ntp train` (small preset, dp 2 x tp 4,
 //             a checkpoint every 3 steps), from its checkpoint_saved events
-//   stall     the host copy a save costs the training loop (copy_s of every
-//             part) against the median step time (target: < 5 %)
+//   stall     what a save costs the training loop: an update that waited for
+//             the background host copy (checkpoint_copy_waited), a save that
+//             waited for the previous one (wait_s), against the median step
+//             time (target: < 5 %)
 //   load      `ntp export` of the newest checkpoint (every byte read, checksums
 //             compared; from the page cache, as a restart right after a save is)
 //   restart   the same job with elastic.recover: one worker SIGKILLed (in-job
@@ -101,6 +103,9 @@ int main(int argc, char** argv) {
     copies.push_back(e["copy_s"].get<double>());
     waits.push_back(e["wait_s"].get<double>());
   }
+  // The stall: a save waiting for the previous one, and an update waiting for the copy.
+  std::vector<double> blocked;
+  for (const nlohmann::json& e : events_named(plain, "checkpoint_copy_waited")) blocked.push_back(e["seconds"].get<double>());
   for (const nlohmann::json& m : read_jsonl_lines(plain / "metrics.jsonl")) steps.push_back(m["step_time_s"].get<double>());
   const double load_start = now_s();
   if (shell(std::string(NTP_BINARY) + " export " + plain.string() + " --llmc " + (dir / "export.bin").string() +
@@ -122,11 +127,12 @@ int main(int argc, char** argv) {
   std::printf("%-10s %.1f MB/s median over %zu saves of %.1f MB (%.0f%% of the disk)\n", "save", median(save_mb_s),
               save_mb_s.size(), bytes / 1e6, 100 * median(save_mb_s) / disk);
   std::printf("%-10s %.1f MB/s (ntp export: every part read, checksums compared)\n", "load", load_mb_s);
-  const double worst_copy = copies.empty() ? 0 : *std::max_element(copies.begin(), copies.end());
-  const double worst_wait = waits.empty() ? 0 : *std::max_element(waits.begin(), waits.end());
-  std::printf("%-10s host copy median %.4f s, worst %.4f s = %.2f%% of the median step %.3f s (target < 5%%); "
-              "worst wait for the previous save %.4f s\n",
-              "stall", median(copies), worst_copy, 100 * worst_copy / median(steps), median(steps), worst_wait);
+  const auto worst = [](const std::vector<double>& x) { return x.empty() ? 0.0 : *std::max_element(x.begin(), x.end()); };
+  std::printf("%-10s host copy (in the background, during the next step) median %.4f s, worst %.4f s; an update "
+              "waited for it %zu times, worst %.4f s = %.2f%% of the median step %.3f s (target < 5%%); worst wait "
+              "for the previous save %.4f s\n",
+              "stall", median(copies), worst(copies), blocked.size(), worst(blocked),
+              100 * std::max(worst(blocked), worst(waits)) / median(steps), median(steps), worst(waits));
   std::printf("%-10s in-job recovery %.3f s (detection %.3f + recovery %.3f + redo %.3f); restart from the "
               "checkpoint %.3f s: %.1fx\n",
               "restart", in_job_s, r["detection_s"].get<double>(), r["recovery_s"].get<double>(),

@@ -66,7 +66,26 @@ bool CheckpointSaver::time_due() const {
 void CheckpointSaver::save(SaveJob job) {
   wait();
   last_save_ = std::chrono::steady_clock::now();
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    copy_done_ = false;
+  }
   thread_ = std::thread([this, job = std::move(job)]() mutable { write(job); });
+}
+
+void CheckpointSaver::copied() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    copy_done_ = true;
+  }
+  copy_cv_.notify_all();
+}
+
+double CheckpointSaver::wait_for_copy() {
+  const double start = unix_time_s();
+  std::unique_lock<std::mutex> lock(mutex_);
+  copy_cv_.wait(lock, [this] { return copy_done_; });
+  return unix_time_s() - start;
 }
 
 void CheckpointSaver::wait() {
@@ -76,19 +95,30 @@ void CheckpointSaver::wait() {
 void CheckpointSaver::write(SaveJob& job) {
   const double start = unix_time_s();
   const std::filesystem::path partial = partial_dir(root(), job.info.step, job.epoch);
+  std::optional<CheckpointPart> part;
+  double copy_s = 0;
+  try {
+    if (job.copy) part = job.copy(std::move(spare_));
+    copy_s = unix_time_s() - start;
+  } catch (const std::exception& e) {
+    copied();
+    run_.event("checkpoint_failed", {{"rank", job.rank}, {"step", job.info.step}, {"reason", e.what()}});
+    return;
+  }
+  copied();  // training may change the state again
   try {
     std::filesystem::create_directories(partial);
     if (job.before_part) job.before_part();
-    if (job.part) {
-      const PartRecord record = write_part(partial, job.rank, *job.part);
+    if (part) {
+      const PartRecord record = write_part(partial, job.rank, *part);
       run_.event("checkpoint_part_written", {{"rank", job.rank},
                                              {"step", job.info.step},
                                              {"bytes", record.bytes},
                                              {"wait_s", job.wait_s},
-                                             {"copy_s", job.copy_s},
-                                             {"write_s", unix_time_s() - start}});
+                                             {"copy_s", copy_s},
+                                             {"write_s", unix_time_s() - start - copy_s}});
     }
-    spare_ = std::move(job.part->values);
+    spare_ = std::move(part->values);
     if (!job.assemble) return;
     const std::filesystem::path final = final_dir(root(), job.info.step);
     const std::uint64_t bytes = complete_checkpoint(partial, final, job.info, job.writers, job.config_toml,
@@ -102,7 +132,7 @@ void CheckpointSaver::write(SaveJob& job) {
                                     {"parts", job.writers.size()},
                                     {"seconds", seconds},
                                     {"mb_per_s", seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0},
-                                    {"copy_s", job.copy_s}});
+                                    {"copy_s", copy_s}});
   } catch (const std::exception& e) {
     // Training goes on; the previous checkpoint stays the newest.
     run_.event("checkpoint_failed", {{"rank", job.rank}, {"step", job.info.step}, {"reason", e.what()}});

@@ -1,15 +1,19 @@
 #pragma once
-// Saving checkpoints without stopping training: the trainer hands over a
-// part it has already copied into host memory (snapshot_part, the only
-// stall), and a background thread writes it and, on the rank that assembles
-// the checkpoint, waits for the other parts and completes the manifest. One
-// save is in flight at a time: a new one first waits for the previous.
+// Saving checkpoints without stopping training. A background thread first
+// copies the rank's part into host memory (snapshot_part) while the next step
+// computes — the state only changes at that step's update, which waits for
+// the copy (wait_for_copy): the only possible stall — then writes it and, on
+// the rank that assembles the checkpoint, waits for the other parts and
+// completes the manifest. One save is in flight at a time: a new one first
+// waits for the previous.
 //
 // When to save (the same answer on every rank, so that every writer copies the
 // same step): every train.checkpoint_every steps, when train.checkpoint_every_s
 // passed on the writer's clock (the vote travels in the commit record), after
 // the last step, and after the step in flight when SIGINT or SIGTERM arrived.
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -30,9 +34,10 @@ struct SaveJob {
   CheckpointInfo info;
   std::uint64_t epoch = 0;
   int rank = 0;
-  std::optional<CheckpointPart> part;  // this rank's units; none when it writes nothing
-  double wait_s = 0;                   // the stall: waiting for the previous save,
-  double copy_s = 0;                   // and the host copy
+  // Copies this rank's units into host memory (into `reuse`, the previous
+  // part's buffer); empty when the rank writes no part.
+  std::function<CheckpointPart(std::vector<float> reuse)> copy;
+  double wait_s = 0;                   // a stall: waiting for the previous save to end
   bool assemble = false;               // this rank completes the manifest
   std::vector<int> writers;            // the ranks whose parts make the checkpoint
   std::string config_toml;
@@ -62,22 +67,28 @@ class CheckpointSaver {
   bool step_due(std::int64_t steps_done) const;
   // Whether train.checkpoint_every_s passed since the last save (or the start).
   bool time_due() const;
-  // Starts writing `job` in the background (after the previous save ended).
+  // Starts `job` in the background (after the previous save ended): its
+  // copy, then its write.
   void save(SaveJob job);
+  // Blocks until the copy of the save in flight is done; call before changing
+  // the state it copies (an optimizer update, a state move). Returns the
+  // seconds it blocked: the training stall of the save.
+  double wait_for_copy();
   // Blocks until the save in flight ended; its outcome is in events.jsonl.
   void wait();
-  // The buffer of the last part written, to copy the next part into (call
-  // after wait()).
-  std::vector<float> take_buffer() { return std::move(spare_); }
 
  private:
   void write(SaveJob& job);
+  void copied();
 
   const Config& config_;
   RunDir run_;
   std::chrono::steady_clock::time_point last_save_;
   std::thread thread_;
-  std::vector<float> spare_;  // owned by the save thread while it runs
+  std::vector<float> spare_;  // the last part's buffer; the save thread's while it runs
+  std::mutex mutex_;
+  std::condition_variable copy_cv_;
+  bool copy_done_ = true;
 };
 
 // Installs SIGINT and SIGTERM handlers that only record the request, so the

@@ -75,6 +75,7 @@ StepMetrics LocalTrainer::step(std::int64_t step,
   const double t0 = unix_time_s();
   m.lr = learning_rate(config_.train, step);
   if (update == StepUpdate::kApply) {
+    if (before_update_) before_update_(step);
     m.grad_norm = optimizer_->step(*model_, static_cast<float>(m.lr)).grad_norm;
   } else {
     m.grad_norm = model::AdamW::grad_norm(*model_);
@@ -113,8 +114,7 @@ void save_checkpoint(const Config& config, const LocalTrainer& trainer, Checkpoi
   job.wait_s = unix_time_s() - start;
   job.info = checkpoint_info(config, trainer.setup().gpt, trainer.setup().seq_len, steps_done,
                              trainer.optimizer_steps(), config.parallel, 0);
-  job.part = trainer.snapshot(saver.take_buffer());
-  job.copy_s = unix_time_s() - start - job.wait_s;
+  job.copy = [&trainer](std::vector<float> reuse) { return trainer.snapshot(std::move(reuse)); };
   job.assemble = true;
   job.writers = {0};
   job.config_toml = checkpoint_config_toml(config, config.parallel);
@@ -136,6 +136,12 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
                                     {"seconds", unix_time_s() - run_start}});
   }
   CheckpointSaver saver(config, run);
+  // A save copies the state in the background while the next step computes;
+  // that step's update waits for the copy.
+  trainer.set_before_update([&saver, &run](std::int64_t step) {
+    const double blocked = saver.wait_for_copy();
+    if (blocked > 1e-3) run.event("checkpoint_copy_waited", {{"rank", 0}, {"step", step}, {"seconds", blocked}});
+  });
   const StopRequest stop;
   const std::optional<model::TokenData> val = open_val_dataset(config.data);
   if (val) check_val_data(*val, trainer.setup().seq_len, trainer.setup().gpt.vocab);

@@ -58,6 +58,9 @@ class LocalTrainer {
   void load_checkpoint(const Checkpoint& checkpoint);
   CheckpointPart snapshot(std::vector<float> reuse = {}) const;
   std::int64_t optimizer_steps() const { return optimizer_->steps(); }
+  // Called in step() right before the optimizer changes the state (a
+  // checkpoint copy in flight must end first).
+  void set_before_update(std::function<void(std::int64_t step)> fn) { before_update_ = std::move(fn); }
   // The mean loss per token on the validation sequences of `val` (evaluate.h).
   double validation_loss(const model::TokenData& val);
 
@@ -70,6 +73,7 @@ class LocalTrainer {
   std::unique_ptr<model::AdamW> optimizer_;
   std::vector<std::int32_t> inputs_;
   std::vector<std::int32_t> targets_;
+  std::function<void(std::int64_t)> before_update_;
 };
 
 // Runs a single-process training (parallel.tp = parallel.dp = 1) in the run

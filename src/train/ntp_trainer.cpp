@@ -479,10 +479,15 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
   x.saver->wait();  // one save in flight
   job.wait_s = unix_time_s() - start;
   if (me_.replica == writer_replica) {
-    job.part = snapshot_part(x.model->layout(), x.model->params(), x.optimizer->m().span(),
-                             x.optimizer->v().span(), x.tp.rank() == 0, x.saver->take_buffer());
+    // Runs in the save thread while the next step computes; the state changes
+    // only at that step's update, which waits for it (apply_update).
+    job.copy = [&layout = x.model->layout(), params = std::span<const float>(x.model->params()),
+                m = std::span<const float>(x.optimizer->m().span()),
+                v = std::span<const float>(x.optimizer->v().span()),
+                replicated = x.tp.rank() == 0](std::vector<float> reuse) {
+      return snapshot_part(layout, params, m, v, replicated, std::move(reuse));
+    };
   }
-  job.copy_s = unix_time_s() - start - job.wait_s;
   // A writer lost during the save: the survivors reconfigure, and the parts
   // of this epoch's save will never all exist.
   job.abandoned = [this, epoch = epoch_] { return live_epoch_.load() != epoch; };
@@ -518,8 +523,14 @@ double NtpTrainer::validation_loss() {
   return total / static_cast<double>(static_cast<std::int64_t>(ids.size()) * T);
 }
 
+void NtpTrainer::wait_for_checkpoint_copy(std::int64_t s) {
+  const double blocked = impl_->saver->wait_for_copy();
+  if (blocked > 1e-3) event("checkpoint_copy_waited", {{"step", s}, {"seconds", blocked}});
+}
+
 void NtpTrainer::apply_update(std::int64_t s, double grad_norm, bool skipped) {
   Impl& x = *impl_;
+  wait_for_checkpoint_copy(s);
   if (!skipped) {
     const double lr = learning_rate(config_.train, s) * (mutation_ == Mutation::kUpdateScaled ? 1.01 : 1.0);
     x.optimizer->step_with_norm(*x.model, static_cast<float>(lr), grad_norm);
@@ -560,6 +571,7 @@ StateMoveStats NtpTrainer::move_state(const ParallelConfig& next, const KindPlan
                                       bool stale, std::optional<int> replicated_source,
                                       std::int64_t resume_applied) {
   Impl& x = *impl_;
+  wait_for_checkpoint_copy(applied_ + 1);  // the move rewrites the state a save may be copying
   if (replicated_source) {
     // Replicated tensors and the optimizer's step count of a holder at the
     // resume step, for the ranks rolled forward (every survivor takes part).

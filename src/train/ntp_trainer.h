@@ -203,6 +203,9 @@ class NtpTrainer {
   // Copies this rank's part of the checkpoint after `steps_done` steps and
   // writes it in the background (train/checkpoint_saver.h).
   void save_checkpoint(std::int64_t steps_done);
+  // Blocks until a save in flight copied the state (before step s changes
+  // it); logs checkpoint_copy_waited when that stalled training.
+  void wait_for_checkpoint_copy(std::int64_t s);
   // Loads the units this rank holds from a checkpoint (run.resume).
   void load_checkpoint(const std::filesystem::path& dir);
   double validation_loss();  // every rank of the job takes part (evaluate.h)

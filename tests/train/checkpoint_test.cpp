@@ -4,6 +4,10 @@
 // manifest that loses or doubles units) must be rejected naming the file.
 #include "train/checkpoint.h"
 
+#include <thread>
+
+#include "train/checkpoint_saver.h"
+
 #include <algorithm>
 #include <fstream>
 #include <random>
@@ -232,6 +236,37 @@ TEST(CheckpointChecksum, ChangesWithAnyBitAndTheTail) {
     EXPECT_NE(h, ntp::train::checksum_bytes(ntp::train::kChecksumBasis, bytes.data(), bytes.size())) << i;
     bytes[i] ^= 1;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// The save thread copies the state while training goes on; whatever would
+// change the state first waits for that copy, so the part holds the values
+// as they were at the save.
+TEST_F(CheckpointTest, AnUpdateWaitsForTheBackgroundCopy) {
+  const ntp::train::Config config;
+  const ntp::train::RunDir run = ntp::train::RunDir::create(root_ / "run");
+  ntp::train::CheckpointSaver saver(config, run);
+  EXPECT_LT(saver.wait_for_copy(), 0.05);  // nothing in flight
+  std::vector<float> state(1000, 1.0f);
+  ntp::train::SaveJob job;
+  job.info.step = 3;
+  job.copy = [&state](std::vector<float>) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ntp::train::CheckpointPart part;
+    part.values = state;
+    return part;
+  };
+  saver.save(std::move(job));
+  EXPECT_GT(saver.wait_for_copy(), 0.1);
+  state.assign(state.size(), 2.0f);  // the "update"
+  saver.wait();
+  std::ifstream in(ntp::train::partial_dir(saver.root(), 3, 0) / "rank-0.bin", std::ios::binary);
+  float first = 0;
+  in.read(reinterpret_cast<char*>(&first), sizeof first);
+  EXPECT_EQ(first, 1.0f);
 }
 
 }  // namespace
