@@ -75,6 +75,25 @@ DomainBoost boost_to_need(int n, int k, double need, double headroom_w,
   return {reachable, speed, need, false, cap};
 }
 
+double busiest_work_need(const std::vector<UnitWork>& work, int n, int k) {
+  const auto busiest = [&](int active) {
+    double sum = 0.0;
+    for (const UnitWork& w : work) sum += w.cost * static_cast<double>((w.count + active - 1) / active);
+    return sum;
+  };
+  for (std::size_t i = 0; i < work.size(); ++i) {
+    if (work[i].count < 0 || !std::isfinite(work[i].cost) || work[i].cost < 0.0) {
+      reject("work[" + std::to_string(i) + "]: count and cost must be finite and >= 0");
+    }
+  }
+  if (n < 1) reject("n (TP degree) must be >= 1, got " + std::to_string(n));
+  const double healthy = busiest(n);
+  if (!(healthy > 0.0)) reject("work: a healthy GPU does no work, the need is undefined");
+  if (k <= 0) return 0.0;
+  if (k >= n) return 1.0;
+  return busiest(k) / healthy;
+}
+
 double domain_speedup(int n, int k, double headroom_w, const DevicePowerModel& m) noexcept {
   return boost_to_need(n, k, 0.0, headroom_w, m).speedup;
 }

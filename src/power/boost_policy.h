@@ -50,6 +50,25 @@ struct DomainBoost {
 DomainBoost boost_to_need(int n, int k, double need, double headroom_w,
                           const DevicePowerModel& m) noexcept;
 
+// One kind of unit a TP group splits (attention heads, FFN neurons, vocabulary
+// rows): how many there are, and the work of one in a step (any unit, the same
+// for every kind).
+struct UnitWork {
+  long count = 0;
+  double cost = 0.0;
+};
+
+// The modelled need of a domain of n GPUs with k active: the work of its
+// busiest GPU over a healthy GPU's. The replica layout gives every active GPU
+// floor(U/k) or ceil(U/k) units of each kind, so the busiest does
+// sum(cost * ceil(count/k)) against sum(cost * ceil(count/n)) at TP n (128
+// heads at TP 30 of 32: 5 against 4, where n/k counts 32/30). Work replicated on every
+// GPU (norms, embeddings) and the communication are left out: the step time
+// of a GPU is taken as proportional to its share of the split work.
+// k >= n -> 1; k <= 0 -> 0. Throws std::invalid_argument naming `work` when a
+// count or cost is negative or not finite, or when the healthy GPU does no work.
+double busiest_work_need(const std::vector<UnitWork>& work, int n, int k);
+
 // Per-GPU speed-up (relative to TDP) that the policy gives a domain of n GPUs
 // with k active, when the domain budget is n * tdp_w + headroom_w:
 //   min(n/k, (min(budget/k, max_frac * tdp_w) / tdp_w)^alpha).

@@ -124,9 +124,10 @@ void save_checkpoint(const Config& config, const LocalTrainer& trainer, Checkpoi
 // The run's steps, with the power plan of its one configuration in force.
 std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, RankPowerRun& power,
                                    const std::function<void(const StepMetrics&)>& on_step) {
-  const std::vector<std::int64_t> shares = power.configure(config.parallel, config.train.global_batch);
   const double run_start = unix_time_s();
   LocalTrainer trainer(config, run.path());
+  const std::vector<std::int64_t> shares =
+      power.configure(config.parallel, config.train.global_batch, trainer.setup());
   std::int64_t first = 0;
   if (!config.run.resume.empty()) {
     const Checkpoint checkpoint = Checkpoint::open(config.run.resume);

@@ -303,7 +303,7 @@ void NtpTrainer::adopt(const ParallelConfig& next, std::uint64_t epoch) {
   members_ = training_ranks(parallel_);
   if (!trains_now()) return;
   x.layout = plan_rank(parallel_, x.setup.gpt, me_);
-  x.shares = x.power->configure(parallel_, config_.train.global_batch);
+  x.shares = x.power->configure(parallel_, config_.train.global_batch, x.setup);
 }
 
 bool NtpTrainer::trains_now() const { return trains(parallel_, me_.replica); }

@@ -5,11 +5,24 @@
 #include "train/schedule.h"
 
 namespace ntp::train {
-namespace {
 
-double need_of(int n, int active) { return active > 0 ? static_cast<double>(n) / active : 0.0; }
+std::vector<power::UnitWork> step_work(const ModelSetup& model) {
+  const double d = static_cast<double>(model.gpt.d_model);
+  const double heads = static_cast<double>(model.gpt.heads);
+  const double layers = static_cast<double>(model.gpt.layers);
+  const double t = static_cast<double>(model.seq_len);
+  return {{static_cast<long>(model.gpt.heads), layers * (8.0 * d * d + 4.0 * t * d) / heads},
+          {static_cast<long>(model.gpt.ffn()), layers * 4.0 * d},
+          {static_cast<long>(model.gpt.padded_vocab), 2.0 * d}};
+}
 
-}  // namespace
+std::vector<double> modelled_needs(int n, const std::vector<int>& active,
+                                   const std::vector<power::UnitWork>& work) {
+  std::vector<double> needs;
+  needs.reserve(active.size());
+  for (const int k : active) needs.push_back(power::busiest_work_need(work, n, k));
+  return needs;
+}
 
 power::RankPowerOptions rank_power_options(const PowerConfig& config, const std::string& gpu) {
   power::RankPowerOptions options;
@@ -20,16 +33,17 @@ power::RankPowerOptions rank_power_options(const PowerConfig& config, const std:
   return options;
 }
 
-nlohmann::json plan_json(const power::BoostPlan& plan, int n) {
+nlohmann::json plan_json(const power::BoostPlan& plan) {
   nlohmann::json replicas = nlohmann::json::array();
   for (std::size_t r = 0; r < plan.replicas.size(); ++r) {
     const power::ReplicaBoost& b = plan.replicas[r];
     replicas.push_back({{"replica", r},
                         {"active", b.active},
-                        {"need", need_of(n, b.active)},
+                        {"need", b.active > 0 ? b.need : 0.0},
                         {"limit_w", b.limit_w},
                         {"speedup", b.speedup},
-                        {"share", b.share}});
+                        {"share", b.share},
+                        {"cap", power::to_string(b.cap)}});
   }
   return replicas;
 }
@@ -51,17 +65,18 @@ RankPowerRun::RankPowerRun(const Config& config, const RunDir& run, PowerRank pl
     : run_(run), place_(place), power_(rank_power_options(config.power, gpu)) {}
 
 std::vector<std::int64_t> RankPowerRun::configure(const ParallelConfig& parallel,
-                                                  std::int64_t global_batch) {
+                                                  std::int64_t global_batch, const ModelSetup& model) {
   BatchSplitInput split = split_input(parallel, global_batch);
   const int n = static_cast<int>(parallel.tp);
-  plan_ = power_.plan(n, policy_active(split), global_batch);
+  const std::vector<int> active = policy_active(split);
+  plan_ = power_.plan(n, active, global_batch, modelled_needs(n, active, step_work(model)));
   const power::PowerDecision decision = power_.apply(plan_, n, place_.replica);
   for (const power::ReplicaBoost& replica : plan_.replicas) split.planned.push_back(replica.share);
   if (power_.mode() != power::PowerMode::off) {
     if (place_.rank == 0) {
       run_.event("power_plan", {{"mode", power::to_string(power_.mode())},
                                 {"tp", n},
-                                {"replicas", plan_json(plan_, n)}});
+                                {"replicas", plan_json(plan_)}});
     }
     nlohmann::json applied = decision_json(decision);
     applied["rank"] = place_.rank;

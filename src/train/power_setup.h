@@ -12,6 +12,7 @@
 #include "power/rank_power.h"
 #include "train/config.h"
 #include "train/metrics.h"
+#include "train/model_setup.h"
 #include "train/run_dir.h"
 
 namespace ntp::train {
@@ -21,9 +22,22 @@ namespace ntp::train {
 // (`gpu`: an NVML index or UUID).
 power::RankPowerOptions rank_power_options(const PowerConfig& config, const std::string& gpu);
 
-// [{"replica", "active", "need", "limit_w", "speedup", "share"}, ...]: the plan
-// of one configuration of n slots per replica.
-nlohmann::json plan_json(const power::BoostPlan& plan, int n);
+// The work of each unit kind the TP group splits, per token of one layer
+// stack's forward pass (the backward's 2x and the token count cancel in a
+// ratio): a head 8 d^2/h (QKV rows, projection columns) + 4 T d/h (scores,
+// weighted values), an FFN neuron 4 d per layer, a vocabulary row 2 d (LM head).
+std::vector<power::UnitWork> step_work(const ModelSetup& model);
+
+// The speed-up each replica of `active` (k per replica, 0 = sits out) needs to
+// keep pace: power::busiest_work_need of `work`. Depends only on the
+// configuration and the model, so every rank computes the same bits.
+std::vector<double> modelled_needs(int n, const std::vector<int>& active,
+                                   const std::vector<power::UnitWork>& work);
+
+// [{"replica", "active", "need", "limit_w", "speedup", "share", "cap"}, ...]:
+// the plan of one configuration ("need" 0 for a replica that sits out; "cap":
+// none, device_max or domain_budget, what kept the speed-up below the need).
+nlohmann::json plan_json(const power::BoostPlan& plan);
 
 // {"replica", "active", "need", "limit_w", "speedup", "share", "device_limit_w"}
 nlohmann::json decision_json(const power::PowerDecision& decision);
@@ -46,11 +60,13 @@ class RankPowerRun {
   RankPowerRun(const Config& config, const RunDir& run, PowerRank place, const std::string& gpu);
 
   // At every configuration (today: the start; a reconfiguration calls it
-  // again): the plan, the same on every rank; this rank's GPU set to its
+  // again): the plan for the modelled needs of `model` (modelled_needs), the
+  // same on every rank; this rank's GPU set to its
   // replica's limit (a healthy replica keeps or gets back the default); events
   // power_plan (rank 0) and power_applied. Returns the batch shares of
   // parallel.batch_policy, `proportional` taking the plan's.
-  std::vector<std::int64_t> configure(const ParallelConfig& parallel, std::int64_t global_batch);
+  std::vector<std::int64_t> configure(const ParallelConfig& parallel, std::int64_t global_batch,
+                                      const ModelSetup& model);
   // The plan in force for metrics.jsonl; empty with power off.
   std::vector<ReplicaPower> metrics() const;
   // Puts the GPU's original limit back and logs power_restored with the limit

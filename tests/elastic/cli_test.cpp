@@ -479,8 +479,13 @@ TEST_F(CliTest, SimulatedPowerBoostIsPlannedLoggedAndRestored) {
       " --set power.max_frac=1.5 --set power.headroom_w=200 --set power.alpha=0.7",
       &code);
   ASSERT_EQ(code, 0) << line;
-  const ntp::power::BoostPlan plan =
-      ntp::power::plan_boost(4, {3, 4}, 200.0, 16, ntp::power::DevicePowerModel{700.0, 1.5, 0.7});
+  // The modelled need of the tiny model (1 layer, d 64, T 32) at TP 3 of 4: per
+  // unit a head does (8 d^2 + 4 T d) / 4 heads, a neuron 4 d, a vocabulary row
+  // 2 d, and the busiest GPU holds 2 of 4 heads and 86 of 256 neurons and rows.
+  const double need = ntp::power::busiest_work_need({{4, 10240.0}, {256, 256.0}, {256, 128.0}}, 4, 3);
+  ASSERT_GT(need, 4.0 / 3.0);
+  const ntp::power::BoostPlan plan = ntp::power::plan_boost(
+      4, {3, 4}, {need, 1.0}, 200.0, 16, ntp::power::DevicePowerModel{700.0, 1.5, 0.7});
   ASSERT_GT(plan.replicas[0].limit_w, 700.0);  // the degraded replica is boosted
   ASSERT_NE(plan.replicas[0].share, 16 * 3 / 7) << "the boost must change the unboosted split";
 
@@ -494,6 +499,8 @@ TEST_F(CliTest, SimulatedPowerBoostIsPlannedLoggedAndRestored) {
       ASSERT_EQ(e["replicas"].size(), 2u);
       for (std::size_t r = 0; r < 2; ++r) {
         EXPECT_EQ(e["replicas"][r]["active"], plan.replicas[r].active);
+        EXPECT_DOUBLE_EQ(e["replicas"][r]["need"].get<double>(), plan.replicas[r].need);
+        EXPECT_EQ(e["replicas"][r]["cap"], ntp::power::to_string(plan.replicas[r].cap));
         EXPECT_DOUBLE_EQ(e["replicas"][r]["limit_w"].get<double>(), plan.replicas[r].limit_w);
         EXPECT_DOUBLE_EQ(e["replicas"][r]["speedup"].get<double>(), plan.replicas[r].speedup);
         EXPECT_EQ(e["replicas"][r]["share"], plan.replicas[r].share);

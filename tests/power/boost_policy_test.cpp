@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <string>
 
 namespace ntp::power {
 namespace {
@@ -58,6 +59,34 @@ TEST(BoostToNeed, PlanSharesFollowTheNeedReached) {
   const BoostPlan plain = plan_boost(32, {32, 30, 29}, 500.0, 3000, kB200);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(even.replicas[i].share, plain.replicas[i].share);
   EXPECT_THROW(plan_boost(32, {32, 30}, {1.0}, 0.0, 10, kB200), std::invalid_argument);
+}
+
+TEST(BusiestWorkNeed, CountsTheBusiestGpusUnits) {
+  // 128 heads: 4 per GPU at TP 32, 5 on the busiest at TP 30, where n/k says 32/30.
+  EXPECT_DOUBLE_EQ(busiest_work_need({{128, 1.0}}, 32, 30), 5.0 / 4.0);
+  // Evenly divisible work needs exactly n/k: 12 units, 4 per GPU at TP 3, 6 at TP 2.
+  EXPECT_DOUBLE_EQ(busiest_work_need({{12, 1.0}}, 3, 2), 1.5);
+  // Kinds add by their cost: (2*5 + 1*10) / (2*4 + 1*10) for 128 heads and 300 rows.
+  EXPECT_DOUBLE_EQ(busiest_work_need({{128, 2.0}, {300, 1.0}}, 32, 30), 20.0 / 18.0);
+  EXPECT_EQ(busiest_work_need({{128, 1.0}}, 32, 32), 1.0);
+  EXPECT_EQ(busiest_work_need({{128, 1.0}}, 32, 0), 0.0);
+}
+
+TEST(BusiestWorkNeed, RejectsWorkItCannotModel) {
+  const auto names_work = [](const std::vector<UnitWork>& work, int n) {
+    try {
+      busiest_work_need(work, n, 1);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what()).find(n < 1 ? "n (TP degree)" : "work") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(names_work({{-1, 1.0}}, 2));
+  EXPECT_TRUE(names_work({{4, -1.0}}, 2));
+  EXPECT_TRUE(names_work({{4, std::nan("")}}, 2));
+  EXPECT_TRUE(names_work({{4, 0.0}}, 2));  // a healthy GPU does nothing
+  EXPECT_TRUE(names_work({}, 2));
+  EXPECT_TRUE(names_work({{4, 1.0}}, 0));
 }
 
 TEST(DomainSpeedup, HealthyDomainGetsNoBoost) {

@@ -6,7 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
+#include <string>
 #include <thread>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -40,7 +43,7 @@ TEST(PowerSetup, PlanJsonIsThePolicysPlan) {
   const power::BoostPlan plan = rank.plan(4, {3, 0, 4}, 12);
   const power::BoostPlan expected =
       power::plan_boost(4, {3, 0, 4}, 150.0, 12, power::DevicePowerModel{700.0, 1.4, 0.7});
-  const nlohmann::json json = plan_json(plan, 4);
+  const nlohmann::json json = plan_json(plan);
   ASSERT_EQ(json.size(), 3u);
   for (std::size_t r = 0; r < 3; ++r) {
     EXPECT_EQ(json[r]["replica"], r);
@@ -49,11 +52,108 @@ TEST(PowerSetup, PlanJsonIsThePolicysPlan) {
     EXPECT_DOUBLE_EQ(json[r]["speedup"].get<double>(), expected.replicas[r].speedup);
     EXPECT_EQ(json[r]["share"], expected.replicas[r].share);
   }
-  EXPECT_DOUBLE_EQ(json[0]["need"].get<double>(), 4.0 / 3.0);
+  EXPECT_DOUBLE_EQ(json[0]["need"].get<double>(), 4.0 / 3.0);  // n/k: no need given
+  EXPECT_EQ(json[0]["cap"], power::to_string(expected.replicas[0].cap));
   EXPECT_DOUBLE_EQ(json[1]["need"].get<double>(), 0.0);  // sits out
   const std::vector<ReplicaPower> metrics = replica_power(plan);
   EXPECT_DOUBLE_EQ(metrics[0].limit_w, expected.replicas[0].limit_w);
   EXPECT_DOUBLE_EQ(metrics[2].speedup, 1.0);
+}
+
+// A model whose 128 heads split unevenly at TP 30 of 32 (5 heads on the
+// busiest GPU against 4), with FFN neurons and vocabulary rows that split
+// almost evenly.
+ModelSetup uneven_model() {
+  ModelSetup model;
+  model.gpt = {50257, 50304, 4, 8192, 128, 2048};
+  model.seq_len = 2048;
+  return model;
+}
+
+TEST(PowerSetup, ModelledNeedIsTheBusiestGpusWorkAboveNOverK) {
+  const std::vector<power::UnitWork> work = step_work(uneven_model());
+  const std::vector<double> needs = modelled_needs(32, {30, 32, 0}, work);
+  ASSERT_EQ(needs.size(), 3u);
+  // Heads alone would need 5/4, neurons and rows about 32/30: the need lies between.
+  EXPECT_GT(needs[0], 32.0 / 30.0 + 0.05);
+  EXPECT_LT(needs[0], 1.25);
+  EXPECT_EQ(needs[1], 1.0);
+  EXPECT_EQ(needs[2], 0.0);
+  // A model that splits evenly needs exactly n/k.
+  ModelSetup even = uneven_model();
+  even.gpt = {50257, 50304, 4, 64 * 32, 32, 2048};
+  EXPECT_DOUBLE_EQ(modelled_needs(4, {2}, step_work(even))[0], 2.0);
+}
+
+// RankPowerRun in a temporary run folder, with its power_plan event.
+class PowerRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ntp_power_need_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // TP 32 x 2 replicas, replica 0 at 30 of 32, B200-like power model.
+  static Config tp30_config(double headroom_w) {
+    Config config;
+    config.parallel.tp = 32;
+    config.parallel.dp = 2;
+    config.parallel.failed = {{0, {30, 31}}};
+    config.power.mode = power::PowerMode::simulated;
+    config.power.tdp_w = 1000.0;
+    config.power.max_frac = 1.3;
+    config.power.alpha = 0.65;
+    config.power.headroom_w = headroom_w;
+    return config;
+  }
+
+  nlohmann::json configure(const Config& config, std::vector<std::int64_t>* shares) {
+    const RunDir run = RunDir::create(dir_);
+    RankPowerRun power(config, run, PowerRank{0, 0, 0}, "");
+    *shares = power.configure(config.parallel, 64, uneven_model());
+    power.restore("exit");
+    for (const nlohmann::json& e : run.read_events()) {
+      if (e["event"] == "power_plan") return e["replicas"];
+    }
+    return {};
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(PowerRunTest, TrainerBoostsToTheModelledNeedWhenTheHeadroomAllows) {
+  const double need = modelled_needs(32, {30}, step_work(uneven_model()))[0];
+  std::vector<std::int64_t> shares;
+  const nlohmann::json plan = configure(tp30_config(8000.0), &shares);
+  ASSERT_EQ(plan.size(), 2u) << plan;
+  EXPECT_DOUBLE_EQ(plan[0]["need"].get<double>(), need);
+  EXPECT_DOUBLE_EQ(plan[0]["speedup"].get<double>(), need);  // full pace, above n/k
+  EXPECT_GT(plan[0]["speedup"].get<double>(), 32.0 / 30.0 + 0.05);
+  EXPECT_EQ(plan[0]["cap"], "none");
+  EXPECT_EQ(shares, (std::vector<std::int64_t>{32, 32}));
+  // The n/k plan stops at 32/30 with a lower limit: a trainer ignoring the need fails here.
+  const power::BoostPlan n_over_k =
+      power::plan_boost(32, {30, 32}, 8000.0, 64, power::DevicePowerModel{1000.0, 1.3, 0.65});
+  EXPECT_GT(plan[0]["limit_w"].get<double>(), n_over_k.replicas[0].limit_w + 1.0);
+}
+
+TEST_F(PowerRunTest, TrainerReportsTheBindingCapAndRebalancesForTheNeed) {
+  const double need = modelled_needs(32, {30}, step_work(uneven_model()))[0];
+  const Config config = tp30_config(1000.0);
+  std::vector<std::int64_t> shares;
+  const nlohmann::json plan = configure(config, &shares);
+  ASSERT_EQ(plan.size(), 2u) << plan;
+  EXPECT_EQ(plan[0]["cap"], "domain_budget");
+  EXPECT_LT(plan[0]["speedup"].get<double>(), need);
+  const power::DevicePowerModel model{1000.0, 1.3, 0.65};
+  const power::BoostPlan expected = power::plan_boost(32, {30, 32}, {need, 1.0}, 1000.0, 64, model);
+  EXPECT_EQ(shares, (std::vector<std::int64_t>{expected.replicas[0].share, expected.replicas[1].share}));
+  // The degraded replica takes less than the n/k plan would give it.
+  const power::BoostPlan n_over_k = power::plan_boost(32, {30, 32}, 1000.0, 64, model);
+  EXPECT_LT(shares[0], n_over_k.replicas[0].share) << plan;
 }
 
 std::atomic<int> g_chained{0};
