@@ -135,7 +135,7 @@ TEST_F(CheckpointCliTest, ResumedAtAnyLayoutTheRunEndsWhereTheUninterruptedOneDo
 
 TEST_F(CheckpointCliTest, AWorkerKilledWhileSavingLeavesThePreviousCheckpoint) {
   // Rank 0 writes and assembles; it dies in the save after step 9 (step-10),
-  // after its part and before the manifest.
+  // before its part: no manifest. step-5 is complete (it waited for it).
   const fs::path run = dir_ / "killed_in_save";
   const CliResult r = ntp("train --run-dir " + run.string() + kModel +
                     " --set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"0@9:checkpoint\"'");
@@ -210,10 +210,12 @@ TEST_F(CheckpointCliTest, CtrlCSavesACheckpointThatResumes) {
 }
 
 TEST_F(CheckpointCliTest, EveryHolderOfAUnitLostRestartsFromTheCheckpoint) {
-  // Slot 0 of both replicas dies at step 9: no survivor holds their units.
+  // Slot 0 of both replicas dies at step 12: no survivor holds their units.
+  // step-5 is complete by then (every rank waited for it before saving
+  // step-10); step-10 may still be in flight when its writer dies.
   const std::string job = kModel +
                           " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true"
-                          " --set elastic.settle_s=0.2 --set 'test.failures=\"0@9:start; 2@9:start\"'";
+                          " --set elastic.settle_s=0.2 --set 'test.failures=\"0@12:start; 2@12:start\"'";
   const fs::path run = dir_ / "fallback";
   const CliResult r = ntp("train --run-dir " + run.string() + job + " --verify");
   ASSERT_NE(r.code, 137) << r.output;
@@ -222,7 +224,8 @@ TEST_F(CheckpointCliTest, EveryHolderOfAUnitLostRestartsFromTheCheckpoint) {
   const std::vector<nlohmann::json> restarts = ntp::testing::events_named(run, "fallback_restart");
   ASSERT_EQ(restarts.size(), 1u) << r.output;
   EXPECT_EQ(restarts[0]["tp"], nlohmann::json::array({1, 1}));
-  EXPECT_EQ(ntp::testing::events_named(run, "run_resumed").at(0)["step"], 5);
+  const std::int64_t resumed = ntp::testing::events_named(run, "run_resumed").at(0)["step"];
+  EXPECT_TRUE(resumed == 5 || resumed == 10) << resumed;
   EXPECT_EQ(losses(run).size(), 20u);
 
   const CliResult stop = ntp("train --run-dir " + (dir_ / "fallback_stop").string() + job +
