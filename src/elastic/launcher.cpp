@@ -1,5 +1,7 @@
 #include "elastic/launcher.h"
 
+#include <spdlog/spdlog.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -367,8 +369,8 @@ void check_job(const LaunchOptions& options) {
 void claim_job(LaunchOptions& options) {
   if (!options.store.starts_with("redis://") || options.node_rank != 0) return;
   options.store = comm::start_job(options.store);
-  std::fprintf(stderr, "ntp launch: job %s; start the other nodes with --store %s\n",
-               comm::job_of(options.store).c_str(), options.store.c_str());
+  spdlog::info("ntp launch: job {}; start the other nodes with --store {}", comm::job_of(options.store),
+               options.store);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "elastic/worker.h"
 
+#include <spdlog/spdlog.h>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -129,7 +131,7 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
   } catch (const layout::UnitsLostError& e) {
     trainer.event("run_stopped", {{"reason", e.what()}});
     trainer.restore_power("error");
-    std::fprintf(stderr, "rank %d: %s\n", options.rank, e.what());
+    spdlog::error("rank {}: {}", options.rank, e.what());
     return kExitUnitsLost;
   } catch (const std::exception& e) {
     trainer.event("run_stopped", {{"reason", e.what()}});

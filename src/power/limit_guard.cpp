@@ -1,6 +1,8 @@
 // LimitGuard (see limit_guard.h).
 #include "power/limit_guard.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <optional>
 
@@ -12,7 +14,7 @@ LimitGuard::~LimitGuard() {
   try {
     restore_all();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ntp power: could not restore power limits: %s\n", e.what());
+    spdlog::error("ntp power: could not restore power limits: {}", e.what());
   }
 }
 

@@ -1,5 +1,7 @@
 #include "train/checkpoint_saver.h"
 
+#include <spdlog/spdlog.h>
+
 #include <signal.h>
 
 #include <csignal>
@@ -136,8 +138,7 @@ void CheckpointSaver::write(SaveJob& job) {
   } catch (const std::exception& e) {
     // Training goes on; the previous checkpoint stays the newest.
     run_.event("checkpoint_failed", {{"rank", job.rank}, {"step", job.info.step}, {"reason", e.what()}});
-    std::fprintf(stderr, "rank %d: checkpoint of step %lld failed: %s\n", job.rank,
-                 static_cast<long long>(job.info.step), e.what());
+    spdlog::warn("rank {}: checkpoint of step {} failed: {}", job.rank, job.info.step, e.what());
   }
 }
 

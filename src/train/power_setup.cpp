@@ -1,5 +1,7 @@
 #include "train/power_setup.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 
 #include "train/schedule.h"
@@ -103,8 +105,7 @@ void RankPowerRun::restore(const char* cause) noexcept {
                                   {"device_limit_w", device.get_limit_w(0)},
                                   {"default_limit_w", device.default_limit_w(0)}});
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ntp train: rank %d: restoring the power limit (%s): %s\n", place_.rank,
-                 cause, e.what());
+    spdlog::error("ntp train: rank {}: restoring the power limit ({}): {}", place_.rank, cause, e.what());
   }
 }
 
