@@ -35,8 +35,10 @@ double tick_step(double span) {
 Range nice(Range r) {
   if (r.empty()) return {0.0, 1.0};
   if (r.hi - r.lo < 1e-12) {
+    // A flat line: a band around it, from zero when it is not negative (a
+    // time or a count that never changed gets no negative axis).
     const double pad = std::max(std::abs(r.hi) * 0.05, 1e-3);
-    r.lo -= pad;
+    r.lo = r.lo >= 0 ? 0.0 : r.lo - pad;
     r.hi += pad;
   }
   const double step = tick_step(r.hi - r.lo);

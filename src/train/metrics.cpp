@@ -37,6 +37,17 @@ double finite_or_nan(const nlohmann::json& j, const char* name) {
 
 }  // namespace
 
+std::optional<double> StepClock::commit(std::int64_t step, std::uint64_t epoch, double now) {
+  const bool follows = step_ >= 0 && step == step_ + 1 && epoch == epoch_;
+  const double interval = now - at_ - off_s_;
+  step_ = step;
+  epoch_ = epoch;
+  at_ = now;
+  off_s_ = 0.0;
+  if (!follows) return std::nullopt;
+  return std::max(interval, 0.0);
+}
+
 nlohmann::json to_json(const StepMetrics& m) {
   nlohmann::json j = {{"step", m.step},
           {"epoch", m.epoch},

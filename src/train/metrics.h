@@ -27,15 +27,38 @@ struct StepMetrics {
   std::int64_t tokens = 0;                 // tokens trained this step (whole job)
   std::vector<std::int64_t> samples;       // sequences per replica
   std::vector<std::int64_t> tp;            // active slots per replica
-  double step_time_s = 0.0;                // wall time of the step
+  double step_time_s = 0.0;                // the job's wall time of the step (StepClock)
   double exposed_sync_s = 0.0;             // wait on communication backward did not hide
   std::int64_t reshard_bytes = 0;          // pre-sync + post-sync bytes, whole job
   std::int64_t allreduce_bytes = 0;        // DP all-reduce payload, whole job
   std::vector<ReplicaPower> power;         // per replica; empty when power.mode = off
   bool skipped = false;                    // non-finite loss or norm: no update (train.on_nan = "skip")
-  std::optional<double> val_loss;
-  double time = 0.0;                       // Unix time the step was logged (0: not recorded)          // mean validation loss after this step's update (train.eval_every)
+  std::optional<double> val_loss;          // mean validation loss after this step's update (train.eval_every)
+  double time = 0.0;                       // Unix time the step was logged (0: not recorded)
   bool operator==(const StepMetrics&) const = default;
+};
+
+// The job's step time from the step commits. The commit is one collective
+// over every training rank, so it completes on all of them when the slowest
+// arrives: the interval between two consecutive commits on any rank is the
+// slowest rank's whole step, its previous update included, with no extra
+// collective. Time between steps that is not training (validation,
+// checkpoint saves) is taken off; an interval that spans a new epoch (a
+// recovery or a rejoin) or a gap in the steps has no step time.
+class StepClock {
+ public:
+  // Step `step` of `epoch` committed at `now` (seconds): the seconds since
+  // the previous commit less the off-clock time in between, or nullopt when
+  // the previous commit was not step - 1 of the same epoch.
+  std::optional<double> commit(std::int64_t step, std::uint64_t epoch, double now);
+  // Seconds spent since the last commit on something that is not a step.
+  void off_clock(double seconds) { off_s_ += seconds; }
+
+ private:
+  std::int64_t step_ = -1;
+  std::uint64_t epoch_ = 0;
+  double at_ = 0.0;
+  double off_s_ = 0.0;
 };
 
 nlohmann::json to_json(const StepMetrics& m);

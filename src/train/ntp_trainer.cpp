@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -149,6 +152,21 @@ CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t r
   return t;
 }
 
+// NTP_TEST_SLOW_UPDATE = "RANK:SECONDS", honoured only with
+// NTP_TEST_MUTATIONS=1: that rank sleeps in every update, a straggler whose
+// delay only the next step can see (the step-time test).
+double slow_update_s(int rank) {
+  const char* allowed = std::getenv("NTP_TEST_MUTATIONS");
+  const char* spec = std::getenv("NTP_TEST_SLOW_UPDATE");
+  if (allowed == nullptr || std::string(allowed) != "1" || spec == nullptr) return 0.0;
+  int slow_rank = -1;
+  double seconds = 0.0;
+  if (std::sscanf(spec, "%d:%lf", &slow_rank, &seconds) != 2) {
+    throw std::invalid_argument(fmt::format("NTP_TEST_SLOW_UPDATE = \"{}\": expected RANK:SECONDS", spec));
+  }
+  return slow_rank == rank ? seconds : 0.0;
+}
+
 }  // namespace
 
 const char* to_string(StepPhase phase) {
@@ -213,6 +231,7 @@ struct NtpTrainer::Impl {
   std::vector<std::int64_t> shares;
   TraceRecorder compute;
   TraceRecorder comm_trace;
+  StepClock clock;
   std::int64_t first_traced = 0;
 
   Impl(const Config& config, const std::filesystem::path& run_dir, const std::string& label, int rank)
@@ -414,6 +433,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   pending_commit_ = s;  // this step's synced gradients are final from here on
   x.world->all_gather(comm::ConstView(record.data(), record.size()), comm::View(all.data(), all.size()));
   const CommitTotals t = commit_totals(all, members_.size());
+  const std::optional<double> cycle_s = x.clock.commit(s, epoch_, unix_time_s());
   fault(StepPhase::kCommit);
 
   StepMetrics m;
@@ -433,6 +453,9 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   }
   const double opt_start = unix_time_s();
   fault(StepPhase::kOptimizer);
+  if (const double slow_s = slow_update_s(options_.rank); slow_s > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(slow_s));
+  }
   m.skipped = !std::isfinite(m.loss) || !std::isfinite(m.grad_norm);
   apply_update(s, m.grad_norm, m.skipped);
   const double opt_s = unix_time_s() - opt_start;
@@ -443,20 +466,29 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   m.samples = x.shares;
   m.tp = split_input(parallel_, config_.train.global_batch).active;
   m.exposed_sync_s = t.exposed_sync_s;
-  m.step_time_s = t.elapsed_s + opt_s;  // the slowest rank to the commit, then the update
+  // From the previous commit (the slowest rank's previous update and this
+  // step); a first step after a start or a new epoch has no previous commit:
+  // the slowest rank to this commit, then this rank's update.
+  m.step_time_s = cycle_s.value_or(t.elapsed_s + opt_s);
   m.power = x.power->metrics();
   m.time = unix_time_s();
   last_metrics_ = m;
   last_parts_ = parts;
   // After the update: a death in this pass is a death before the next step.
-  if (x.val && eval_due(config_.train, s)) m.val_loss = validation_loss();
+  if (x.val && eval_due(config_.train, s)) {
+    const double eval_start = unix_time_s();
+    m.val_loss = validation_loss();
+    x.clock.off_clock(unix_time_s() - eval_start);
+  }
   if (is_writer()) {
     x.run.append_schedule(s, m.epoch, parts);
     x.run.append_metrics(m);
   }
   stop_requested_ = t.stop;
   if (t.stop || t.checkpoint_due || x.saver->step_due(s + 1) || s + 1 == config_.train.steps) {
+    const double save_start = unix_time_s();
     save_checkpoint(s + 1);
+    x.clock.off_clock(unix_time_s() - save_start);
   }
   return m;
 }

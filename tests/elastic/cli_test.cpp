@@ -258,6 +258,32 @@ TEST_F(CliTest, TrainMetricsDescribeADegradedJob) {
   EXPECT_EQ(steps, 3);
 }
 
+// A straggler that sleeps in every update, the metrics writer (rank 0) or
+// another rank: the next commit waits for it, so every step after the first
+// takes at least the sleep, and the steps add up to the wall time between
+// the logged steps. (Timing the writer's own update on top of the slowest
+// rank's time to the commit counts a slow writer twice.)
+TEST_F(CliTest, StepTimeIsTheSlowestRanksWholeStep) {
+  constexpr double kSleep = 0.4;
+  for (const int slow : {0, 3}) {
+    SCOPED_TRACE("slow rank " + std::to_string(slow));
+    fs::remove_all(dir_);
+    int code = -1;
+    const std::string line = train_and_verify(
+        dir_, "--set parallel.dp=2 --set parallel.tp=2 --set train.steps=4", &code,
+        "NTP_TEST_MUTATIONS=1 NTP_TEST_SLOW_UPDATE=" + std::to_string(slow) + ":" + std::to_string(kSleep));
+    ASSERT_EQ(code, 0) << line;
+    const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+    ASSERT_EQ(metrics.size(), 4u);
+    for (std::size_t s = 1; s < metrics.size(); ++s) {
+      const double step_s = metrics[s]["step_time_s"].get<double>();
+      const double wall_s = metrics[s]["time"].get<double>() - metrics[s - 1]["time"].get<double>();
+      EXPECT_GE(step_s, kSleep) << metrics[s].dump();
+      EXPECT_NEAR(step_s, wall_s, kSleep / 4) << metrics[s].dump();
+    }
+  }
+}
+
 // A worker killed mid-run: ntp train names it and its signal, stops the
 // others, and exits 1, well within the deadlines.
 TEST_F(CliTest, TrainReportsAKilledWorker) {

@@ -30,6 +30,14 @@ TEST(Svg, DrawsOneLinePerSeriesWithALegend) {
   EXPECT_THROW(render_svg(c), std::invalid_argument);
 }
 
+TEST(Svg, AFlatNonNegativeLineIsDrawnFromZero) {
+  Chart c{"flat", "x", "y", "", {}};
+  c.series.push_back({"zero", {0, 1, 2}, {0, 0, 0}, false, false, false});
+  EXPECT_EQ(render_svg(c).find(">-"), std::string::npos) << "a negative tick label";
+  c.series[0].y = {-1, -1, -1};
+  EXPECT_NE(render_svg(c).find(">-"), std::string::npos);
+}
+
 const char* const kSmall = testing::small_scenario_toml();
 
 double j_energy(const Study& study) {

@@ -94,6 +94,18 @@ TEST(Metrics, SummaryLeavesTheWarmUpStepOutOfRates) {
   EXPECT_EQ(summarize({}, 1.0)["steps"], 0);
 }
 
+TEST(StepClock, IntervalBetweenConsecutiveCommitsLessOffClockTime) {
+  StepClock clock;
+  EXPECT_EQ(clock.commit(0, 1, 100.0), std::nullopt);  // no previous commit
+  EXPECT_EQ(clock.commit(1, 1, 100.5), 0.5);
+  clock.off_clock(2.0);  // a validation pass between the steps
+  EXPECT_EQ(clock.commit(2, 1, 103.0), 0.5);
+  EXPECT_EQ(clock.commit(3, 2, 110.0), std::nullopt);  // a recovery: a new epoch
+  EXPECT_EQ(clock.commit(4, 2, 110.25), 0.25);
+  EXPECT_EQ(clock.commit(4, 3, 111.0), std::nullopt);  // the same step redone
+  EXPECT_EQ(clock.commit(6, 3, 112.0), std::nullopt);  // a step left out
+}
+
 TEST(Metrics, ProgressLineAndDurations) {
   const std::string line = progress_line(sample_metrics(1), 20, 12.0);
   // Step numbers count from 0, as in metrics.jsonl and every message.
