@@ -192,10 +192,13 @@ TEST_F(RecoveryCliTest, ARankShortOfTheCommitCompletesItLocally) {
 // step 4 is logged the launcher starts rank 1 again, it rejoins at a step
 // boundary, is rolled forward, and replica 0 is back at TP 2. Still exact.
 TEST_F(RecoveryCliTest, ARepairedRankRejoinsAndTheReplicaGoesBackToFullTp) {
-  const TrainRun run = train(dir_, "--set train.steps=12 --set parallel.dp=2 --set parallel.tp=2"
+  // Enough steps after the repair for the restarted worker to start and join
+  // even on a loaded machine (the job does not wait for it: a rejoin that
+  // comes after the last step never happens).
+  const TrainRun run = train(dir_, "--set train.steps=40 --set parallel.dp=2 --set parallel.tp=2"
                                    " --set 'test.failures=\"1@2:forward\"' --set elastic.rejoin=true"
                                    " --set test.repair_at_step=4");
-  expect_recovered(run, 12);
+  expect_recovered(run, 40);
   const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
   EXPECT_EQ(metrics[3]["tp"], nlohmann::json::parse("[1, 2]"));
   EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse("[2, 2]")) << run.output;
@@ -211,10 +214,10 @@ TEST_F(RecoveryCliTest, ARepairedRankRejoinsAndTheReplicaGoesBackToFullTp) {
 
 // TP 4 -> 3 -> 4: a degraded replica changes K for the healthy one too, and back.
 TEST_F(RecoveryCliTest, ARejoinRestoresTp4AfterTp3) {
-  const TrainRun run = train(dir_, "--set train.steps=10 --set parallel.dp=2 --set parallel.tp=4"
+  const TrainRun run = train(dir_, "--set train.steps=30 --set parallel.dp=2 --set parallel.tp=4"
                                    " --set 'test.failures=\"2@2:sync:STOP\"' --set elastic.rejoin=true"
                                    " --set test.repair_at_step=4");
-  expect_recovered(run, 10);
+  expect_recovered(run, 30);
   const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
   EXPECT_EQ(metrics[4]["tp"], nlohmann::json::parse("[3, 4]"));
   EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse("[4, 4]")) << run.output;
