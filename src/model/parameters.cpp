@@ -48,12 +48,7 @@ void ParameterLayout::add(const std::string& name, UnitKind kind, std::int64_t u
   t.name = name;
   t.kind = kind;
   t.unit_size = unit_size;
-  switch (kind) {
-    case UnitKind::kReplicated: t.units = layout::IntervalSet::range(0, 1); break;
-    case UnitKind::kHead: t.units = shard_.heads; break;
-    case UnitKind::kNeuron: t.units = shard_.neurons; break;
-    case UnitKind::kVocab: t.units = shard_.vocab; break;
-  }
+  t.units = kind == UnitKind::kReplicated ? layout::IntervalSet::range(0, 1) : shard_.of(kind);
   t.offset = size_;
   t.count = t.units.size() * unit_size;
   t.weight_decay = decay;

@@ -29,7 +29,6 @@
 
 namespace ntp::model {
 
-enum class UnitKind { kReplicated, kHead, kNeuron, kVocab };
 const char* to_string(UnitKind kind);
 
 struct TensorSpec {

@@ -20,6 +20,20 @@ Shard Shard::full(const GptConfig& c) {
           layout::IntervalSet::range(0, c.padded_vocab)};
 }
 
+const layout::IntervalSet& Shard::of(UnitKind kind) const {
+  switch (kind) {
+    case UnitKind::kHead:
+      return heads;
+    case UnitKind::kNeuron:
+      return neurons;
+    case UnitKind::kVocab:
+      return vocab;
+    case UnitKind::kReplicated:
+      break;
+  }
+  throw std::invalid_argument("shard: replicated tensors have no unit set");
+}
+
 void Shard::validate(const GptConfig& c) const {
   check_range(heads, c.heads, "heads");
   check_range(neurons, c.ffn(), "neurons");

@@ -37,20 +37,6 @@ PartLayout part_layout(const model::ParameterLayout& layout, bool replicated) {
   return out;
 }
 
-const layout::IntervalSet& units_of(const model::Shard& shard, model::UnitKind kind) {
-  switch (kind) {
-    case model::UnitKind::kHead:
-      return shard.heads;
-    case model::UnitKind::kNeuron:
-      return shard.neurons;
-    case model::UnitKind::kVocab:
-      return shard.vocab;
-    case model::UnitKind::kReplicated:
-      break;
-  }
-  throw std::logic_error("replicated tensors have no unit set");
-}
-
 nlohmann::json intervals_json(const layout::IntervalSet& set) {
   nlohmann::json out = nlohmann::json::array();
   for (const layout::Interval& i : set.intervals()) out.push_back({i.start, i.end});
@@ -121,7 +107,7 @@ void check_coverage(const std::vector<PartRecord>& parts, const model::GptConfig
   for (const auto& [kind, count] : kinds) {
     layout::IntervalSet seen;
     for (const PartRecord& p : parts) {
-      const layout::IntervalSet& held = units_of(p.shard, kind);
+      const layout::IntervalSet& held = p.shard.of(kind);
       if (!seen.intersect(held).empty()) {
         throw CheckpointError(fmt::format("{}: {} units {} are held by two parts (one is {})", manifest.string(),
                                           model::to_string(kind), seen.intersect(held).to_string(), p.file));
