@@ -13,6 +13,7 @@
 #include <set>
 
 #include "comm/heartbeat.h"
+#include "comm/port_budget.h"
 
 #include "comm/store.h"
 #include "elastic/job.h"
@@ -468,6 +469,20 @@ void check_power(const train::Config& config, int local_ranks) {
   }
 }
 
+// Every rank of this host listens on its Gloo groups' ports at once; a job
+// that cannot fit the ephemeral range would fail half way through connecting
+// (comm/port_budget.h), so it is refused before any worker starts.
+void check_ports(const train::Config& config, int local_ranks) {
+  if (local_ranks < 2) return;  // one rank trains in-process, without groups
+  const std::optional<comm::PortRange> range = comm::ephemeral_port_range();
+  if (!range) return;
+  const comm::RankGroups groups{static_cast<std::int64_t>(train::job_places(config.parallel).size()),
+                                config.parallel.tp, config.parallel.dp};
+  if (const std::optional<std::string> shortfall = comm::port_shortfall(local_ranks, groups, *range)) {
+    throw UnsupportedRequest(*shortfall);
+  }
+}
+
 }  // namespace
 
 int run_train_worker(const std::filesystem::path& run_dir) {
@@ -508,7 +523,9 @@ std::filesystem::path choose_run_dir(const train::Config& config, const std::str
 
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
                              bool verify, std::FILE* out) {
-  check_power(config, static_cast<int>(train::job_places(config.parallel).size()));
+  const int local_ranks = static_cast<int>(train::job_places(config.parallel).size());
+  check_power(config, local_ranks);
+  check_ports(config, local_ranks);
   // --resume of a checkpoint inside a run directory continues that run.
   const bool resuming = !config.run.resume.empty();
   const bool continues = resuming && train::run_dir_of_checkpoint(config.run.resume) ==
