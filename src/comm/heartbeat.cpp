@@ -25,13 +25,15 @@ Heartbeat::Heartbeat(std::shared_ptr<Store> store, int global_rank, std::chrono:
   thread_ = std::thread([this] { loop(); });
 }
 
-Heartbeat::~Heartbeat() {
+Heartbeat::~Heartbeat() { stop(); }
+
+void Heartbeat::stop() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void Heartbeat::beat() {

@@ -26,6 +26,7 @@ class Heartbeat {
   Heartbeat(std::shared_ptr<Store> store, int global_rank,
             std::chrono::milliseconds interval = std::chrono::milliseconds(500));
   ~Heartbeat();  // stops beating (the key stays and goes stale)
+  void stop();   // the same, earlier; idempotent
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 

@@ -17,6 +17,7 @@
 
 #include "comm/store.h"
 #include "elastic/job.h"
+#include "elastic/process_cpu.h"
 #include "elastic/world.h"
 #include "power/rank_power.h"
 #include "train/local_trainer.h"
@@ -281,6 +282,8 @@ class Fencer {
     if (event == "worker_started") {
       pids_[r.rank] = r.pid;
       started_ms_[r.rank] = now_ms();
+      fresh_cpu_.erase(r.rank);  // a restarted worker is a new process
+      fresh_sampled_ms_.erase(r.rank);
     }
     if (event == "worker_exited") {
       pids_.erase(r.rank);
@@ -325,14 +328,40 @@ class Fencer {
       if (store_->try_get(fence_key(rank))) {
         fence(rank, "declared lost by the survivors (silent in the agreement)", ages[i]);
       } else if (ages[i] > max_age_ms_) {
-        fence(rank, "heartbeat older than deadline.heartbeat_s", ages[i]);
+        if (!starved(rank, ages[i])) fence(rank, "heartbeat older than deadline.heartbeat_s", ages[i]);
       } else if (ages[i] < 0 && now_ms() - started_ms_[rank] > first_beat_ms_) {
         fence(rank, "no heartbeat within deadline.rendezvous_s of its start", ages[i]);
+      } else if (ages[i] >= 0) {
+        note_fresh(rank);
       }
     }
   }
 
  private:
+  // A rank's CPU time while its heartbeat was fresh: the reference that tells
+  // a starved worker from a stopped one once the beat goes stale.
+  // Sampled at most once a second: any moment of a fresh beat will do.
+  void note_fresh(int rank) {
+    starved_.erase(rank);
+    std::int64_t& sampled = fresh_sampled_ms_[rank];
+    if (now_ms() - sampled < 1000) return;
+    sampled = now_ms();
+    if (const std::optional<ProcessSample> s = sample_process(pids_.at(rank))) fresh_cpu_[rank] = *s;
+  }
+
+  // A stale heartbeat of a local worker that still gets CPU (process_cpu.h):
+  // not fenced; the event says so once per episode.
+  bool starved(int rank, std::int64_t age_ms) {
+    const std::optional<ProcessSample> now = sample_process(pids_.at(rank));
+    const auto fresh = fresh_cpu_.find(rank);
+    if (!now || fresh == fresh_cpu_.end() || stale_worker_lost(fresh->second, *now)) return false;
+    if (starved_.insert(rank).second) {
+      run_.event("rank_starved", {{"rank", rank}, {"heartbeat_age_ms", age_ms},
+                                  {"cpu_ticks_since_beat", now->cpu_ticks - fresh->second.cpu_ticks}});
+    }
+    return true;
+  }
+
   static std::int64_t now_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
@@ -361,6 +390,9 @@ class Fencer {
   std::set<int> fenced_;
   std::map<int, std::int64_t> lost_ms_;  // lost ranks waiting for their repair
   std::set<int> restarted_;
+  std::map<int, ProcessSample> fresh_cpu_;  // CPU time at a recent fresh heartbeat
+  std::map<int, std::int64_t> fresh_sampled_ms_;
+  std::set<int> starved_;                   // stale but getting CPU: reported once
 };
 
 // One launch of the workers of `config`, through the launcher; the progress

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -24,7 +25,8 @@ namespace {
 // The failures this rank injects into itself, each fired once.
 class FaultPlan {
  public:
-  FaultPlan(const train::Config& c, int rank, int ranks) {
+  // `mute` stops this rank's heartbeat (MUTE).
+  FaultPlan(const train::Config& c, int rank, int ranks, std::function<void()> mute) : mute_(std::move(mute)) {
     std::vector<train::FaultSpec> all = train::parse_faults(c.test.failures);
     for (const train::FaultSpec& f :
          train::chaos_faults(c.test.chaos, static_cast<std::uint64_t>(c.test.chaos_seed), ranks, c.train.steps)) {
@@ -50,12 +52,17 @@ class FaultPlan {
       if (f.signal == train::kHang) {
         while (true) std::this_thread::sleep_for(std::chrono::hours(1));  // until fenced
       }
+      if (f.signal == train::kMute) {
+        if (mute_) mute_();
+        continue;
+      }
       ::kill(::getpid(), f.signal);
     }
   }
 
  private:
   std::vector<train::FaultSpec> mine_;
+  std::function<void()> mute_;
 };
 
 int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan& faults, bool rejoining) {
@@ -122,7 +129,7 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
   if (rejoining) {
     train::drop_injected_failures(run_config);
   }
-  FaultPlan faults(run_config, options.rank, options.world_size);
+  FaultPlan faults(run_config, options.rank, options.world_size, [&heartbeat] { heartbeat.stop(); });
   const train::StopRequest stop;  // SIGINT/SIGTERM: finish the step, save, end
   try {
     const int code = run_loop(trainer, config, faults, rejoining);

@@ -60,10 +60,12 @@ FaultSpec parse_one(const std::string& entry) {
       f.signal = SIGSTOP;
     } else if (parts[2] == "HANG") {
       f.signal = kHang;
+    } else if (parts[2] == "MUTE") {
+      f.signal = kMute;
     } else if (parts[2] == "LAG" && f.phase == "commit") {
       f.signal = kLag;
     } else {
-      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL, STOP or HANG (or LAG, at commit)", entry,
+      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL, STOP, HANG or MUTE (or LAG, at commit)", entry,
                                               parts[2]));
     }
   }
@@ -109,6 +111,7 @@ std::string to_string(const FaultSpec& f) {
                      f.signal == SIGSTOP ? "STOP"
                      : f.signal == kLag ? "LAG"
                      : f.signal == kHang ? "HANG"
+                     : f.signal == kMute ? "MUTE"
                                          : "KILL");
 }
 

@@ -12,7 +12,9 @@
 // STEP, before this rank's part is written). SIGNAL is KILL (default) or STOP; HANG: no
 // signal, the rank's main thread blocks forever while its heartbeat goes on
 // (a wedged process: only the collective deadlines and the survivors'
-// agreement can find it); or, at commit
+// agreement can find it); MUTE: no signal, the rank's heartbeat stops while
+// it trains on (a heartbeat thread starved of CPU: the launcher sees the
+// process still gets CPU and must not fence it); or, at commit
 // only, LAG: no signal, the rank acts as if the commit collective had failed
 // on it while the others completed it (a partial commit: it falls one step
 // behind and recovery must roll it forward).
@@ -24,12 +26,13 @@ namespace ntp::train {
 
 constexpr int kLag = 0;    // FaultSpec::signal of LAG
 constexpr int kHang = -1;  // FaultSpec::signal of HANG
+constexpr int kMute = -2;  // FaultSpec::signal of MUTE
 
 struct FaultSpec {
   int rank = 0;
   std::int64_t step = 0;
   std::string phase = "start";
-  int signal = 9;  // SIGKILL, SIGSTOP, kLag or kHang
+  int signal = 9;  // SIGKILL, SIGSTOP, kLag, kHang or kMute
   bool operator==(const FaultSpec&) const = default;
 };
 

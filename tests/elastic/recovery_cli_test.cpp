@@ -28,10 +28,10 @@ struct TrainRun {
 };
 
 // `ntp train` of a dp x tp job on the test model under `timeout`: a run that
-// stalls is killed and reported as such.
-TrainRun train(const fs::path& dir, const std::string& sets) {
+// stalls is killed and reported as such. `env`: VAR=value ... for the command.
+TrainRun train(const fs::path& dir, const std::string& sets, const std::string& env = "") {
   const ntp::testing::CliRun r = ntp::testing::run_cli(
-      "timeout -s KILL " + std::to_string(kTimeLimitS) + " " + std::string(NTP_BINARY),
+      env + " timeout -s KILL " + std::to_string(kTimeLimitS) + " " + std::string(NTP_BINARY),
       "train --run-dir " + dir.string() +
           " --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2 --set run.trace_steps=0"
           " --set elastic.recover=true --set elastic.settle_s=0.2 --set deadline.collective_s=10"
@@ -186,6 +186,26 @@ TEST_F(RecoveryCliTest, ARankShortOfTheCommitCompletesItLocally) {
   ASSERT_EQ(completed.size(), 1u) << run.output;
   EXPECT_EQ(completed[0]["rank"], 1);
   EXPECT_EQ(completed[0]["step"], 2);
+}
+
+// A worker whose heartbeat stops while it still gets CPU (its heartbeat
+// thread starved on an oversubscribed host) is not fenced: the launcher sees
+// its CPU time advance, reports it once (rank_starved), and the run trains
+// on with no recovery. Rank 1's slowed update (0.4 s a step) keeps the run
+// going well past deadline.heartbeat_s (1.5 s) after the beat stops.
+TEST_F(RecoveryCliTest, AWorkerWithAStaleHeartbeatThatStillGetsCpuIsNotFenced) {
+  const TrainRun run = train(dir_, "--set train.steps=10 --set parallel.dp=2 --set parallel.tp=2"
+                                   " --set 'test.failures=\"1@1:forward:MUTE\"'",
+                             "NTP_TEST_MUTATIONS=1 NTP_TEST_SLOW_UPDATE=1:0.4");
+  ASSERT_NE(run.code, 137) << stall_report(dir_);
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+  EXPECT_TRUE(events_named(dir_, "rank_fenced").empty()) << run.output;
+  EXPECT_TRUE(events_named(dir_, "step_resumed").empty()) << run.output;
+  const std::vector<nlohmann::json> starved = events_named(dir_, "rank_starved");
+  ASSERT_EQ(starved.size(), 1u) << run.output;
+  EXPECT_EQ(starved[0]["rank"], 1);
+  EXPECT_GT(starved[0]["cpu_ticks_since_beat"].get<std::int64_t>(), 0);
 }
 
 // The transient case: rank 1 dies at step 2, replica 0 goes on at TP 1; once

@@ -19,6 +19,8 @@ TEST(Faults, ParsesEveryFieldAndDefaultsToKill) {
   EXPECT_EQ(f[1], (FaultSpec{1, 0, "forward", SIGKILL}));
   EXPECT_EQ(to_string(f[0]), "3@5:commit:STOP");
   EXPECT_EQ(parse_faults("2@1:sync:HANG")[0].signal, kHang);
+  EXPECT_EQ(parse_faults("2@1:forward:MUTE")[0].signal, kMute);
+  EXPECT_EQ(to_string(parse_faults("2@1:forward:MUTE")[0]), "2@1:forward:MUTE");
   EXPECT_EQ(parse_faults("2@1:commit:LAG")[0].signal, kLag);
   EXPECT_THROW(parse_faults("2@1:sync:LAG"), std::invalid_argument);  // LAG only at commit
   EXPECT_TRUE(parse_faults("").empty());
