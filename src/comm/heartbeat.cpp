@@ -32,6 +32,12 @@ Heartbeat::~Heartbeat() {
   }
   cv_.notify_all();
   thread_.join();
+  // A rank that stops on its own takes its beat away: a watcher elsewhere
+  // must not take a finished rank for one lost with its host.
+  try {
+    store_->erase(heartbeat_key(rank_));
+  } catch (const std::exception&) {
+  }
 }
 
 void Heartbeat::beat() {
