@@ -322,7 +322,9 @@ class Fencer {
     std::vector<int> ranks;
     for (const auto& [rank, pid] : pids_) ranks.push_back(rank);
     if (ranks.empty()) return;
-    const std::vector<std::int64_t> ages = comm::heartbeat_ages_ms(*store_, ranks);
+    const std::optional<std::vector<std::int64_t>> read = ages_of(ranks);
+    if (!read) return;
+    const std::vector<std::int64_t>& ages = *read;
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const int rank = ranks[i];
       if (ages[i] >= 0) beaten_.insert(rank);
@@ -346,7 +348,9 @@ class Fencer {
   void tick_remote() {
     if (remote_.empty() || now_ms() < next_remote_ms_) return;
     next_remote_ms_ = now_ms() + std::max<std::int64_t>(100, max_age_ms_ / 5);
-    const std::vector<std::int64_t> ages = comm::heartbeat_ages_ms(*store_, remote_);
+    const std::optional<std::vector<std::int64_t>> read = ages_of(remote_);
+    if (!read) return;
+    const std::vector<std::int64_t>& ages = *read;
     std::vector<int> stale;
     std::vector<std::string> keys;
     for (std::size_t i = 0; i < remote_.size(); ++i) {
@@ -372,6 +376,19 @@ class Fencer {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
+  }
+
+  // The ranks' beat ages; none while the store was just unavailable (a read
+  // that blocked on a reconnect, as when the server restarts): the ranks
+  // could not beat either, so for one deadline.heartbeat_s their silence
+  // says nothing.
+  std::optional<std::vector<std::int64_t>> ages_of(const std::vector<int>& ranks) {
+    const std::int64_t before = now_ms();
+    std::vector<std::int64_t> ages = comm::heartbeat_ages_ms(*store_, ranks);
+    const std::int64_t after = now_ms();
+    if (after - before > kStoreHiccupMs) store_back_ms_ = after;
+    if (store_back_ms_ > 0 && after - store_back_ms_ < max_age_ms_) return std::nullopt;
+    return ages;
   }
 
   void fence(int rank, const std::string& reason, std::int64_t age_ms) {
@@ -400,6 +417,8 @@ class Fencer {
   std::vector<int> remote_;
   std::set<int> declared_;  // remote ranks found stale
   std::int64_t next_remote_ms_ = 0;
+  static constexpr std::int64_t kStoreHiccupMs = 500;  // a batched read takes milliseconds
+  std::int64_t store_back_ms_ = 0;  // when the store answered again after being unavailable
 };
 
 // The ranks this host runs, and how they meet those of the other hosts.
