@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/job_store.h"
 #include "power/boost_policy.h"
 
 namespace {
@@ -154,6 +155,26 @@ TEST_F(CliTest, TrainAcrossHostsRefusesInconsistentFlags) {
   const CommandResult file_store = ntp("train --store file:/tmp --run-dir " + dir_.string());
   EXPECT_EQ(file_store.code, 2) << file_store.output;
   EXPECT_FALSE(fs::exists(dir_)) << "nothing may be created for rejected flags";
+}
+
+// A node other than 0 joins node 0's announcement: a different --nnodes, or a
+// run directory it cannot see (no shared file system), is refused.
+TEST_F(CliTest, TrainNodeRefusesAnotherNnodesAndAnInvisibleRunDirectory) {
+  if (!ntp::comm::testing::RedisServer::available()) GTEST_SKIP() << "redis-server is not installed";
+  ntp::comm::testing::RedisServer redis;
+  const auto announce = [&](const fs::path& run_dir) {
+    const std::string spec = ntp::comm::start_job(redis.spec("node"));
+    const nlohmann::json run = {{"run_dir", run_dir.string()}, {"nnodes", 2}};
+    ntp::comm::open_store(spec)->append("ntp/run", ntp::comm::to_bytes(run.dump()));
+    return spec;
+  };
+  const std::string unseen = announce(dir_ / "not-here");
+  const CommandResult invisible = ntp("train --nnodes 2 --node-rank 1 --store " + unseen);
+  EXPECT_EQ(invisible.code, 2) << invisible.output;
+  EXPECT_NE(invisible.output.find("is not visible on node 1"), std::string::npos) << invisible.output;
+  const CommandResult three = ntp("train --nnodes 3 --node-rank 1 --store " + unseen);
+  EXPECT_EQ(three.code, 2) << three.output;
+  EXPECT_NE(three.output.find("node 0 started job"), std::string::npos) << three.output;
 }
 
 // One host on a Redis store: the job claims an id, prints the placement, and
