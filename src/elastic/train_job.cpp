@@ -310,6 +310,7 @@ class Fencer {
       store_->erase(fence_key(rank));
       store_->erase(comm::heartbeat_key(rank));
       fenced_.erase(rank);
+      beaten_.erase(rank);  // the new process must beat within deadline.rendezvous_s
       restarted_.insert(rank);
       run_.event("rank_restarted", {{"rank", rank}});
       due.push_back(rank);
@@ -318,23 +319,34 @@ class Fencer {
     return due;
   }
 
+  // Every launcher tick: the local ranks, then the other hosts'.
+  void poll() {
+    const std::int64_t now = now_ms();
+    if (poll_started_ms_ > 0 && now - poll_started_ms_ > kStoreHiccupMs) store_back_ms_ = now;
+    poll_started_ms_ = now;
+    tick();
+    tick_remote();
+  }
+
   void tick() {
     std::vector<int> ranks;
     for (const auto& [rank, pid] : pids_) ranks.push_back(rank);
     if (ranks.empty()) return;
-    const std::optional<std::vector<std::int64_t>> read = ages_of(ranks);
-    if (!read) return;
-    const std::vector<std::int64_t>& ages = *read;
+    // Right after a store outage the beats are not judged; fence requests are.
+    const std::optional<std::vector<std::int64_t>> ages = ages_of(ranks);
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const int rank = ranks[i];
-      if (ages[i] >= 0) beaten_.insert(rank);
+      const std::int64_t age = ages ? (*ages)[i] : 0;
+      if (ages && age >= 0) beaten_.insert(rank);
       if (store_->try_get(fence_key(rank))) {
-        fence(rank, "declared lost by the survivors (silent in the agreement)", ages[i]);
-      } else if (ages[i] > max_age_ms_) {
-        fence(rank, "heartbeat older than deadline.heartbeat_s", ages[i]);
-      } else if (ages[i] < 0 && !beaten_.contains(rank) && now_ms() - started_ms_[rank] > first_beat_ms_) {
+        fence(rank, "declared lost by the survivors (silent in the agreement)", age);
+      } else if (!ages) {
+        continue;
+      } else if (age > max_age_ms_) {
+        fence(rank, "heartbeat older than deadline.heartbeat_s", age);
+      } else if (age < 0 && !beaten_.contains(rank) && now_ms() - started_ms_[rank] > first_beat_ms_) {
         // (a rank that beat and has none now is ending on its own)
-        fence(rank, "no heartbeat within deadline.rendezvous_s of its start", ages[i]);
+        fence(rank, "no heartbeat within deadline.rendezvous_s of its start", age);
       }
     }
   }
@@ -378,15 +390,14 @@ class Fencer {
         .count();
   }
 
-  // The ranks' beat ages; none while the store was just unavailable (a read
-  // that blocked on a reconnect, as when the server restarts): the ranks
-  // could not beat either, so for one deadline.heartbeat_s their silence
-  // says nothing.
+  // The ranks' beat ages; none while the store was just unavailable (a call
+  // of this poll or the last one blocked on a reconnect, as when the server
+  // restarts): the ranks could not beat either, so for one
+  // deadline.heartbeat_s their silence says nothing.
   std::optional<std::vector<std::int64_t>> ages_of(const std::vector<int>& ranks) {
-    const std::int64_t before = now_ms();
     std::vector<std::int64_t> ages = comm::heartbeat_ages_ms(*store_, ranks);
     const std::int64_t after = now_ms();
-    if (after - before > kStoreHiccupMs) store_back_ms_ = after;
+    if (after - poll_started_ms_ > kStoreHiccupMs) store_back_ms_ = after;
     if (store_back_ms_ > 0 && after - store_back_ms_ < max_age_ms_) return std::nullopt;
     return ages;
   }
@@ -419,6 +430,7 @@ class Fencer {
   std::int64_t next_remote_ms_ = 0;
   static constexpr std::int64_t kStoreHiccupMs = 500;  // a batched read takes milliseconds
   std::int64_t store_back_ms_ = 0;  // when the store answered again after being unavailable
+  std::int64_t poll_started_ms_ = 0;
 };
 
 // The ranks this host runs, and how they meet those of the other hosts.
@@ -479,8 +491,7 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
         on_step(train::step_metrics_from_json(line));
         ++logged_steps;
       }
-      fencer->tick();
-      fencer->tick_remote();
+      fencer->poll();
     };
     options.restarts = [&] { return fencer->restarts(logged_steps); };
     options.restart_env["NTP_REJOIN"] = "1";
