@@ -151,7 +151,7 @@ wait_steps() {
 # A run of the two hosts, with `$2` done to it after step 4 (none, kill, redis).
 run_case() {
   local name=$1 action=$2
-  local run="$TMP/run-$name" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
+  local run="$TMP/run-$name-$RANDOM" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
   local started=$SECONDS
   start_node0 "$run" "$out0"
   local spec
