@@ -127,7 +127,7 @@ int run_launch(int argc, char** argv) {
   std::optional<ntp::elastic::LogTee> mirror;
   if (tee > 0) {
     std::vector<int> ranks;
-    for (int local = 0; local < options.nproc; ++local) ranks.push_back(options.node_rank * options.nproc + local);
+    for (int local = 0; local < options.nproc; ++local) ranks.push_back(options.global_rank(local));
     mirror.emplace(options.log_dir, ranks, stdout);
     options.on_tick = [&mirror] { mirror->poll(); };
   }

@@ -2,7 +2,9 @@
 // docs/config.md). With no arguments it runs the built-in demo.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <filesystem>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +12,7 @@
 #include "cli/command.h"
 #include "cli/path_args.h"
 #include "cli/run_report.h"
+#include "elastic/launcher.h"
 #include "elastic/train_job.h"
 #include "train/checkpoint.h"
 
@@ -57,6 +60,19 @@ void write_report(const std::filesystem::path& run_dir) {
   }
 }
 
+// Slurm's node count and index when one ntp train runs per node and the
+// flags do not give them; under Slurm its job id names the job.
+void apply_slurm_nodes(ntp::elastic::NodeOptions& node, bool nodes_given) {
+  ntp::elastic::LaunchOptions slurm;
+  slurm.nnodes = node.nnodes;
+  slurm.node_rank = node.node_rank;
+  slurm.store = node.store;
+  ntp::elastic::apply_slurm_nodes(slurm, ntp::elastic::current_environment(), nodes_given);
+  node.nnodes = slurm.nnodes;
+  node.node_rank = slurm.node_rank;
+  node.store = slurm.store;
+}
+
 int run_train(int argc, char** argv) {
   CLI::App app{"Train a GPT with data parallelism over (nonuniform) tensor-parallel replicas.",
                "ntp train"};
@@ -79,6 +95,16 @@ int run_train(int argc, char** argv) {
                "print the resolved configuration (every key with its value, TOML) and exit");
   app.add_flag("--verify", verify,
                "after training, replay the schedule at TP = 1, DP = 1 and compare (exit 1 on fail)");
+  ntp::elastic::NodeOptions node;
+  auto* nnodes = app.add_option("--nnodes", node.nnodes,
+                                "hosts in the job, one ntp train on each (default 1, or Slurm's SLURM_NNODES)");
+  auto* node_rank = app.add_option("--node-rank,--node_rank", node.node_rank,
+                                   "this host's index in [0, nnodes) (default 0, or SLURM_NODEID)");
+  app.add_option("--store", node.store,
+                 "redis://HOST:PORT[?job=ID]: the store the hosts meet through; node 0 prints the job id every "
+                 "other node must name (default: a file store in the run directory, one host)");
+  app.add_option("--iface", node.iface,
+                 "network interface or address the workers' Gloo connections bind to (default loopback)");
   // One rank of a multi-process run, as the launcher starts it.
   app.add_flag("--worker", worker)->group("");
   try {
@@ -111,9 +137,16 @@ int run_train(int argc, char** argv) {
     std::printf("%s", ntp::train::to_toml(config).c_str());
     return ntp::cli::kExitOk;
   }
+  apply_slurm_nodes(node, nnodes->count() > 0 || node_rank->count() > 0);
   try {
+    if (node.node_rank > 0) {
+      // The job's configuration and run directory are node 0's.
+      ntp::elastic::run_train_node(node, std::chrono::milliseconds(static_cast<long>(config.deadline.rendezvous_s * 1000)),
+                                   stdout);
+      return ntp::cli::kExitOk;
+    }
     const auto result = ntp::elastic::run_train_job(
-        config, ntp::elastic::choose_run_dir(config, run_dir), verify, stdout);
+        config, ntp::elastic::choose_run_dir(config, run_dir), verify, stdout, node);
     write_report(result.run_dir);
     if (result.verify) {
       std::printf("%s\n", result.verify->to_json().dump().c_str());
@@ -135,6 +168,9 @@ int run_train(int argc, char** argv) {
   } catch (const ntp::elastic::UnsupportedRequest& e) {
     spdlog::error("ntp train: {}", e.what());
     return ntp::cli::kExitImpossible;
+  } catch (const std::invalid_argument& e) {  // --nnodes, --node-rank, --store
+    spdlog::error("ntp train: {}", e.what());
+    return ntp::cli::kExitBadInput;
   }
 }
 

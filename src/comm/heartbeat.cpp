@@ -25,9 +25,17 @@ Heartbeat::Heartbeat(std::shared_ptr<Store> store, int global_rank, std::chrono:
   thread_ = std::thread([this] { loop(); });
 }
 
-Heartbeat::~Heartbeat() { stop(); }
+Heartbeat::~Heartbeat() {
+  pause();
+  // A rank that stops on its own takes its beat away: a watcher elsewhere
+  // must not take a finished rank for one lost with its host.
+  try {
+    store_->erase(heartbeat_key(rank_));
+  } catch (const std::exception&) {
+  }
+}
 
-void Heartbeat::stop() {
+void Heartbeat::pause() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;

@@ -25,8 +25,12 @@ class Heartbeat {
   // Beats once at once (so a fresh rank is never stale), then every interval.
   Heartbeat(std::shared_ptr<Store> store, int global_rank,
             std::chrono::milliseconds interval = std::chrono::milliseconds(500));
-  ~Heartbeat();  // stops beating (the key stays and goes stale)
-  void stop();   // the same, earlier; idempotent
+  // Stops beating and erases the key: a rank that ends on its own is not
+  // stale. A killed process never gets here, so its key stays and goes stale.
+  ~Heartbeat();
+  // Stops beating and leaves the key to go stale, as a stopped or starved
+  // process's would (test.failures MUTE). Idempotent.
+  void pause();
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 

@@ -76,8 +76,18 @@ RedisStore::RedisStore(std::string host, int port, std::string name_space,
       password_(read_password()) {
   if (host_.empty()) throw_bad_input("open_store", "redis store needs a host (redis://host:port)");
   if (port_ <= 0 || port_ > 65535) throw_bad_input("open_store", "redis port " + std::to_string(port_) + " is out of range");
-  main_.context = connect(timeout_);
-  if (main_.context == nullptr) throw_bad_input("open_store", describe() + " is unreachable");
+  // A server that cannot be reached is refused at once; one that answers but
+  // is still loading its dataset (just restarted) is waited for.
+  const auto give_up = std::chrono::steady_clock::now() + reconnect_within_;
+  bool loading = false;
+  while ((main_.context = connect(timeout_, &loading)) == nullptr && loading &&
+         std::chrono::steady_clock::now() < give_up) {
+    loading = false;
+    std::this_thread::sleep_for(kReconnectPause);
+  }
+  if (main_.context == nullptr) {
+    throw_bad_input("open_store", describe() + (loading ? " is still loading its dataset" : " is unreachable"));
+  }
 }
 
 RedisStore::~RedisStore() {
@@ -96,9 +106,10 @@ std::string RedisStore::full_key(const std::string& key) const {
 }
 
 // A new connection that answered PING (after AUTH when a password is set), or
-// nullptr when the server cannot be reached now (worth retrying). A server
+// nullptr when the server cannot be reached now or is still loading its
+// dataset after a restart (worth retrying). A server
 // that refuses us (password) is a bad input, never retried.
-redisContext* RedisStore::connect(std::chrono::milliseconds socket_timeout) const {
+redisContext* RedisStore::connect(std::chrono::milliseconds socket_timeout, bool* loading) const {
   redisContext* context = redisConnectWithTimeout(host_.c_str(), port_, to_timeval(timeout_));
   if (context == nullptr) throw_bad_input("open_store", describe() + ": cannot allocate a connection");
   if (context->err != 0) {
@@ -126,6 +137,11 @@ redisContext* RedisStore::connect(std::chrono::milliseconds socket_timeout) cons
   Reply pong = refusal.empty() ? command({"PING"}) : nullptr;
   if (refusal.empty() && pong && pong->type == REDIS_REPLY_ERROR) {
     const std::string why = pong->str;
+    if (why.rfind("LOADING", 0) == 0) {  // a restarted server reading its dataset back: retry
+      redisFree(context);
+      if (loading != nullptr) *loading = true;
+      return nullptr;
+    }
     refusal = describe() + " does not answer PING: " + why;
     if (why.rfind("NOAUTH", 0) == 0) {
       refusal = describe() + " requires a password: set NTP_REDIS_PASSWORD or NTP_REDIS_PASSWORD_FILE";

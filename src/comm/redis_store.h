@@ -68,7 +68,8 @@ class RedisStore : public Store {
   Reply run(const char* op, const std::vector<std::string_view>& args);
   std::vector<Reply> run_on(Link& link, const char* op, const std::vector<std::vector<std::string_view>>& commands,
                             std::chrono::milliseconds socket_timeout);
-  redisContext* connect(std::chrono::milliseconds socket_timeout) const;
+  // *loading: the server answered but is still loading its dataset.
+  redisContext* connect(std::chrono::milliseconds socket_timeout, bool* loading = nullptr) const;
   // wait_first for servers without BLMOVE (before 6.2): LINDEX with a backoff.
   Reply poll_first(const std::string& list, std::chrono::milliseconds timeout);
   std::string full_key(const std::string& key) const;

@@ -314,8 +314,8 @@ Environment worker_env(const LaunchOptions& options, int local_rank, int hardwar
   const auto [addr, redis_port] = master_of(options.store);
   const int port = redis_port != 0 ? redis_port : options.master_port;
   Environment env = options.extra_env;
-  env["RANK"] = std::to_string(options.node_rank * options.nproc + local_rank);
-  env["WORLD_SIZE"] = std::to_string(options.nnodes * options.nproc);
+  env["RANK"] = std::to_string(options.global_rank(local_rank));
+  env["WORLD_SIZE"] = std::to_string(options.world());
   env["LOCAL_RANK"] = std::to_string(local_rank);
   env["LOCAL_WORLD_SIZE"] = std::to_string(options.nproc);
   env["GROUP_RANK"] = std::to_string(options.node_rank);
@@ -367,7 +367,7 @@ void check_job(const LaunchOptions& options) {
 }
 
 void claim_job(LaunchOptions& options) {
-  if (!options.store.starts_with("redis://") || options.node_rank != 0) return;
+  if (!options.store.starts_with("redis://") || options.node_rank != 0 || options.job_started) return;
   options.store = comm::start_job(options.store);
   spdlog::info("ntp launch: job {}; start the other nodes with --store {}", comm::job_of(options.store),
                options.store);
@@ -385,6 +385,10 @@ void validate(const LaunchOptions& o) {
   if (!o.store.starts_with("file:") && !o.store.starts_with("redis://")) {
     throw std::invalid_argument(
         fmt::format("--store '{}': expected file:DIR or redis://host:port", o.store));
+  }
+  if (o.first_rank >= 0 && o.first_rank + o.nproc > o.world()) {
+    throw std::invalid_argument(fmt::format("ranks {}-{} of this host are outside the job's {} ranks", o.first_rank,
+                                            o.first_rank + o.nproc - 1, o.world()));
   }
   if (o.command.empty()) throw std::invalid_argument("no worker command given (after --)");
   if (o.straggler_timeout.count() < 0) throw std::invalid_argument("--straggler-timeout must be >= 0 seconds");
@@ -414,7 +418,7 @@ LaunchResult launch(const LaunchOptions& options_in) {
       for (const auto& [name, value] : options.restart_env) env[name] = value;
     }
     for (const auto& [name, value] : env) plan.env.push_back(name + "=" + value);
-    const int rank = options.node_rank * options.nproc + local;
+    const int rank = options.global_rank(local);
     if (!options.log_dir.empty()) {
       // A restarted worker appends to its rank's log: the first life stays readable.
       plan.log_path = (options.log_dir / fmt::format("rank-{}.log", rank)).string();
@@ -425,7 +429,7 @@ LaunchResult launch(const LaunchOptions& options_in) {
   Supervisor supervisor(options, result, spawn_rank);
   for (int local = 0; local < options.nproc; ++local) {
     RankExit record;
-    record.rank = options.node_rank * options.nproc + local;
+    record.rank = options.global_rank(local);
     try {
       record.pid = spawn_rank(local, false);
     } catch (...) {

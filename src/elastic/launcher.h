@@ -37,9 +37,19 @@ struct LaunchOptions {
   int nproc = 1;      // workers on this host
   int nnodes = 1;     // hosts in the job (each runs one launcher)
   int node_rank = 0;  // this host's index
+  // Global rank of local rank 0 and the job's size, when hosts run different
+  // numbers of workers (`ntp train` keeps each replica inside one host);
+  // -1 / 0: node_rank × nproc and nnodes × nproc.
+  int first_rank = -1;
+  int world_size = 0;
+  int global_rank(int local_rank) const { return (first_rank >= 0 ? first_rank : node_rank * nproc) + local_rank; }
+  int world() const { return world_size > 0 ? world_size : nnodes * nproc; }
   // Rendezvous store handed to the workers as NTP_STORE: "file:DIR" (one host
   // or a shared file system) or "redis://host:port" (several hosts).
   std::string store;
+  // The caller already started the store's job (node 0 of `ntp train`): the
+  // launcher does not claim it again.
+  bool job_started = false;
   int master_port = 0;  // MASTER_PORT for file stores; 0 = pick a free port
   std::vector<std::string> command;  // program and arguments
   // Per-rank logs (rank-N.log, stdout and stderr); empty = inherit the launcher's.

@@ -144,6 +144,7 @@ Membership result(const MembershipOptions& o, std::vector<Survivor> survivors) {
 
 std::string dead_key(int rank) { return fmt::format("ntp/dead/{}", rank); }
 std::string fence_key(int rank) { return fmt::format("ntp/fence/{}", rank); }
+std::string starved_key(int rank) { return fmt::format("ntp/starved/{}", rank); }
 
 std::vector<int> Membership::ranks() const {
   std::vector<int> out;

@@ -45,6 +45,9 @@ namespace ntp::elastic {
 
 std::string dead_key(int rank);   // set by the launcher when worker `rank` died or was fenced
 std::string fence_key(int rank);  // set by survivors: the launcher must kill `rank`
+// Set by `rank`'s launcher (wall ms) while its beat is stale but it still gets
+// CPU: watchers on other hosts must not take it for lost with its host.
+std::string starved_key(int rank);
 std::string alive_list_key(std::uint64_t epoch);    // registrations of epoch `epoch`
 std::string members_list_key(std::uint64_t epoch);  // publications of epoch `epoch`; the first wins
 

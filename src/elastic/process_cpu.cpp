@@ -1,17 +1,21 @@
 #include "elastic/process_cpu.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 namespace ntp::elastic {
 
-std::optional<ProcessSample> sample_process(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+namespace {
+
+// One /proc stat file: "pid (comm) state ppid ...". comm may hold spaces and
+// parentheses, so the fields start after the last ')'; utime and stime are
+// fields 14 and 15.
+std::optional<ProcessSample> read_stat(const std::filesystem::path& file) {
+  std::ifstream in(file);
   std::string line;
   if (!std::getline(in, line)) return std::nullopt;
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so the
-  // fields start after the last ')'. utime and stime are fields 14 and 15.
   const std::size_t close = line.rfind(')');
   if (close == std::string::npos) return std::nullopt;
   std::istringstream fields(line.substr(close + 1));
@@ -25,10 +29,24 @@ std::optional<ProcessSample> sample_process(int pid) {
   return s;
 }
 
+}  // namespace
+
+std::optional<ProcessSample> sample_process(int pid) {
+  const std::filesystem::path dir = "/proc/" + std::to_string(pid);
+  std::optional<ProcessSample> s = read_stat(dir / "stat");
+  if (!s) return std::nullopt;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(dir / "task", ec)) {
+    const std::optional<ProcessSample> thread = read_stat(task.path() / "stat");
+    if (thread && thread->state == 'R') ++s->runnable_threads;
+  }
+  return s;
+}
+
 bool stale_worker_lost(const ProcessSample& at_last_fresh_beat, const ProcessSample& now) {
   switch (now.state) {
     case 'T': case 't': case 'Z': case 'X': return true;
-    default: return now.cpu_ticks <= at_last_fresh_beat.cpu_ticks;
+    default: return now.runnable_threads == 0 && now.cpu_ticks <= at_last_fresh_beat.cpu_ticks;
   }
 }
 

@@ -14,13 +14,16 @@ namespace ntp::elastic {
 struct ProcessSample {
   char state = '?';            // /proc/<pid>/stat: R, S, D, T (stopped), t (traced), Z, X
   std::int64_t cpu_ticks = 0;  // user + system time of all its threads, in clock ticks
+  int runnable_threads = 0;    // threads in state R: running, or waiting for a core
 };
 
 // The process's state and CPU time; nullopt once it is gone (or on a system without /proc).
 std::optional<ProcessSample> sample_process(int pid);
 
-// Whether a worker whose heartbeat is stale is lost: it is stopped, a zombie,
-// or has had no CPU since `at_last_fresh_beat` was sampled.
+// Whether a worker whose heartbeat is stale is lost: it is stopped or a
+// zombie, or none of its threads is runnable and it has had no CPU since
+// `at_last_fresh_beat` was sampled. (A starved thread is runnable even when
+// the clock ticks, 10 ms each, have not moved.)
 bool stale_worker_lost(const ProcessSample& at_last_fresh_beat, const ProcessSample& now);
 
 }  // namespace ntp::elastic

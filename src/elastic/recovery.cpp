@@ -236,17 +236,8 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   const train::KindPlans plans = trainer_.plans(config_of(from_epoch), next, stale);
 
   const double move_start = unix_time_s();
-  comm::GroupOptions go;
-  go.epoch = epoch;
-  go.ranks = survivors;
-  go.global_rank = trainer_.rank();
-  go.name = "recover";
-  go.timeout = ms(config.deadline.collective_s);
-  go.connect_timeout = ms(config.deadline.rendezvous_s);
-  go.world_size = static_cast<int>(trainer_.places().size());
-  const std::shared_ptr<comm::Store> store = trainer_.store();
-  go.is_dead = [store](int rank) { return store->try_get(dead_key(rank)).has_value(); };
-  const std::unique_ptr<comm::Group> exchange = comm::create_group(store, go);
+  const std::unique_ptr<comm::Group> exchange =
+      comm::create_group(trainer_.store(), trainer_.group_options(epoch, survivors, "recover"));
   const train::StateMoveStats moved =
       trainer_.move_state(next, plans, *exchange, survivors, me_stale,
                           stale.empty() ? std::nullopt : fresh, newest);

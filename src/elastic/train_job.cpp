@@ -12,10 +12,15 @@
 #include <optional>
 #include <set>
 
-#include "comm/heartbeat.h"
+#include <net/if.h>
+
 #include "comm/port_budget.h"
 
+#include "comm/error.h"
+#include "comm/heartbeat.h"
+#include "comm/job_store.h"
 #include "comm/store.h"
+#include "elastic/placement.h"
 #include "elastic/job.h"
 #include "elastic/process_cpu.h"
 #include "elastic/world.h"
@@ -310,6 +315,7 @@ class Fencer {
       store_->erase(fence_key(rank));
       store_->erase(comm::heartbeat_key(rank));
       fenced_.erase(rank);
+      beaten_.erase(rank);  // the new process must beat within deadline.rendezvous_s
       restarted_.insert(rank);
       run_.event("rank_restarted", {{"rank", rank}});
       due.push_back(rank);
@@ -318,22 +324,71 @@ class Fencer {
     return due;
   }
 
+  // Every launcher tick: the local ranks, then the other hosts'.
+  void poll() {
+    const std::int64_t now = now_ms();
+    if (poll_started_ms_ > 0 && now - poll_started_ms_ > kStoreHiccupMs) store_back_ms_ = now;
+    poll_started_ms_ = now;
+    tick();
+    tick_remote();
+  }
+
   void tick() {
     std::vector<int> ranks;
     for (const auto& [rank, pid] : pids_) ranks.push_back(rank);
     if (ranks.empty()) return;
-    const std::vector<std::int64_t> ages = comm::heartbeat_ages_ms(*store_, ranks);
+    // Right after a store outage the beats are not judged; fence requests are.
+    const std::optional<std::vector<std::int64_t>> ages = ages_of(ranks);
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const int rank = ranks[i];
+      const std::int64_t age = ages ? (*ages)[i] : 0;
+      if (ages && age >= 0) beaten_.insert(rank);
       if (store_->try_get(fence_key(rank))) {
-        fence(rank, "declared lost by the survivors (silent in the agreement)", ages[i]);
-      } else if (ages[i] > max_age_ms_) {
-        if (!starved(rank, ages[i])) fence(rank, "heartbeat older than deadline.heartbeat_s", ages[i]);
-      } else if (ages[i] < 0 && now_ms() - started_ms_[rank] > first_beat_ms_) {
-        fence(rank, "no heartbeat within deadline.rendezvous_s of its start", ages[i]);
-      } else if (ages[i] >= 0) {
+        fence(rank, "declared lost by the survivors (silent in the agreement)", age);
+      } else if (!ages) {
+        continue;
+      } else if (age > max_age_ms_) {
+        if (!starved(rank, age)) fence(rank, "heartbeat older than deadline.heartbeat_s", age);
+      } else if (age < 0 && !beaten_.contains(rank) && now_ms() - started_ms_[rank] > first_beat_ms_) {
+        // (a rank that beat and has none now is ending on its own)
+        fence(rank, "no heartbeat within deadline.rendezvous_s of its start", age);
+      } else if (age >= 0) {
         note_fresh(rank);
       }
+    }
+  }
+
+  // The ranks of the other hosts. A whole host lost takes its launcher with
+  // it, so nobody there marks its ranks dead: a rank whose beat went stale is
+  // marked here (dead_key, for the survivors' agreement) and fenced, should
+  // its host come back.
+  void watch_remote(std::vector<int> ranks) { remote_ = std::move(ranks); }
+
+  void tick_remote() {
+    if (remote_.empty() || now_ms() < next_remote_ms_) return;
+    next_remote_ms_ = now_ms() + std::max<std::int64_t>(100, max_age_ms_ / 5);
+    const std::optional<std::vector<std::int64_t>> read = ages_of(remote_);
+    if (!read) return;
+    const std::vector<std::int64_t>& ages = *read;
+    std::vector<int> stale;
+    std::vector<std::string> keys;  // per stale rank: its dead mark, then its starved mark
+    for (std::size_t i = 0; i < remote_.size(); ++i) {
+      if (ages[i] <= max_age_ms_ || declared_.contains(remote_[i])) continue;
+      stale.push_back(remote_[i]);
+      keys.push_back(dead_key(remote_[i]));
+      keys.push_back(starved_key(remote_[i]));
+    }
+    if (stale.empty()) return;
+    const auto marks = store_->get_many(keys);  // its own launcher may have reported it, or vouched for it
+    for (std::size_t i = 0; i < stale.size(); ++i) {
+      if (vouched_starved(marks[2 * i + 1])) continue;
+      declared_.insert(stale[i]);
+      if (marks[2 * i]) continue;
+      store_->set(fence_key(stale[i]), comm::to_bytes("lost with its host"));
+      store_->set(dead_key(stale[i]), comm::to_bytes("lost with its host"));
+      run_.event("rank_lost", {{"rank", stale[i]},
+                               {"reason", "heartbeat older than deadline.heartbeat_s and no launcher reports it "
+                                          "(its host is lost)"}});
     }
   }
 
@@ -359,6 +414,8 @@ class Fencer {
       run_.event("rank_starved", {{"rank", rank}, {"heartbeat_age_ms", age_ms},
                                   {"cpu_ticks_since_beat", now->cpu_ticks - fresh->second.cpu_ticks}});
     }
+    // Vouched for on the store, so that the other hosts' watchers (tick_remote) hold off too.
+    store_->set(starved_key(rank), comm::to_bytes(std::to_string(wall_ms())));
     return true;
   }
 
@@ -366,6 +423,35 @@ class Fencer {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
+  }
+
+  static std::int64_t wall_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Whether the rank's launcher vouched, within deadline.heartbeat_s, that it
+  // is starved rather than lost (its host is alive: it writes the mark).
+  bool vouched_starved(const std::optional<std::vector<char>>& mark) const {
+    if (!mark) return false;
+    try {
+      return wall_ms() - std::stoll(std::string(mark->begin(), mark->end())) <= max_age_ms_;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+  // The ranks' beat ages; none while the store was just unavailable (a call
+  // of this poll or the last one blocked on a reconnect, as when the server
+  // restarts): the ranks could not beat either, so for one
+  // deadline.heartbeat_s their silence says nothing.
+  std::optional<std::vector<std::int64_t>> ages_of(const std::vector<int>& ranks) {
+    std::vector<std::int64_t> ages = comm::heartbeat_ages_ms(*store_, ranks);
+    const std::int64_t after = now_ms();
+    if (after - poll_started_ms_ > kStoreHiccupMs) store_back_ms_ = after;
+    if (store_back_ms_ > 0 && after - store_back_ms_ < max_age_ms_) return std::nullopt;
+    return ages;
   }
 
   void fence(int rank, const std::string& reason, std::int64_t age_ms) {
@@ -393,15 +479,48 @@ class Fencer {
   std::map<int, ProcessSample> fresh_cpu_;  // CPU time at a recent fresh heartbeat
   std::map<int, std::int64_t> fresh_sampled_ms_;
   std::set<int> starved_;                   // stale but getting CPU: reported once
+  std::set<int> beaten_;  // local ranks seen beating
+  std::vector<int> remote_;
+  std::set<int> declared_;  // remote ranks found stale
+  std::int64_t next_remote_ms_ = 0;
+  static constexpr std::int64_t kStoreHiccupMs = 500;  // a batched read takes milliseconds
+  std::int64_t store_back_ms_ = 0;  // when the store answered again after being unavailable
+  std::int64_t poll_started_ms_ = 0;
 };
+
+// The ranks this host runs, and how they meet those of the other hosts.
+struct Host {
+  NodeOptions node;
+  HostPlacement place;
+  int world = 0;
+  std::vector<int> remote() const {
+    std::vector<int> out;
+    for (int r = 0; r < world; ++r) {
+      if (r < place.first_rank || r >= place.first_rank + place.ranks) out.push_back(r);
+    }
+    return out;
+  }
+};
+
+Host host_of(const train::Config& config, const NodeOptions& node) {
+  const std::vector<HostPlacement> hosts = place_hosts(config.parallel, node.nnodes);
+  return {node, hosts.at(static_cast<std::size_t>(node.node_rank)),
+          static_cast<int>(train::job_places(config.parallel).size())};
+}
 
 // One launch of the workers of `config`, through the launcher; the progress
 // follows metrics.jsonl, which the writer rank appends to.
-LaunchResult launch_workers(const train::Config& config, const train::RunDir& run,
+LaunchResult launch_workers(const train::Config& config, const train::RunDir& run, const Host& host,
                             const std::function<void(const train::StepMetrics&)>& on_step) {
   LaunchOptions options;
-  options.nproc = static_cast<int>(train::job_places(config.parallel).size());
-  options.store = "file:" + run.store_dir().string();
+  options.nproc = host.place.ranks;
+  options.nnodes = host.node.nnodes;
+  options.node_rank = host.node.node_rank;
+  options.first_rank = host.place.first_rank;
+  options.world_size = host.world;
+  options.store = host.node.store.empty() ? "file:" + run.store_dir().string() : host.node.store;
+  options.job_started = true;
+  if (!host.node.iface.empty()) options.extra_env["NTP_GLOO_IFACE"] = host.node.iface;
   options.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "train", "--worker",
                      "--run-dir", run.path().string()};
   options.log_dir = run.log_dir();
@@ -420,13 +539,14 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
   if (config.elastic.recover) {
     options.tolerate_failures = true;
     fencer = std::make_unique<Fencer>(config, run, comm::open_store(options.store));
+    fencer->watch_remote(host.remote());
     options.on_event = [&fencer](const std::string& event, const RankExit& r) { fencer->on_event(event, r); };
     options.on_tick = [&] {
       for (const nlohmann::json& line : tail.read_new()) {
         on_step(train::step_metrics_from_json(line));
         ++logged_steps;
       }
-      fencer->tick();
+      fencer->poll();
     };
     options.restarts = [&] { return fencer->restarts(logged_steps); };
     options.restart_env["NTP_REJOIN"] = "1";
@@ -438,7 +558,7 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
 // the newest checkpoint when in-job recovery is impossible
 // (elastic.fallback). Returns every step's metrics.
 std::vector<train::StepMetrics> train_with_workers(
-    const train::Config& first, const train::RunDir& run, std::FILE* out,
+    const train::Config& first, const train::RunDir& run, const NodeOptions& node, std::FILE* out,
     const std::function<void(const train::StepMetrics&)>& on_step) {
   train::Config config = first;
   double restarted_at = 0;  // the last fallback restart, until its first step is logged
@@ -451,7 +571,7 @@ std::vector<train::StepMetrics> train_with_workers(
   };
   for (std::int64_t restarts = 0;; ++restarts) {
     const double started = train::unix_time_s();
-    const LaunchResult result = launch_workers(config, run, show);
+    const LaunchResult result = launch_workers(config, run, host_of(config, node), show);
     if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
     if (first_event(run, "run_interrupted", started)) return run.read_metrics();
     const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
@@ -459,12 +579,16 @@ std::vector<train::StepMetrics> train_with_workers(
     });
     const std::string reason = last_stop_reason(run, started);
     if (units_lost) {
-      if (config.elastic.fallback == train::FallbackPolicy::kCheckpoint && restarts < config.elastic.max_restarts) {
+      // A restart from a checkpoint relaunches every worker: one host's
+      // ntp train cannot do that for the others, so across hosts the run stops.
+      if (config.elastic.fallback == train::FallbackPolicy::kCheckpoint && restarts < config.elastic.max_restarts &&
+          node.nnodes == 1) {
         config = fallback_config(config, result, run, reason, out);
         restarted_at = train::unix_time_s();
         continue;
       }
-      throw UnsupportedRequest(fmt::format("in-job recovery is impossible: {} (logs in {})", reason,
+      throw UnsupportedRequest(fmt::format("in-job recovery is impossible: {}{} (logs in {})", reason,
+                                           node.nnodes > 1 ? "; across hosts there is no restart from a checkpoint" : "",
                                            run.log_dir().string()));
     }
     if (!result.ok() || config.elastic.recover) {
@@ -505,17 +629,134 @@ void check_power(const train::Config& config, int local_ranks) {
 // that cannot fit the ephemeral range would fail half way through connecting
 // (comm/port_budget.h), so it is refused before any worker starts.
 void check_ports(const train::Config& config, int local_ranks) {
-  if (local_ranks < 2) return;  // one rank trains in-process, without groups
+  const auto world = static_cast<std::int64_t>(train::job_places(config.parallel).size());
+  if (world < 2) return;  // one rank trains in-process, without groups
   const std::optional<comm::PortRange> range = comm::ephemeral_port_range();
   if (!range) return;
-  const comm::RankGroups groups{static_cast<std::int64_t>(train::job_places(config.parallel).size()),
-                                config.parallel.tp, config.parallel.dp};
+  const comm::RankGroups groups{world, config.parallel.tp, config.parallel.dp};
   if (const std::optional<std::string> shortfall = comm::port_shortfall(local_ranks, groups, *range)) {
     throw UnsupportedRequest(*shortfall);
   }
 }
 
+// Node 0's announcement to the other nodes: the run directory (they must
+// see it) and the number of hosts it placed the replicas on.
+const char* const kRunKey = "ntp/run";
+
+// Node 0 of a job on a shared store: claims the job, prints the placement
+// and how to start the other nodes, and publishes the run for them.
+void start_hosts(const train::Config& config, const train::RunDir& run, NodeOptions& node, std::FILE* out) {
+  node.store = comm::start_job(node.store);
+  const std::vector<HostPlacement> hosts = place_hosts(config.parallel, node.nnodes);
+  const std::string placement = describe_placement(hosts);
+  const std::string job = comm::job_of(node.store);
+  run.event("job_placed", {{"job_id", job}, {"nnodes", node.nnodes}, {"placement", placement},
+                           {"store", comm::without_job(node.store)}});
+  std::fprintf(out, "job %s on %d host%s: %s\n", job.c_str(), node.nnodes, node.nnodes == 1 ? "" : "s",
+               placement.c_str());
+  if (node.nnodes > 1) {
+    std::fprintf(out, "start node I of the others with: ntp train --nnodes %d --node-rank I --store %s%s\n",
+                 node.nnodes, node.store.c_str(), node.iface.empty() ? "" : " --iface <its address>");
+  }
+  std::fflush(out);
+  const nlohmann::json announcement = {{"run_dir", std::filesystem::absolute(run.path()).string()},
+                                       {"nnodes", node.nnodes}};
+  comm::open_store(node.store)->append(kRunKey, comm::to_bytes(announcement.dump()));
+}
+
+// Does this host's part of a job count as done? Every local worker that
+// ended on its own exited 0; with elastic.recover, the killed ones are the
+// failures the survivors recovered from.
+bool host_done(const LaunchResult& result, bool recover) {
+  if (!recover) return result.ok();
+  return std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
+    return r.ok() || (!r.exited && !r.stopped_by_launcher);
+  });
+}
+
+// The Gloo address of a worker: NTP_GLOO_IFACE names an interface of this
+// host or an address (host name); loopback without it.
+void set_gloo_address(train::WorkerOptions& options, const Environment& env) {
+  const auto it = env.find("NTP_GLOO_IFACE");
+  if (it == env.end() || it->second.empty()) return;
+  if (::if_nametoindex(it->second.c_str()) != 0) {
+    options.gloo_iface = it->second;
+  } else {
+    options.gloo_host = it->second;
+  }
+}
+
 }  // namespace
+
+void validate(const NodeOptions& node) {
+  if (node.nnodes < 1) throw std::invalid_argument(fmt::format("--nnodes {}: must be >= 1", node.nnodes));
+  if (node.node_rank < 0 || node.node_rank >= node.nnodes) {
+    throw std::invalid_argument(
+        fmt::format("--node-rank {} is outside [0, --nnodes = {})", node.node_rank, node.nnodes));
+  }
+  if (node.nnodes > 1 && node.store.empty()) {
+    throw std::invalid_argument(fmt::format("--nnodes {}: several hosts meet through a shared store: give --store "
+                                            "redis://HOST:PORT",
+                                            node.nnodes));
+  }
+  if (!node.store.empty() && !node.store.starts_with("redis://")) {
+    throw std::invalid_argument(fmt::format("--store '{}': expected redis://HOST:PORT[?job=ID] (one host uses a "
+                                            "file store in the run directory without --store)",
+                                            node.store));
+  }
+  if (node.node_rank > 0 && comm::job_of(node.store).empty()) {
+    throw std::invalid_argument(fmt::format("--store '{}': node {} must name the job node 0 printed ('{}?job=<id>')",
+                                            node.store, node.node_rank, node.store));
+  }
+}
+
+void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std::FILE* out) {
+  validate(node);
+  if (node.node_rank == 0) throw std::invalid_argument("--node-rank 0 starts the job (run_train_job)");
+  std::shared_ptr<comm::Store> store;
+  try {
+    store = comm::open_store(node.store);
+  } catch (const comm::CommError& e) {
+    if (e.kind() != comm::CommErrorKind::kBadInput) throw;
+    throw std::invalid_argument(fmt::format("--store: {}", e.detail()));
+  }
+  const auto announced = store->wait_first(kRunKey, wait);
+  if (!announced) {
+    throw std::runtime_error(fmt::format("node 0 of job {} published no run within {} s", comm::job_of(node.store),
+                                         wait.count() / 1000.0));
+  }
+  const nlohmann::json run_info = nlohmann::json::parse(comm::to_text(*announced));
+  const std::filesystem::path run_dir = run_info["run_dir"].get<std::string>();
+  if (run_info["nnodes"].get<int>() != node.nnodes) {
+    throw std::invalid_argument(fmt::format("--nnodes {}: node 0 started job {} with --nnodes {}", node.nnodes,
+                                            comm::job_of(node.store), run_info["nnodes"].get<int>()));
+  }
+  if (!std::filesystem::exists(run_dir / "config.toml")) {
+    throw std::invalid_argument(fmt::format("node 0's run directory {} is not visible on node {}: several hosts need "
+                                            "the run directory (run.dir or --run-dir) on a file system they share",
+                                            run_dir.string(), node.node_rank));
+  }
+  const train::Config config = train::load_config((run_dir / "config.toml").string(), {});
+  const Host host = host_of(config, node);
+  check_power(config, host.place.ranks);
+  const train::RunDir run = train::RunDir::open(run_dir);
+  std::fprintf(out, "ntp train: node %d of %d in job %s: ranks %d-%d; run directory %s\n", node.node_rank,
+               node.nnodes, comm::job_of(node.store).c_str(), host.place.first_rank,
+               host.place.first_rank + host.place.ranks - 1, run_dir.string().c_str());
+  std::fflush(out);
+  const LaunchResult result = launch_workers(config, run, host, [](const train::StepMetrics&) {});
+  const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
+    return r.exited && r.code == kExitUnitsLost;
+  });
+  if (units_lost) {
+    throw UnsupportedRequest(fmt::format("in-job recovery is impossible (logs in {})", run.log_dir().string()));
+  }
+  if (!host_done(result, config.elastic.recover)) {
+    throw std::runtime_error(fmt::format("the workers of node {} failed (logs in {}):\n{}", node.node_rank,
+                                         run.log_dir().string(), result.report()));
+  }
+  std::fprintf(out, "ntp train: node %d done\n", node.node_rank);
+}
 
 int run_train_worker(const std::filesystem::path& run_dir) {
   const train::Config config = train::load_config((run_dir / "config.toml").string(), {});
@@ -526,6 +767,7 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   options.world_size = world.world_size;
   options.store = world.store;
   if (config.power.mode == power::PowerMode::nvml) options.gpu = gpu_of_local_rank(env, world.local_rank);
+  set_gloo_address(options, env);
   if (env.contains("NTP_TEST_MISPAIR_RANK")) options.mispair_rank = std::stoi(env.at("NTP_TEST_MISPAIR_RANK"));
   if (config.elastic.recover) {
     const std::shared_ptr<comm::Store> store = comm::open_store(options.store);
@@ -554,10 +796,12 @@ std::filesystem::path choose_run_dir(const train::Config& config, const std::str
 }
 
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
-                             bool verify, std::FILE* out) {
-  const int local_ranks = static_cast<int>(train::job_places(config.parallel).size());
-  check_power(config, local_ranks);
-  check_ports(config, local_ranks);
+                             bool verify, std::FILE* out, const NodeOptions& node_in) {
+  validate(node_in);
+  NodeOptions node = node_in;
+  const Host host = host_of(config, node);  // --nnodes that does not fit the replicas: before anything runs
+  check_power(config, host.place.ranks);
+  check_ports(config, host.place.ranks);
   // --resume of a checkpoint inside a run directory continues that run.
   const bool resuming = !config.run.resume.empty();
   const bool continues = resuming && train::run_dir_of_checkpoint(config.run.resume) ==
@@ -581,6 +825,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   run.event("run_started", {{"job", describe_job(config)}, {"ranks", train::job_places(config.parallel).size()}});
   std::fprintf(out, "ntp train: %s\nrun directory: %s\n", describe_job(config).c_str(),
                run_dir.string().c_str());
+  if (node.multi_host()) start_hosts(config, run, node, out);
   const double start = train::unix_time_s();
   // A live line on a terminal, plain lines in logs and pipes.
   train::Progress progress(out, config.train.steps, ::isatty(::fileno(out)) == 1);
@@ -590,7 +835,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   std::vector<train::StepMetrics> metrics;
   try {
     metrics = train::job_places(config.parallel).size() == 1 ? train_in_process(config, run_dir, show)
-                                                            : train_with_workers(config, run, out, show);
+                                                            : train_with_workers(config, run, node, out, show);
   } catch (const std::exception& e) {
     // A failed run still says why, in events.jsonl and summary.json.
     progress.finish();

@@ -4,6 +4,7 @@
 // show progress, write summary.json, and optionally verify the run against a
 // single-process replay. Errors in the configuration surface as
 // train::ConfigError before anything runs.
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -56,7 +57,35 @@ std::filesystem::path choose_run_dir(const train::Config& config, const std::str
 // (world.h), then runs one rank of the NTP trainer. Returns the exit code.
 int run_train_worker(const std::filesystem::path& run_dir);
 
+// This process's place in a multi-host job: one `ntp train` per host, each
+// starting its host's ranks (docs/train.md, "Several hosts").
+struct NodeOptions {
+  int nnodes = 1;
+  int node_rank = 0;
+  // Empty: a file store in the run directory (one host). Else
+  // redis://HOST:PORT[/ns][?job=ID]; node 0 starts the job (a new id unless
+  // one is named), every other node must name it.
+  std::string store;
+  // Gloo binds and publishes this: a network interface ("eth0") or an
+  // address or host name; empty = loopback.
+  std::string iface;
+  bool multi_host() const { return nnodes > 1 || !store.empty(); }
+};
+
+// Throws std::invalid_argument naming the flag (--nnodes, --node-rank,
+// --store) that is wrong or missing.
+void validate(const NodeOptions& node);
+
+// Node 0, and a single host: makes the run directory, starts the job, runs
+// this host's ranks, writes the summary.
 TrainJobResult run_train_job(const train::Config& config, const std::filesystem::path& run_dir,
-                             bool verify, std::FILE* out);
+                             bool verify, std::FILE* out, const NodeOptions& node = {});
+
+// Node I > 0: joins the job of node.store, takes node 0's configuration and
+// run directory (which must be visible here: a shared file system), and runs
+// this host's ranks. Waits up to `wait` for node 0 to publish the run.
+// Throws std::invalid_argument for a wrong job, --nnodes or an invisible run
+// directory; std::runtime_error when this host's workers failed.
+void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std::FILE* out);
 
 }  // namespace ntp::elastic

@@ -129,7 +129,7 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
   if (rejoining) {
     train::drop_injected_failures(run_config);
   }
-  FaultPlan faults(run_config, options.rank, options.world_size, [&heartbeat] { heartbeat.stop(); });
+  FaultPlan faults(run_config, options.rank, options.world_size, [&heartbeat] { heartbeat.pause(); });
   const train::StopRequest stop;  // SIGINT/SIGTERM: finish the step, save, end
   try {
     const int code = run_loop(trainer, config, faults, rejoining);

@@ -58,7 +58,7 @@ RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankP
 
 // Groups on the per-layer or per-bucket path skip the comm layer's per-call
 // descriptor check (one extra all-gather per call); the world group keeps it.
-comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::uint64_t epoch,
+comm::GroupOptions rank_group_options(const Config& c, const WorkerOptions& w, std::uint64_t epoch,
                                  std::vector<int> ranks, std::string name, bool check_inputs) {
   comm::GroupOptions o;
   o.epoch = epoch;
@@ -70,6 +70,8 @@ comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::u
   o.world_size = w.world_size;
   o.check_inputs = check_inputs;
   o.is_dead = w.is_dead;
+  o.hostname = w.gloo_host;
+  o.interface = w.gloo_iface;
   return o;
 }
 
@@ -314,6 +316,10 @@ std::vector<int> NtpTrainer::training_ranks(const ParallelConfig& p) const {
   return ranks;
 }
 
+comm::GroupOptions NtpTrainer::group_options(std::uint64_t epoch, std::vector<int> ranks, std::string name) const {
+  return rank_group_options(config_, options_, epoch, std::move(ranks), std::move(name), true);
+}
+
 void NtpTrainer::adopt(const ParallelConfig& next, std::uint64_t epoch) {
   Impl& x = *impl_;
   parallel_ = next;
@@ -329,13 +335,13 @@ bool NtpTrainer::trains_now() const { return trains(parallel_, me_.replica); }
 
 void NtpTrainer::connect() {
   Impl& x = *impl_;
-  x.world = comm::create_group(store_, group_options(config_, options_, epoch_, members_, "world", true));
+  x.world = comm::create_group(store_, rank_group_options(config_, options_, epoch_, members_, "world", true));
   std::vector<int> replica;
   for (int slot : x.layout.active) replica.push_back(global_rank_of({me_.replica, slot}));
   x.tp.reset(comm::create_group(
-      store_, group_options(config_, options_, epoch_, replica, fmt::format("tp/r{}", me_.replica), false)));
+      store_, rank_group_options(config_, options_, epoch_, replica, fmt::format("tp/r{}", me_.replica), false)));
   x.tp_sync = comm::create_group(
-      store_, group_options(config_, options_, epoch_, replica, fmt::format("tpsync/r{}", me_.replica), false));
+      store_, rank_group_options(config_, options_, epoch_, replica, fmt::format("tpsync/r{}", me_.replica), false));
   const int j = x.layout.views.heads.sync_group;
   if (j >= 0) {
     // DP groups come from the layout's core lists, never from physical slot ids.
@@ -343,7 +349,7 @@ void NtpTrainer::connect() {
     std::vector<int> members;
     for (const auto& [r, slot] : heads.sync_group_members(j)) members.push_back(global_rank_of({r, slot}));
     x.dp = comm::create_group(
-        store_, group_options(config_, options_, epoch_, members, fmt::format("dp/core{}", j), false));
+        store_, rank_group_options(config_, options_, epoch_, members, fmt::format("dp/core{}", j), false));
   }
   x.sync = std::make_unique<OverlappedSync>(x.model->layout(), *x.full, x.layout.views, x.layout.active,
                                             *x.tp_sync, x.dp.get(), config_.sync.bucket_mb);

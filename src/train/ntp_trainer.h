@@ -79,6 +79,10 @@ struct WorkerOptions {
   // ask to rejoin? The answer travels in the commit record, so every rank
   // sees the same and grows the job after the same step.
   std::function<bool(const std::vector<int>& members)> join_pending;
+  // Gloo: the address this rank binds and publishes (multi-host: this host's
+  // address), or a network interface, which wins if set.
+  std::string gloo_host = "127.0.0.1";
+  std::string gloo_iface;
 };
 
 // Where a step is when a fault point fires (fault injection, test.failures).
@@ -112,6 +116,9 @@ class NtpTrainer {
   std::vector<int> training_ranks(const ParallelConfig& p) const;
   std::shared_ptr<comm::Store> store() const { return store_; }
   const Config& config() const { return config_; }
+  // Options of a group of `ranks` in `epoch`: the job's deadlines, address
+  // and liveness oracle, with the per-call descriptor check.
+  comm::GroupOptions group_options(std::uint64_t epoch, std::vector<int> ranks, std::string name) const;
   // Appends an event to events.jsonl with this rank's number.
   void event(const std::string& name, nlohmann::json fields) const;
 

@@ -9,6 +9,11 @@
 #include <future>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "comm/job_store.h"
 #include "comm/redis_store.h"
 #include "tests/comm/redis_server.h"
@@ -82,6 +87,66 @@ TEST(RedisReconnect, AServerGoneLongerThanTheDeadlineFailsNamingIt) {
   EXPECT_LT(clock_type::now() - start, 3s);
   EXPECT_NE(text.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << text;
   EXPECT_NE(text.find("no connection for 300 ms"), std::string::npos) << text;
+}
+
+// A server that answers every command of its first `loading` connections
+// with Redis's "-LOADING" (a restarted server reading its dataset back),
+// then "+PONG" / "+OK" like a ready one. Enough RESP for PING and SET.
+class LoadingServer {
+ public:
+  explicit LoadingServer(int loading) : loading_(loading) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(listener_, 8);
+    socklen_t len = sizeof addr;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~LoadingServer() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+  int connections() const { return connections_; }
+
+ private:
+  void serve() {
+    while (true) {
+      const int fd = ::accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      const bool loading = connections_++ < loading_;
+      char buffer[4096];
+      for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) {
+        const std::string request(buffer, static_cast<std::size_t>(n));
+        const std::string reply = loading ? "-LOADING Redis is loading the dataset in memory\r\n"
+                                  : request.find("PING") != std::string::npos ? "+PONG\r\n"
+                                                                              : "+OK\r\n";
+        if (::write(fd, reply.data(), reply.size()) < 0) break;
+      }
+      ::close(fd);
+    }
+  }
+  int loading_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+TEST(RedisReconnect, AServerStillLoadingItsDatasetIsWaitedForNotRefused) {
+  LoadingServer server(3);
+  RedisStore store("127.0.0.1", server.port(), "", 1000ms, 5000ms);
+  EXPECT_EQ(server.connections(), 4);  // three answered LOADING, the fourth PONG
+  store.set("k", to_bytes("v"));
+  // Loading for longer than the deadline: refused, saying so.
+  LoadingServer slow(1000);
+  const std::string text = error_text([&] { RedisStore("127.0.0.1", slow.port(), "", 1000ms, 300ms); });
+  EXPECT_NE(text.find("still loading its dataset"), std::string::npos) << text;
 }
 
 // A server without BLMOVE (before 6.2; here the command is renamed away):

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/job_store.h"
 #include "power/boost_policy.h"
 
 namespace {
@@ -135,6 +136,60 @@ TEST_F(CliTest, LaunchOnRedisRunsUnderAJobIdThatEveryNodeMustName) {
                                   "?job=0123456789abcdef -- true");
   EXPECT_EQ(wrong.code, 2) << wrong.output;
   EXPECT_NE(wrong.output.find("no job '0123456789abcdef'"), std::string::npos) << wrong.output;
+}
+
+// Several hosts: flags that cannot make a job are refused before anything
+// is created or contacted.
+TEST_F(CliTest, TrainAcrossHostsRefusesInconsistentFlags) {
+  const CommandResult no_store = ntp("train --nnodes 2 --run-dir " + dir_.string());
+  EXPECT_EQ(no_store.code, 2) << no_store.output;
+  EXPECT_NE(no_store.output.find("give --store redis://HOST:PORT"), std::string::npos) << no_store.output;
+  const CommandResult uneven = ntp("train --nnodes 2 --store redis://127.0.0.1:1 --set parallel.dp=3 "
+                                   "--set parallel.tp=2 --run-dir " + dir_.string());
+  EXPECT_EQ(uneven.code, 2) << uneven.output;
+  EXPECT_NE(uneven.output.find("parallel.dp = 3 replicas do not split evenly over 2 hosts"), std::string::npos)
+      << uneven.output;
+  const CommandResult nameless = ntp("train --nnodes 2 --node-rank 1 --store redis://127.0.0.1:1");
+  EXPECT_EQ(nameless.code, 2) << nameless.output;
+  EXPECT_NE(nameless.output.find("node 1 must name the job node 0 printed"), std::string::npos) << nameless.output;
+  const CommandResult file_store = ntp("train --store file:/tmp --run-dir " + dir_.string());
+  EXPECT_EQ(file_store.code, 2) << file_store.output;
+  EXPECT_FALSE(fs::exists(dir_)) << "nothing may be created for rejected flags";
+}
+
+// A node other than 0 joins node 0's announcement: a different --nnodes, or a
+// run directory it cannot see (no shared file system), is refused.
+TEST_F(CliTest, TrainNodeRefusesAnotherNnodesAndAnInvisibleRunDirectory) {
+  if (!ntp::comm::testing::RedisServer::available()) GTEST_SKIP() << "redis-server is not installed";
+  ntp::comm::testing::RedisServer redis;
+  const auto announce = [&](const fs::path& run_dir) {
+    const std::string spec = ntp::comm::start_job(redis.spec("node"));
+    const nlohmann::json run = {{"run_dir", run_dir.string()}, {"nnodes", 2}};
+    ntp::comm::open_store(spec)->append("ntp/run", ntp::comm::to_bytes(run.dump()));
+    return spec;
+  };
+  const std::string unseen = announce(dir_ / "not-here");
+  const CommandResult invisible = ntp("train --nnodes 2 --node-rank 1 --store " + unseen);
+  EXPECT_EQ(invisible.code, 2) << invisible.output;
+  EXPECT_NE(invisible.output.find("is not visible on node 1"), std::string::npos) << invisible.output;
+  const CommandResult three = ntp("train --nnodes 3 --node-rank 1 --store " + unseen);
+  EXPECT_EQ(three.code, 2) << three.output;
+  EXPECT_NE(three.output.find("node 0 started job"), std::string::npos) << three.output;
+}
+
+// One host on a Redis store: the job claims an id, prints the placement, and
+// the workers rendezvous there.
+TEST_F(CliTest, TrainOnRedisRunsUnderAJobAndPrintsThePlacement) {
+  if (!ntp::comm::testing::RedisServer::available()) GTEST_SKIP() << "redis-server is not installed";
+  ntp::comm::testing::RedisServer redis;
+  const CommandResult run = ntp("train --store " + redis.spec("train") + " --run-dir " + dir_.string() +
+                                " --set parallel.dp=2 --set parallel.tp=2 --set train.steps=3 --set train.global_batch=4");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_NE(run.output.find("on 1 host: node 0: replicas 0,1 (ranks 0-3)"), std::string::npos) << run.output;
+  EXPECT_FALSE(fs::exists(dir_ / "store")) << "no file store beside Redis";
+  bool placed = false;
+  for (const nlohmann::json& e : read_lines(dir_ / "events.jsonl")) placed |= e.value("event", "") == "job_placed";
+  EXPECT_TRUE(placed);
 }
 
 TEST_F(CliTest, LaunchRejectsBadFlags) {

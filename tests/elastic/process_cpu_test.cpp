@@ -17,8 +17,9 @@ TEST(StaleWorker, StoppedZombieOrWithoutCpuIsLostStarvedIsNot) {
   const ProcessSample fresh{'S', 100};
   EXPECT_FALSE(stale_worker_lost(fresh, {'R', 101}));  // starved: runnable, had some CPU
   EXPECT_FALSE(stale_worker_lost(fresh, {'S', 250}));
-  EXPECT_TRUE(stale_worker_lost(fresh, {'R', 100}));   // no CPU since the last beat
-  EXPECT_TRUE(stale_worker_lost(fresh, {'D', 100}));   // wedged in the kernel
+  EXPECT_FALSE(stale_worker_lost(fresh, {'S', 100, 1}));  // a thread waits for a core
+  EXPECT_TRUE(stale_worker_lost(fresh, {'S', 100, 0}));   // nothing runnable, no CPU since the last beat
+  EXPECT_TRUE(stale_worker_lost(fresh, {'D', 100}));      // wedged in the kernel
   EXPECT_TRUE(stale_worker_lost(fresh, {'T', 900}));   // SIGSTOP
   EXPECT_TRUE(stale_worker_lost(fresh, {'t', 900}));
   EXPECT_TRUE(stale_worker_lost(fresh, {'Z', 900}));
@@ -39,6 +40,7 @@ TEST(StaleWorker, SamplesARealProcessRunningAndStopped) {
   const std::optional<ProcessSample> later = sample_process(child);
   ASSERT_TRUE(later.has_value());
   EXPECT_GT(later->cpu_ticks, running->cpu_ticks);
+  EXPECT_EQ(later->runnable_threads, 1);
   EXPECT_FALSE(stale_worker_lost(*running, *later));
 
   ASSERT_EQ(::kill(child, SIGSTOP), 0);
@@ -46,6 +48,7 @@ TEST(StaleWorker, SamplesARealProcessRunningAndStopped) {
   const std::optional<ProcessSample> stopped = sample_process(child);
   ASSERT_TRUE(stopped.has_value());
   EXPECT_EQ(stopped->state, 'T');
+  EXPECT_EQ(stopped->runnable_threads, 0);
   EXPECT_TRUE(stale_worker_lost(*later, *stopped));
 
   ::kill(child, SIGKILL);

@@ -128,6 +128,23 @@ TEST(WorkerEnv, SetsThePlaceOfEachWorker) {
   EXPECT_EQ(w.num_nodes, 2);
 }
 
+TEST(WorkerEnv, HostsWithDifferentWorkerCountsNumberTheirRanksFromTheirFirst) {
+  LaunchOptions o;
+  o.nproc = 3;  // a replica at TP 3 on this host, one at TP 4 on the other
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.first_rank = 4;
+  o.world_size = 7;
+  o.store = "redis://head:7000";
+  o.command = {"true"};
+  const Environment env = worker_env(o, 2, 16, {});
+  EXPECT_EQ(env.at("RANK"), "6");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "7");
+  EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "3");
+  o.first_rank = 5;  // ranks 5-7 of 7
+  EXPECT_THROW(validate(o), std::invalid_argument);
+}
+
 TEST(LaunchOptions, SlurmNodesAndValidation) {
   LaunchOptions o;
   o.store = "file:/tmp/x";

@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Multi-host `ntp train` on one machine: network namespaces stand in for
+# hosts. A "switch" namespace holds a bridge; each host namespace is joined to
+# it by a veth pair and has its own address (10.88.0.10 + node); Redis runs in
+# host 0's namespace. The run directory is a folder every "host" sees (one
+# file system), as a shared run.dir would be.
+#
+# Cases: 2 hosts x 4 ranks train and verify; host 1 killed whole mid-run (its
+# launcher's process group: its workers die with it and nobody on that host
+# reports the deaths) and the job goes on and verifies; Redis restarted
+# mid-run (down longer than deadline.heartbeat_s), no recovery.
+#
+# Usage: multihost_netns_test.sh NTP_BINARY [CASE...]   (cases: train kill redis)
+# Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
+# Every namespace, process and file it made is removed on any exit.
+set -u
+
+NTP=$(realpath "${1:?usage: multihost_netns_test.sh NTP_BINARY [CASE...]}")
+shift
+CASES=("$@")
+((${#CASES[@]})) || CASES=(train kill redis)
+REDIS=$(command -v redis-server || true)
+
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+[[ $(id -u) -eq 0 ]] || skip "network namespaces need root"
+command -v ip >/dev/null || skip "no 'ip' (iproute2)"
+[[ -n $REDIS ]] || skip "no redis-server"
+
+ID="ntp$$"  # unique per run: parallel runs do not collide
+TMP=$(mktemp -d "/tmp/ntp-netns-$ID.XXXX")
+NAMESPACES=()
+REDIS_PID=""
+
+cleanup() {
+  for ns in "${NAMESPACES[@]}"; do
+    # Only processes inside this run's namespaces: ours.
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+  done
+  for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  rm -rf "$TMP"
+  echo "cleanup: removed namespaces ${NAMESPACES[*]:-none} and $TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+fail() {
+  echo "FAIL: $*"
+  for f in "$TMP"/*.out; do
+    [[ -f $f ]] && { echo "--- $f"; tail -n 30 "$f"; }
+  done
+  exit 1
+}
+
+ip netns add "$ID-probe" 2>/dev/null || skip "cannot create network namespaces here"
+ip netns del "$ID-probe"
+
+# The switch and two hosts.
+SW="$ID-sw"
+ip netns add "$SW" && NAMESPACES+=("$SW") || fail "ip netns add $SW"
+ip -n "$SW" link add br0 type bridge && ip -n "$SW" link set br0 up || fail "bridge"
+for node in 0 1; do
+  ns="$ID-h$node"
+  ip netns add "$ns" && NAMESPACES+=("$ns") || fail "ip netns add $ns"
+  ip link add eth0 netns "$ns" type veth peer name "p$node" netns "$SW" || fail "veth of node $node"
+  ip -n "$SW" link set "p$node" master br0 up || fail "port of node $node"
+  ip -n "$ns" addr add "10.88.0.$((10 + node))/24" dev eth0 || fail "address of node $node"
+  ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up || fail "links of node $node"
+done
+echo "hosts: $ID-h0 (10.88.0.10, Redis) and $ID-h1 (10.88.0.11), bridged in $SW"
+
+export NTP_REDIS_PASSWORD="netns-$ID"  # AUTH on, as on a shared server
+start_redis() {
+  ip netns exec "$ID-h0" "$REDIS" --port 6379 --bind 10.88.0.10 --requirepass "$NTP_REDIS_PASSWORD" \
+    --save "" --appendonly yes --appendfsync always --dir "$TMP" --loglevel warning >>"$TMP/redis.log" 2>&1 &
+  REDIS_PID=$!
+  disown "$REDIS_PID"  # no job notice when the cleanup kills it
+  for _ in $(seq 100); do
+    ip netns exec "$ID-h0" redis-cli -h 10.88.0.10 -a "$NTP_REDIS_PASSWORD" --no-auth-warning ping 2>/dev/null |
+      grep -q PONG && return 0
+    sleep 0.1
+  done
+  fail "redis-server did not come up"
+}
+start_redis
+
+STEPS=36
+SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set "train.steps=$STEPS" --set train.global_batch=8
+  --set elastic.recover=true --set deadline.heartbeat_s=2 --set deadline.collective_s=20
+  --set deadline.rendezvous_s=30)
+STORE="redis://10.88.0.10:6379"
+
+# Starts node 0 (the job's first host) in the background; NODE0 is its pid.
+start_node0() {
+  local run=$1 out=$2
+  ip netns exec "$ID-h0" "$NTP" train "${SETTINGS[@]}" --run-dir "$run" --nnodes 2 --node-rank 0 --store "$STORE" \
+    --iface 10.88.0.10 --verify >"$out" 2>&1 &
+  NODE0=$!
+}
+
+# The spec with the job id that node 0 printed (what every other node must name).
+job_spec() {
+  local out=$1
+  for _ in $(seq 300); do
+    local spec
+    spec=$(grep -o -- "--store redis://[^ ]*" "$out" | head -n 1 | cut -d' ' -f2)
+    [[ -n $spec ]] && { echo "$spec"; return 0; }
+    kill -0 "$NODE0" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# Starts node 1 in a session of its own (setsid): its launcher leads a
+# process group that can be killed whole. NODE1 is its pid.
+start_node1() {
+  local spec=$1 out=$2
+  ip netns exec "$ID-h1" setsid "$NTP" train --nnodes 2 --node-rank 1 --store "$spec" --iface 10.88.0.11 \
+    >"$out" 2>&1 &
+  NODE1=$!
+}
+
+# Waits for pid $1 up to $2 seconds; its exit code in WAITED.
+wait_for() {
+  local pid=$1 limit=$2
+  for _ in $(seq $((limit * 10))); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid"
+      WAITED=$?
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+
+steps_logged() { [[ -f $1/metrics.jsonl ]] && wc -l <"$1/metrics.jsonl" || echo 0; }
+
+wait_steps() {
+  local run=$1 n=$2
+  for _ in $(seq 600); do
+    (($(steps_logged "$run") >= n)) && return 0
+    kill -0 "$NODE0" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# A run of the two hosts, with `$2` done to it after step 4 (none, kill, redis).
+run_case() {
+  local name=$1 action=$2
+  local run="$TMP/run-$name-$RANDOM" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
+  local started=$SECONDS
+  start_node0 "$run" "$out0"
+  local spec
+  spec=$(job_spec "$out0") || fail "$name: node 0 printed no job spec"
+  [[ $spec == *"?job="* ]] || fail "$name: the spec names no job: $spec"
+  start_node1 "$spec" "$out1"
+  if [[ $action != none ]]; then
+    wait_steps "$run" 4 || fail "$name: no 4 steps logged"
+  fi
+  case $action in
+    kill)
+      kill -9 -- "-$NODE1" || fail "$name: could not kill node 1's process group"
+      { wait "$NODE1"; } 2>/dev/null  # reaped here, without the shell's job notice
+      echo "$name: killed node 1's launcher process group (pid $NODE1) after $(steps_logged "$run") steps"
+      ;;
+    redis)
+      local at=$(steps_logged "$run")
+      kill -TERM "$REDIS_PID"
+      while kill -0 "$REDIS_PID" 2>/dev/null; do sleep 0.05; done
+      sleep 3  # longer than deadline.heartbeat_s: no beat can land meanwhile
+      start_redis
+      echo "$name: stopped redis-server after $at steps, started it again after $(steps_logged "$run")"
+      ;;
+  esac
+  wait_for "$NODE0" 150 || fail "$name: node 0 did not finish within 150 s"
+  local code0=$WAITED
+  local code1=137
+  if [[ $action != kill ]]; then
+    wait_for "$NODE1" 30 || fail "$name: node 1 did not finish within 30 s of node 0"
+    code1=$WAITED
+  fi
+  ((code0 == 0)) || fail "$name: node 0 exited with $code0"
+  grep -q '"verify":"pass"' "$out0" || fail "$name: --verify did not pass"
+  (($(steps_logged "$run") == STEPS)) || fail "$name: $(steps_logged "$run") steps logged, want $STEPS"
+  grep -q "node 0: replica 0 (ranks 0-3); node 1: replica 1 (ranks 4-7)" "$out0" || fail "$name: no placement line"
+  for rank in 0 1 2 3 4 5 6 7; do
+    [[ -f $run/logs/rank-$rank.log ]] || fail "$name: no log of rank $rank in $run/logs"
+  done
+  local recoveries
+  [[ -f $run/summary.json ]] || fail "$name: no summary.json"
+  recoveries=$(grep -c "^recovered:" "$out0")
+  case $action in
+    kill)
+      ((recoveries >= 1)) || fail "$name: no recovery reported"
+      grep -q '"event": *"rank_lost"' "$run/events.jsonl" || fail "$name: no rank_lost event"
+      grep -q "lost ranks \[4,5,6,7\]" "$out0" || fail "$name: ranks 4-7 not reported lost"
+      grep "^recovered:" "$out0"
+      ;;
+    *)
+      ((code1 == 0)) || fail "$name: node 1 exited with $code1"
+      ((recoveries == 0)) || fail "$name: $recoveries recoveries, want none"
+      ;;
+  esac
+  echo "PASS $name ($((SECONDS - started)) s)"
+}
+
+for c in "${CASES[@]}"; do
+  case $c in
+    train) run_case train none ;;
+    kill) run_case kill kill ;;
+    redis) run_case redis redis ;;
+    *) fail "unknown case $c" ;;
+  esac
+done
+echo "all cases passed"
