@@ -17,6 +17,7 @@
 #include "sim/policy_table.h"
 #include "sim/report.h"
 #include "sim/scenario_toml.h"
+#include "sim/reconfig_pause.h"
 #include "sim/step_model.h"
 #include "sim/study.h"
 
@@ -82,6 +83,12 @@ int model(const SimOptions& o) {
               b.compute_s, b.tp_comm_s, b.tp_exposed_s, b.p2p_s, b.microbatch_s);
   std::printf("  %.2f microbatches, bubble %.4f s, DP sync %.4f s (%.4f exposed)\n",
               b.microbatches, b.bubble_s, b.dp_sync_s, b.dp_exposed_s);
+  const ReconfigPause pause = reconfig_pause(s, m);
+  std::printf("reconfiguration: the busiest GPU moves %.3g B over NVLink + %.3g B over the NICs after a "
+              "failure (%.2f s), %.3g + %.3g B after a repair (%.2f s); pause %.1f s / %.1f s (%s)\n",
+              pause.failure_bytes_up, pause.failure_bytes_out, pause.failure_move_s, pause.rejoin_bytes_up,
+              pause.rejoin_bytes_out, pause.rejoin_move_s, pause.failure_s, pause.rejoin_s,
+              s.policies.reconfig_s || s.policies.rejoin_s ? "constants set in the scenario" : "from the plans");
   std::printf("\n active  ntp_runs_at  ntp_speed  ntp_share  pw_runs_at   need  boost  pw_cap        "
               "pw_speed  pw_share  ntp_step_s\n");
   const PolicyTable ntp = make_policy_table(Policy::kNtp, s, m);

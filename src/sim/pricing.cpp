@@ -6,6 +6,7 @@ namespace ntp::sim {
 
 Pricing::Pricing(const Scenario& s)
     : model_(s),
+      pause_(reconfig_pause(s, model_)),
       steps_(model_),
       tables_{make_policy_table(Policy::kDpDrop, s, model_),
               make_policy_table(Policy::kSpares, s, model_),

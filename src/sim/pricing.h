@@ -5,6 +5,7 @@
 #include <array>
 
 #include "sim/policy_table.h"
+#include "sim/reconfig_pause.h"
 #include "sim/replica_view.h"
 #include "sim/scenario.h"
 #include "sim/step_model.h"
@@ -17,6 +18,8 @@ class Pricing {
   explicit Pricing(const Scenario& s);
 
   const StepModel& model() const { return model_; }
+  // The pause of one reconfiguration after a failure and after a repair or swap.
+  const ReconfigPause& pause() const { return pause_; }
   const PolicyTable& table(Policy p) const { return tables_[static_cast<std::size_t>(p)]; }
   // Whether the policy draws on the spare pool: `spares` always; every
   // policy when the global batch is fixed (spares fill the gap).
@@ -39,6 +42,7 @@ class Pricing {
 
  private:
   StepModel model_;
+  ReconfigPause pause_;
   StepTable steps_;
   std::array<PolicyTable, kPolicyCount> tables_;
   ThroughputOptions options_;

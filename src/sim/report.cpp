@@ -30,6 +30,17 @@ json step_json(const StepBreakdown& b) {
           {"mfu", b.mfu},                     {"params", b.params}};
 }
 
+json pause_json(const ReconfigPause& p) {
+  return {{"failure_s", p.failure_s},
+          {"rejoin_s", p.rejoin_s},
+          {"failure_move_s", p.failure_move_s},
+          {"rejoin_move_s", p.rejoin_move_s},
+          {"failure_bytes_up", p.failure_bytes_up},
+          {"failure_bytes_out", p.failure_bytes_out},
+          {"rejoin_bytes_up", p.rejoin_bytes_up},
+          {"rejoin_bytes_out", p.rejoin_bytes_out}};
+}
+
 json snapshot_json(const StudyPoint& p) {
   json points = json::array();
   for (const SnapshotPoint& sp : p.snapshot->points) {
@@ -143,7 +154,8 @@ json study_json(const Study& study) {
                   {"mean_repair_hours", s.failures.mean_repair_hours()},
                   {"pack", s.policies.pack},
                   {"fixed_global_batch", s.policies.fixed_global_batch},
-                  {"healthy_step", step_json(p.step)}};
+                  {"healthy_step", step_json(p.step)},
+                  {"reconfig_pause", pause_json(p.pause)}};
     if (p.snapshot) point["snapshot"] = snapshot_json(p);
     if (p.timeline) point["timeline"] = timeline_json(p);
     points.push_back(point);
@@ -403,6 +415,9 @@ std::string text_summary(const Study& study) {
     if (!l.empty()) os << "== " << l << "\n";
     os << cell("healthy step %.3f s, MFU %.1f %%, %d replicas of TP %d x PP %d\n", p.step.step_s,
                100.0 * p.step.mfu, p.scenario.dp(), p.scenario.parallel.tp, p.scenario.parallel.pp);
+    os << cell("reconfiguration pause %.1f s after a failure (%s), %.1f s after a repair (%s)\n",
+               p.pause.failure_s, p.scenario.policies.reconfig_s ? "set" : "plan", p.pause.rejoin_s,
+               p.scenario.policies.rejoin_s ? "set" : "plan");
     if (p.snapshot) snapshot_table(os, p);
     if (p.timeline) timeline_table(os, p);
   }

@@ -3,6 +3,7 @@
 // power, run length. Every field is documented with its unit in docs/sim.md.
 // Plain data; parsing and validation live in scenario_toml.cpp.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct ModelSpec {
   int micro_batch = 1;                    // sequences per microbatch
   int act_bytes = 2;                      // bytes per activation element (BF16)
   int grad_bytes = 2;                     // bytes per gradient element in the DP reduction
+  int state_bytes = 12;                   // bytes of training state per parameter moved at a
+                                          // reconfiguration (fp32 master weight + two Adam moments)
 };
 
 struct ParallelSpec {
@@ -99,8 +102,11 @@ struct PolicySpec {
                               Policy::kNtp, Policy::kNtpPw};
   bool pack = false;                // pack degraded domains into few replicas
   bool fixed_global_batch = false;  // pause rather than shrink the global batch
-  double reconfig_s = 60.0;         // pause per reconfiguration after a failure
-  double rejoin_s = 30.0;           // pause per reconfiguration after a repair or swap
+  // Pause per reconfiguration after a failure, and after a repair or swap:
+  // a constant when set, else from the transition plans (reconfig_pause.h).
+  std::optional<double> reconfig_s;
+  std::optional<double> rejoin_s;
+  double protocol_s = 10.0;  // fixed cost of a planned pause: detect, agree, rebuild the groups
   CheckpointSpec ckpt;
 };
 

@@ -155,6 +155,7 @@ ModelSpec read_model(Section s) {
   m.micro_batch = s.small_int("micro_batch", m.micro_batch, 1, kMaxInt);
   m.act_bytes = s.small_int("act_bytes", m.act_bytes, 1, 16);
   m.grad_bytes = s.small_int("grad_bytes", m.grad_bytes, 1, 16);
+  m.state_bytes = s.small_int("state_bytes", m.state_bytes, 1, 64);
   s.finish();
   return m;
 }
@@ -260,13 +261,24 @@ std::vector<Policy> read_policy_list(Section& s, const std::string& key, std::ve
   return out;
 }
 
+// A pause in seconds, or "plan" (the default): from the transition plans.
+std::optional<double> pause_seconds(Section& s, const std::string& key) {
+  if (const toml::node* n = s.get(key); n && n->value_exact<std::string>()) {
+    if (*n->value_exact<std::string>() != "plan") fail(s.source(), s.key_path(key), "expected seconds or \"plan\"");
+    return std::nullopt;
+  }
+  if (s.get(key) == nullptr) return std::nullopt;
+  return s.number(key, 0.0, 0.0, 1e9);
+}
+
 PolicySpec read_policies(Section s) {
   PolicySpec p;
   p.compare = read_policy_list(s, "compare", p.compare);
   p.pack = s.boolean("pack", p.pack);
   p.fixed_global_batch = s.boolean("fixed_global_batch", p.fixed_global_batch);
-  p.reconfig_s = s.number("reconfig_s", p.reconfig_s, 0.0, 1e9);
-  p.rejoin_s = s.number("rejoin_s", p.rejoin_s, 0.0, 1e9);
+  p.reconfig_s = pause_seconds(s, "reconfig_s");
+  p.rejoin_s = pause_seconds(s, "rejoin_s");
+  p.protocol_s = s.number("protocol_s", p.protocol_s, 0.0, 1e9);
   Section c = s.sub("ckpt");
   if (const toml::node* n = c.get("interval_hours"); n && n->value_exact<std::string>()) {
     if (*n->value_exact<std::string>() != "optimal") {
@@ -439,12 +451,22 @@ toml::table policies_table(const PolicySpec& p) {
   } else {
     ckpt.insert("interval_hours", "optimal");
   }
-  return toml::table{{"compare", compare},
-          {"pack", p.pack},
-          {"fixed_global_batch", p.fixed_global_batch},
-          {"reconfig_s", p.reconfig_s},
-          {"rejoin_s", p.rejoin_s},
-          {"ckpt", ckpt}};
+  toml::table t{{"compare", compare},
+                {"pack", p.pack},
+                {"fixed_global_batch", p.fixed_global_batch},
+                {"protocol_s", p.protocol_s},
+                {"ckpt", ckpt}};
+  // A constant pause, or "plan": from the transition plans.
+  const auto pause = [&](const char* key, const std::optional<double>& seconds) {
+    if (seconds) {
+      t.insert(key, *seconds);
+    } else {
+      t.insert(key, "plan");
+    }
+  };
+  pause("reconfig_s", p.reconfig_s);
+  pause("rejoin_s", p.rejoin_s);
+  return t;
 }
 
 }  // namespace
@@ -466,7 +488,7 @@ toml::table scenario_to_table(const Scenario& s) {
                             {"ffn", m.ffn}, {"vocab", m.vocab}, {"seq_len", m.seq_len},
                             {"global_batch_tokens", m.global_batch_tokens},
                             {"micro_batch", m.micro_batch}, {"act_bytes", m.act_bytes},
-                            {"grad_bytes", m.grad_bytes}}},
+                            {"grad_bytes", m.grad_bytes}, {"state_bytes", m.state_bytes}}},
       {"parallelism", toml::table{{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp},
                                   {"virtual_stages", p.virtual_stages}, {"tp_step", p.tp_step},
                                   {"min_tp", p.min_tp}}},

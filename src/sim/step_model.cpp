@@ -16,21 +16,15 @@ double ceil_div(double units, int k) { return std::ceil(units / k); }
 // receives 2 (g - 1) / g of the buffer.
 double ring_factor(double g) { return g > 1.0 ? 2.0 * (g - 1.0) / g : 0.0; }
 
-// A kind of NTP unit and the gradient elements one unit holds on a stage.
-struct UnitKind {
-  layout::Unit units;
-  double elements;
-};
-
 // The busiest GPU's pre-sync traffic (elements sent or received, the larger)
 // when a healthy replica of n slots reshards to degree K: the layout
 // library's plan for each unit kind, summed per slot.
-double busiest_reshard(const std::vector<UnitKind>& kinds, int n, int sync_tp) {
+double busiest_reshard(const std::vector<StageUnits>& kinds, int n, int sync_tp) {
   std::vector<int> all(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) all[static_cast<std::size_t>(i)] = i;
   std::vector<double> sent(all.size(), 0.0);
   std::vector<double> received(all.size(), 0.0);
-  for (const UnitKind& kind : kinds) {
+  for (const StageUnits& kind : kinds) {
     const layout::ReplicaLayout l = layout::replica_layout(kind.units, n, all, sync_tp);
     for (const layout::SlotTransfer& t : l.pre_sync) {
       const double elements = static_cast<double>(t.units.size()) * kind.elements;
@@ -44,6 +38,15 @@ double busiest_reshard(const std::vector<UnitKind>& kinds, int n, int sync_tp) {
 
 }  // namespace
 
+std::vector<StageUnits> stage_units(const Scenario& s) {
+  const double h = s.model.hidden;
+  const double head_dim = h / s.model.heads;
+  const double layers_per_stage = static_cast<double>(s.model.layers) / s.parallel.pp;
+  return {{s.model.heads, layers_per_stage * 4.0 * h * head_dim},  // QKV rows + proj columns
+          {s.ffn(), layers_per_stage * 2.0 * h},                   // fc1 row + fc2 column
+          {s.model.vocab, h / s.parallel.pp}};                     // LM-head rows, spread over stages
+}
+
 StepModel::StepModel(const Scenario& s)
     : s_(s),
       tp_(s.parallel.tp),
@@ -56,12 +59,7 @@ StepModel::StepModel(const Scenario& s)
       nvlink_Bps_(s.cluster.nvlink_gbps * 1e9 / 2.0 * s.efficiency.nvlink),
       nic_Bps_(s.cluster.nic_gbps * 1e9 / 8.0 * s.efficiency.nic),
       reshard_elems_(static_cast<std::size_t>(tp_ + 1), 0.0) {
-  const double h = s.model.hidden;
-  const double head_dim = h / s.model.heads;
-  const std::vector<UnitKind> kinds{
-      {s.model.heads, layers_per_stage_ * 4.0 * h * head_dim},  // QKV rows + proj columns
-      {s.ffn(), layers_per_stage_ * 2.0 * h},                   // fc1 row + fc2 column
-      {s.model.vocab, h / s.parallel.pp}};                      // LM-head rows, spread over stages
+  const std::vector<StageUnits> kinds = stage_units(s);
   for (int k = 1; k < tp_; ++k) {
     reshard_elems_[static_cast<std::size_t>(k)] = busiest_reshard(kinds, tp_, k);
   }

@@ -4,9 +4,19 @@
 // ("Step-time model"). Pure: built once from a Scenario, then O(1) queries.
 #include <vector>
 
+#include "layout/interval_set.h"
 #include "sim/scenario.h"
 
 namespace ntp::sim {
+
+// A kind of NTP unit a TP group splits (heads, FFN neurons, vocabulary rows)
+// and the parameters (= gradient elements) one unit holds on a pipeline stage.
+struct StageUnits {
+  layout::Unit units;
+  double elements;
+};
+// Heads, neurons and vocabulary rows of one stage of the scenario's model.
+std::vector<StageUnits> stage_units(const Scenario& s);
 
 // Where the healthy step's time goes (seconds) and what it achieves.
 struct StepBreakdown {
@@ -33,6 +43,8 @@ class StepModel {
   int tp() const { return tp_; }
   double microbatches() const { return m_; }
   double bubble_ratio() const { return b_; }  // (pp - 1) / virtual_stages
+  double nvlink_Bps() const { return nvlink_Bps_; }  // achieved one-direction NVLink bytes/s per GPU
+  double nic_Bps() const { return nic_Bps_; }        // achieved NIC bytes/s per GPU
 
   // Per microbatch, per pipeline stage, on the most loaded GPU of a TP group of k.
   double compute_s(int k) const;

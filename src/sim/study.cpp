@@ -66,6 +66,7 @@ StudyPoint run_point(const toml::table& table, const std::string& source, std::s
   const Scenario& s = point.scenario;
   const Pricing pricing(s);
   point.step = pricing.model().healthy();
+  point.pause = pricing.pause();
   if (s.run.mode == Mode::kSnapshot) {
     point.snapshot = run_snapshot(s, pricing);
     return point;

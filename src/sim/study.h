@@ -7,6 +7,7 @@
 
 #include <toml++/toml.h>
 
+#include "sim/reconfig_pause.h"
 #include "sim/scenario.h"
 #include "sim/snapshot.h"
 #include "sim/step_model.h"
@@ -29,6 +30,7 @@ struct StudyPoint {
   std::string sweep_value;  // TOML text of the value ("" without a sweep)
   Scenario scenario;
   StepBreakdown step;
+  ReconfigPause pause;
   std::optional<SnapshotResult> snapshot;
   std::optional<TimelineResult> timeline;
 };

@@ -179,13 +179,13 @@ class SeedRun {
     raw_touched_ = false;
     job_failed_ = false;
     for (ServedJob& served : served_) served.touched = false;
-    double pause_s = s_.policies.rejoin_s;
+    double pause_s = pricing_.pause().rejoin_s;
     switch (e.kind) {
       case EventKind::kFail:
         if (fleet_.down(e.a)) return;  // a trace failure on a GPU already down
         on_fail(e.a, e.b >= 0 ? (*trace_)[static_cast<std::size_t>(e.b)].repair_hours
                               : sample_repair(e.a));
-        pause_s = s_.policies.reconfig_s;
+        pause_s = pricing_.pause().failure_s;
         break;
       case EventKind::kRepair:
         on_repair(e.a);

@@ -45,6 +45,8 @@ const Choices<BatchPolicy> kPolicies = {{"proportional", BatchPolicy::kProportio
 const Choices<power::PowerMode> kPowerModes = {{"off", power::PowerMode::off},
                                                {"simulated", power::PowerMode::simulated},
                                                {"nvml", power::PowerMode::nvml}};
+const Choices<NeedSource> kNeedSources = {{"modelled", NeedSource::kModelled},
+                                          {"measured", NeedSource::kMeasured}};
 
 template <class E>
 std::string name_of(const Choices<E>& choices, E value) {
@@ -309,6 +311,12 @@ const std::vector<KeyDef>& schema() {
                 NTP_FIELD(power.headroom_w)),
       float_key("power.alpha", "speed-vs-power exponent: speed = (limit / tdp)^alpha",
                 NTP_FIELD(power.alpha)),
+      choice_key("power.need", "modelled | measured: the need a degraded replica is boosted to", kNeedSources,
+                 NTP_FIELD(power.need)),
+      float_key("power.need_smoothing", "weight of one step's measured need in the estimate, in (0, 1]",
+                NTP_FIELD(power.need_smoothing)),
+      float_key("power.need_tolerance", "re-plan when the measured need moves beyond this fraction",
+                NTP_FIELD(power.need_tolerance)),
       bool_key("elastic.recover",
                "survivors of a worker death agree on a new membership and go on training",
                NTP_FIELD(elastic.recover)),
@@ -479,6 +487,10 @@ void validate_power(const PowerConfig& p) {
   require(finite(p.headroom_w) && p.headroom_w >= 0, "power.headroom_w",
           "must be a finite number >= 0");
   require(finite(p.alpha) && p.alpha > 0, "power.alpha", "must be a finite number > 0");
+  require(finite(p.need_smoothing) && p.need_smoothing > 0 && p.need_smoothing <= 1, "power.need_smoothing",
+          "must be a number in (0, 1]");
+  require(finite(p.need_tolerance) && p.need_tolerance >= 0, "power.need_tolerance",
+          "must be a finite number >= 0");
 }
 
 // The worker processes of the job: the active slots of the training replicas.
@@ -594,6 +606,11 @@ void reject_unused(const Config& c) {
       {"power.headroom_w", c.power.headroom_w != d.power.headroom_w, power_on,
        "needs power.mode = \"simulated\" or \"nvml\""},
       {"power.alpha", c.power.alpha != d.power.alpha, power_on, "needs power.mode = \"simulated\" or \"nvml\""},
+      {"power.need", c.power.need != d.power.need, power_on, "needs power.mode = \"simulated\" or \"nvml\""},
+      {"power.need_smoothing", c.power.need_smoothing != d.power.need_smoothing,
+       power_on && c.power.need == NeedSource::kMeasured, "needs power.need = \"measured\" and power.mode on"},
+      {"power.need_tolerance", c.power.need_tolerance != d.power.need_tolerance,
+       power_on && c.power.need == NeedSource::kMeasured, "needs power.need = \"measured\" and power.mode on"},
       {"train.eval_batches", c.train.eval_batches != d.train.eval_batches, c.train.eval_every > 0,
        "needs train.eval_every > 0"},
   };

@@ -113,6 +113,8 @@ struct DeadlineConfig {
   bool operator==(const DeadlineConfig&) const = default;
 };
 
+enum class NeedSource { kModelled, kMeasured };
+
 // power.mode and the device model of the boost policy (docs/power.md). The
 // model comes from configuration, identical on every rank, so that every rank
 // computes the same plan.
@@ -122,6 +124,11 @@ struct PowerConfig {
   double max_frac = 1.3;    // per-GPU maximum limit = max_frac x tdp_w
   double headroom_w = 0.0;  // per domain, beyond tp x tdp_w
   double alpha = 0.65;      // speed = (limit / tdp_w)^alpha
+  // The need a degraded replica is boosted to: the modelled one only, or
+  // re-planned from the measured step times (power/measured_need.h).
+  NeedSource need = NeedSource::kMeasured;
+  double need_smoothing = 0.2;   // weight of one step's observation
+  double need_tolerance = 0.05;  // re-plan beyond this relative change
   bool operator==(const PowerConfig&) const = default;
 };
 

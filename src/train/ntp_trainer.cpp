@@ -87,8 +87,11 @@ struct CommitRecord {
   bool join_pending = false;
   bool checkpoint_due = false;  // the writer's clock says train.checkpoint_every_s passed
   bool stop = false;            // this rank received SIGINT or SIGTERM
+  // This rank's forward passes of the step: its compute alone, which no other
+  // replica can delay (the gradient sync runs only from the backward pass on).
+  double forward_s = 0;
 
-  static constexpr int kWords = 9 + NormPart::kWords;
+  static constexpr int kWords = 10 + NormPart::kWords;
   void write(std::int64_t* out) const {
     std::memcpy(out + 0, &loss_sum, 8);
     out[1] = reshard_bytes;
@@ -99,7 +102,8 @@ struct CommitRecord {
     out[6] = join_pending ? 1 : 0;
     out[7] = checkpoint_due ? 1 : 0;
     out[8] = stop ? 1 : 0;
-    norm.write(out + 9);
+    std::memcpy(out + 9, &forward_s, 8);
+    norm.write(out + 10);
   }
   static CommitRecord read(const std::int64_t* in) {
     CommitRecord r;
@@ -112,7 +116,8 @@ struct CommitRecord {
     r.join_pending = in[6] != 0;
     r.checkpoint_due = in[7] != 0;
     r.stop = in[8] != 0;
-    r.norm = NormPart::read(in + 9);
+    std::memcpy(&r.forward_s, in + 9, 8);
+    r.norm = NormPart::read(in + 10);
     return r;
   }
 };
@@ -131,10 +136,15 @@ struct CommitTotals {
   bool join_pending = false;
   bool checkpoint_due = false;
   bool stop = false;
+  // Per replica: the forward passes (CommitRecord::forward_s) of its rank
+  // that took the least, i.e. waited least in the TP collectives: the pace of
+  // its busiest GPU, which the others wait for; 0 when it does not train.
+  std::vector<double> replica_compute_s;
 };
 
-CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t ranks) {
+CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t ranks, std::int64_t replicas) {
   CommitTotals t;
+  t.replica_compute_s.assign(static_cast<std::size_t>(replicas), -1.0);
   NormPart norm;
   std::int64_t norm_replica = -1;
   for (std::size_t r = 0; r < ranks; ++r) {
@@ -147,10 +157,13 @@ CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t r
     t.join_pending = t.join_pending || rec.join_pending;
     t.checkpoint_due = t.checkpoint_due || rec.checkpoint_due;
     t.stop = t.stop || rec.stop;
+    double& compute = t.replica_compute_s.at(static_cast<std::size_t>(rec.replica));
+    compute = compute < 0 ? rec.forward_s : std::min(compute, rec.forward_s);
     if (norm_replica < 0) norm_replica = rec.replica;
     if (rec.replica == norm_replica) norm.add(rec.norm);
   }
   t.grad_norm = norm.norm();
+  for (double& compute : t.replica_compute_s) compute = std::max(compute, 0.0);
   return t;
 }
 
@@ -167,6 +180,25 @@ double slow_update_s(int rank) {
     throw std::invalid_argument(fmt::format("NTP_TEST_SLOW_UPDATE = \"{}\": expected RANK:SECONDS", spec));
   }
   return slow_rank == rank ? seconds : 0.0;
+}
+
+// NTP_TEST_SLOW_COMPUTE = "SECONDS:RANK:FACTOR", honoured only with
+// NTP_TEST_MUTATIONS=1: every rank's compute takes SECONDS longer per sample,
+// rank RANK's FACTOR x SECONDS, each divided by the speed-up its replica's
+// power plan gives it: a GPU whose speed follows its power limit as the
+// device model says (the measured-need test).
+double slow_compute_s_per_sample(int rank) {
+  const char* allowed = std::getenv("NTP_TEST_MUTATIONS");
+  const char* spec = std::getenv("NTP_TEST_SLOW_COMPUTE");
+  if (allowed == nullptr || std::string(allowed) != "1" || spec == nullptr) return 0.0;
+  double seconds = 0.0;
+  int slow_rank = -1;
+  double factor = 1.0;
+  if (std::sscanf(spec, "%lf:%d:%lf", &seconds, &slow_rank, &factor) != 3) {
+    throw std::invalid_argument(
+        fmt::format("NTP_TEST_SLOW_COMPUTE = \"{}\": expected SECONDS:RANK:FACTOR", spec));
+  }
+  return slow_rank == rank ? seconds * factor : seconds;
 }
 
 }  // namespace
@@ -390,6 +422,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
                                                                              : config_.train.global_batch) *
                                      T));
   double loss_sum = 0;
+  double forward_s = 0;
   std::vector<std::int32_t> inputs;
   std::vector<std::int32_t> targets;
   std::size_t next = 0;
@@ -408,6 +441,10 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
     const double t0 = unix_time_s();
     fault(StepPhase::kForward);
     loss_sum += x.model->forward({inputs.data(), targets.data(), micro, T}).sum;
+    if (const double slow_s = slow_compute_s_per_sample(options_.rank); slow_s > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(micro * slow_s / x.power->speedup(me_.replica)));
+    }
+    forward_s += unix_time_s() - t0;
     fault(StepPhase::kBackward);
     // Only the last micro-batch's backward makes gradients final: it drives the sync.
     x.model->backward(k + 1 == micros.size() ? hooks : model::BackwardHooks{});
@@ -428,6 +465,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   mine_rec.allreduce_bytes = totals.bytes.allreduce;
   mine_rec.exposed_sync_s = totals.exposed_s;
   mine_rec.elapsed_s = unix_time_s() - start;
+  mine_rec.forward_s = forward_s;
   mine_rec.norm = grad_norm_part(*x.model);
   mine_rec.replica = me_.replica;
   mine_rec.join_pending = is_writer() && options_.join_pending && options_.join_pending(members_);
@@ -438,7 +476,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   std::vector<std::int64_t> all(record.size() * members_.size());
   pending_commit_ = s;  // this step's synced gradients are final from here on
   x.world->all_gather(comm::ConstView(record.data(), record.size()), comm::View(all.data(), all.size()));
-  const CommitTotals t = commit_totals(all, members_.size());
+  const CommitTotals t = commit_totals(all, members_.size(), parallel_.dp);
   const std::optional<double> cycle_s = x.clock.commit(s, epoch_, unix_time_s());
   fault(StepPhase::kCommit);
 
@@ -478,6 +516,9 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   m.step_time_s = cycle_s.value_or(t.elapsed_s + opt_s);
   m.power = x.power->metrics();
   m.time = unix_time_s();
+  // From the commit record every rank holds: the same re-plan everywhere,
+  // in force from the next step (this step's metrics keep the plan it ran with).
+  if (auto shares = x.power->observe(t.replica_compute_s)) x.shares = std::move(*shares);
   last_metrics_ = m;
   last_parts_ = parts;
   // After the update: a death in this pass is a death before the next step.

@@ -64,28 +64,60 @@ std::vector<ReplicaPower> replica_power(const power::BoostPlan& plan) {
 
 RankPowerRun::RankPowerRun(const Config& config, const RunDir& run, PowerRank place,
                            const std::string& gpu)
-    : run_(run), place_(place), power_(rank_power_options(config.power, gpu)) {}
+    : run_(run),
+      place_(place),
+      power_(rank_power_options(config.power, gpu)),
+      measure_(config.power.mode != power::PowerMode::off && config.power.need == NeedSource::kMeasured),
+      rule_{config.power.need_smoothing, config.power.need_tolerance, 1} {}
 
 std::vector<std::int64_t> RankPowerRun::configure(const ParallelConfig& parallel,
                                                   std::int64_t global_batch, const ModelSetup& model) {
-  BatchSplitInput split = split_input(parallel, global_batch);
+  parallel_ = parallel;
+  global_batch_ = global_batch;
   const int n = static_cast<int>(parallel.tp);
-  const std::vector<int> active = policy_active(split);
-  plan_ = power_.plan(n, active, global_batch, modelled_needs(n, active, step_work(model)));
+  active_ = policy_active(split_input(parallel, global_batch));
+  const std::vector<double> needs = modelled_needs(n, active_, step_work(model));
+  track_ = power::start_tracking(needs);
+  return plan_and_apply(needs, "configuration");
+}
+
+std::optional<std::vector<std::int64_t>> RankPowerRun::observe(const std::vector<double>& compute_s) {
+  if (!measure_) return std::nullopt;
+  std::vector<power::ReplicaStepTime> step;
+  for (std::size_t r = 0; r < active_.size(); ++r) {
+    step.push_back({active_[r], static_cast<long>(shares_.at(r)), compute_s.at(r), plan_.replicas.at(r).speedup});
+  }
+  const std::vector<double> observed = power::observed_needs(static_cast<int>(parallel_.tp), step);
+  if (!power::track_need(track_, observed, rule_)) return std::nullopt;
+  return plan_and_apply(track_.planned, "measured");
+}
+
+std::vector<std::int64_t> RankPowerRun::plan_and_apply(const std::vector<double>& needs, const char* cause) {
+  BatchSplitInput split = split_input(parallel_, global_batch_);
+  const int n = static_cast<int>(parallel_.tp);
+  plan_ = power_.plan(n, active_, global_batch_, needs);
   const power::PowerDecision decision = power_.apply(plan_, n, place_.replica);
   for (const power::ReplicaBoost& replica : plan_.replicas) split.planned.push_back(replica.share);
   if (power_.mode() != power::PowerMode::off) {
     if (place_.rank == 0) {
       run_.event("power_plan", {{"mode", power::to_string(power_.mode())},
+                                {"cause", cause},
                                 {"tp", n},
                                 {"replicas", plan_json(plan_)}});
     }
     nlohmann::json applied = decision_json(decision);
     applied["rank"] = place_.rank;
     applied["slot"] = place_.slot;
+    applied["cause"] = cause;
     run_.event("power_applied", applied);
   }
-  return batch_shares(parallel.batch_policy, split);
+  shares_ = batch_shares(parallel_.batch_policy, split);
+  return shares_;
+}
+
+double RankPowerRun::speedup(int replica) const {
+  if (power_.mode() == power::PowerMode::off) return 1.0;
+  return plan_.replicas.at(static_cast<std::size_t>(replica)).speedup;
 }
 
 std::vector<ReplicaPower> RankPowerRun::metrics() const {

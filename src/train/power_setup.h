@@ -4,11 +4,13 @@
 // RankPowerRun, which drives the RankPower through a run and logs every
 // decision in events.jsonl.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "power/measured_need.h"
 #include "power/rank_power.h"
 #include "train/config.h"
 #include "train/metrics.h"
@@ -67,6 +69,17 @@ class RankPowerRun {
   // parallel.batch_policy, `proportional` taking the plan's.
   std::vector<std::int64_t> configure(const ParallelConfig& parallel, std::int64_t global_batch,
                                       const ModelSetup& model);
+  // After each committed step, with power.need = "measured": the forward
+  // seconds of every replica's busiest GPU (from the step's commit record,
+  // the same on every rank; 0 for a replica that does not train), measured
+  // under the plan in force with the shares configure() returned. Folds
+  // them into the need estimate (power::track_need); when the rule asks for
+  // it, plans and applies again with the estimates (events as configure,
+  // power_plan with "cause": "measured") and returns the new shares.
+  // nullopt: the plan stands.
+  std::optional<std::vector<std::int64_t>> observe(const std::vector<double>& compute_s);
+  // The per-GPU speed-up the plan in force gives `replica` (1 with power off).
+  double speedup(int replica) const;
   // The plan in force for metrics.jsonl; empty with power off.
   std::vector<ReplicaPower> metrics() const;
   // Puts the GPU's original limit back and logs power_restored with the limit
@@ -75,10 +88,21 @@ class RankPowerRun {
   void restore(const char* cause) noexcept;
 
  private:
+  // Plans for `needs`, applies this rank's limit, logs, and returns the shares.
+  std::vector<std::int64_t> plan_and_apply(const std::vector<double>& needs, const char* cause);
+
   const RunDir& run_;
   PowerRank place_;
   power::RankPower power_;
+  bool measure_ = false;
+  power::NeedRule rule_;
   power::BoostPlan plan_;
+  // The configuration the plan is for.
+  ParallelConfig parallel_;
+  std::int64_t global_batch_ = 0;
+  std::vector<int> active_;
+  std::vector<std::int64_t> shares_;
+  power::NeedTrack track_;
 };
 
 }  // namespace ntp::train

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "tests/comm/redis_server.h"
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -557,7 +558,7 @@ TEST_F(CliTest, SimulatedPowerBoostIsPlannedLoggedAndRestored) {
       dir_,
       "--set parallel.dp=2 --set parallel.tp=4 --set parallel.failed={0=[2]}"
       " --set train.global_batch=16 --set power.mode=simulated --set power.tdp_w=700"
-      " --set power.max_frac=1.5 --set power.headroom_w=200 --set power.alpha=0.7",
+      " --set power.max_frac=1.5 --set power.headroom_w=200 --set power.alpha=0.7 --set power.need=modelled",
       &code);
   ASSERT_EQ(code, 0) << line;
   // The modelled need of the tiny model (1 layer, d 64, T 32) at TP 3 of 4: per
@@ -611,6 +612,47 @@ TEST_F(CliTest, SimulatedPowerBoostIsPlannedLoggedAndRestored) {
       EXPECT_DOUBLE_EQ(m["power"][r]["speedup"].get<double>(), plan.replicas[r].speedup);
     }
   }
+}
+
+// power.need = "measured": the degraded replica (rank 0, TP 1 of 2) starts
+// boosted to its modelled need of 2; its compute is then made FACTOR times a
+// healthy replica's per sample at TDP (NTP_TEST_SLOW_COMPUTE, a device whose
+// speed follows its limit), and the plan follows the measured ratio down to
+// about FACTOR within a few re-plans, the same on every rank, and the run
+// still verifies.
+TEST_F(CliTest, SimulatedPowerBoostFollowsTheMeasuredNeed) {
+  constexpr double kFactor = 1.2;
+  int code = -1;
+  const std::string line = train_and_verify(
+      dir_,
+      "--set parallel.dp=2 --set parallel.tp=2 --set parallel.failed={0=[1]} --set train.steps=12"
+      " --set train.global_batch=4 --set power.mode=simulated --set power.max_frac=4"
+      " --set power.headroom_w=4000 --set power.need_smoothing=0.5",
+      &code, "NTP_TEST_MUTATIONS=1 NTP_TEST_SLOW_COMPUTE=0.25:0:" + std::to_string(kFactor));
+  ASSERT_EQ(code, 0) << line;
+  EXPECT_NE(line.find("\"verify\":\"pass\""), std::string::npos) << line;
+  std::vector<nlohmann::json> plans;
+  std::map<int, int> applied;  // rank -> decisions
+  for (const nlohmann::json& e : read_lines(dir_ / "events.jsonl")) {
+    if (e["event"] == "power_plan") plans.push_back(e);
+    if (e["event"] == "power_applied") ++applied[e["rank"].get<int>()];
+  }
+  ASSERT_GE(plans.size(), 2u) << "no re-plan from the measured times";
+  EXPECT_EQ(plans.front()["cause"], "configuration");
+  EXPECT_DOUBLE_EQ(plans.front()["replicas"][0]["need"].get<double>(), 2.0);  // modelled: all units on one GPU
+  EXPECT_LE(plans.size(), 7u) << "the rule re-plans a few times, it does not chase every step";
+  const nlohmann::json& last = plans.back();
+  EXPECT_EQ(last["cause"], "measured");
+  // The ratio measured includes the CPU's real forward pass, which the boost
+  // does not speed up (about 15 ms of TP collectives on the healthy replica
+  // against 0.5 s of injected compute): near FACTOR, far from the modelled 2.
+  const double need = last["replicas"][0]["need"].get<double>();
+  EXPECT_GT(need, kFactor * 0.8) << last;
+  EXPECT_LT(need, kFactor * 1.2) << last;
+  EXPECT_EQ(last["replicas"][0]["cap"], "none") << last;
+  EXPECT_EQ(last["replicas"][1]["need"].get<double>(), 1.0) << last;
+  ASSERT_EQ(applied.size(), 3u);
+  for (const auto& [rank, count] : applied) EXPECT_EQ(count, static_cast<int>(plans.size())) << "rank " << rank;
 }
 
 // A peer dies mid-run: the boosted rank fails in its next collective, and the

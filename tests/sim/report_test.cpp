@@ -101,6 +101,7 @@ TEST(Report, SnapshotTableHasARowPerFractionAndPolicy) {
   std::istringstream table(text_summary(study));
   std::string line;
   std::getline(table, line);  // healthy step
+  std::getline(table, line);  // reconfiguration pause
   std::getline(table, line);
   EXPECT_NE(line.find("healthy_TP"), std::string::npos);
   const std::size_t width = line.size();
@@ -116,6 +117,7 @@ TEST(Report, TimelineTableIsAlignedAndSparesAreNotCountedForCheckpointRestart) {
   std::istringstream table(text_summary(study));
   std::string line;
   std::getline(table, line);  // healthy step
+  std::getline(table, line);  // reconfiguration pause
   std::getline(table, line);  // seeds x days
   std::getline(table, line);
   ASSERT_EQ(line.rfind("policy", 0), 0u) << line;

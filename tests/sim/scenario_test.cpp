@@ -22,6 +22,24 @@ std::string error_of(const std::string& text) {
   return "";
 }
 
+// Pauses are "plan" by default; a number (as scenario files had) is kept as
+// a constant; any other word is refused naming the key.
+TEST(Scenario, ReconfigurationPausesArePlannedUnlessSet) {
+  const auto parse = [](const std::string& text) {
+    return scenario_from_table(parse_scenario_text(text, "s.toml"), "s.toml");
+  };
+  const Scenario planned = parse("");
+  EXPECT_FALSE(planned.policies.reconfig_s.has_value());
+  EXPECT_FALSE(planned.policies.rejoin_s.has_value());
+  EXPECT_EQ(planned.policies.protocol_s, 10.0);
+  EXPECT_EQ(planned.model.state_bytes, 12);
+  const Scenario constant = parse("[policies]\nreconfig_s = 60\nrejoin_s = \"plan\"\n");
+  EXPECT_EQ(constant.policies.reconfig_s, 60.0);
+  EXPECT_FALSE(constant.policies.rejoin_s.has_value());
+  EXPECT_NE(error_of("[policies]\nreconfig_s = \"auto\"\n").find("policies.reconfig_s"), std::string::npos);
+  EXPECT_NE(error_of("[policies]\nrejoin_s = -1\n").find("policies.rejoin_s"), std::string::npos);
+}
+
 TEST(Scenario, EmptyFileGivesTheReferenceDefaults) {
   const Scenario s = scenario_from_table(parse_scenario_text("", "s.toml"), "s.toml");
   EXPECT_EQ(s.cluster.gpus, 32768);

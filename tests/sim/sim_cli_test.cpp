@@ -107,7 +107,7 @@ TEST(SimCli, SavedScenarioIsResolvedWithEveryKey) {
   // Keys the small scenario leaves at their defaults are written with their values.
   for (const char* key : {"nvlink_gbps", "rate_multiplier", "weibull_shape", "swap_hours",
                           "headroom_w", "reconfig_s", "interval_hours", "bucket_hours",
-                          "placements", "dp_overlap", "act_bytes"}) {
+                          "placements", "dp_overlap", "act_bytes", "state_bytes", "protocol_s", "rejoin_s"}) {
     EXPECT_NE(saved.find(key), std::string::npos) << key << "\n" << saved;
   }
 }
