@@ -9,7 +9,8 @@
 // (sync.split_embedding = false). Cases alternate, so repetitions see the
 // same machine load; the load average is printed.
 //
-//   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH] [--ntp PATH]
+//   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH] [--ntp PATH] [--only TEXT]
+// (--only: the cases whose name contains TEXT, e.g. "dp2").
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -139,6 +140,7 @@ int main(int argc, char** argv) {
   const int reps = std::stoi(flag(argc, argv, "reps", "2"));
   const int steps = std::stoi(flag(argc, argv, "steps", "4"));
   const std::string ntp = flag(argc, argv, "ntp", NTP_BINARY);
+  const std::string only = flag(argc, argv, "only", "");
   const fs::path tmp = fs::temp_directory_path() / ("ntp_gpt2_job_bench_" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   std::string checkpoint = flag(argc, argv, "checkpoint", "");
@@ -159,6 +161,7 @@ int main(int argc, char** argv) {
               load_average().c_str());
   for (int rep = 0; rep < reps; ++rep) {
     for (const Case& c : cases) {
+      if (std::string(c.name).find(only) == std::string::npos) continue;
       const Result r = run_case(ntp, c, checkpoint, steps, tmp / "run");
       std::printf("%-26s rep %d: start-up %.2f s, median step %.3f s, exposed sync %.1f%% of the step, "
                   "job CPU %.1f s (%.2f CPU-s per step), peak RSS %.0f MiB\n",

@@ -287,6 +287,7 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
   } else {
     const model::ParameterLayout full(x.setup.gpt, model::Shard::full(x.setup.gpt));
     model::scatter_from_full(full, x.setup.init_params, x.model->layout(), x.model->params());
+    std::vector<float>().swap(x.setup.init_params);  // the full model's values are not needed again
   }
   x.optimizer = std::make_unique<model::AdamW>(adamw_config(config.train), x.model->layout());
   if (mutation_ == Mutation::kLnFrozen) x.optimizer->freeze_for_test("h0.ln1_w");
