@@ -292,12 +292,20 @@ void Model::backward(const BackwardHooks& hooks) {
   tensor::layernorm_backward(ctx_, a.dres.data(), g + lay["lnf_w"].offset, g + lay["lnf_b"].offset,
                              a.dln.data(), last, p + lay["lnf_w"].offset, a.lnf_mean.data(),
                              a.lnf_rstd.data(), n, d.C);
+  const bool split_wte = static_cast<bool>(hooks.embedding_rows);
+  if (split_wte) notify(lay.index_of("wte"), lay.index_of("wte") + 1);  // the LM-head part is final
   notify(lay.index_of("lnf_w"), lay.tensors().size());
 
   for (int l = static_cast<int>(c.layers) - 1; l >= 0; --l) {
     backward_block(l, l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C);
     const auto [first, end] = lay.layer_range(l);
     notify(first, end);
+  }
+  if (split_wte) {
+    embedding_backward_rows(embedding_rows_, g + lay["wpe"].offset, a.token_col, a.dres.data(), a.seq, d.C);
+    notify(lay.index_of("wpe"), lay.index_of("wpe") + 1);
+    hooks.embedding_rows(embedding_rows_);
+    return;
   }
   embedding_backward(g + lay["wte"].offset, g + lay["wpe"].offset, a.token_col, a.dres.data(),
                      a.seq, d.C);

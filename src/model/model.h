@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "model/shard.h"
+#include "model/vocab_parallel.h"
 #include "tensor/buffer.h"
 #include "tensor/context.h"
 #include "tensor/matmul.h"
@@ -47,6 +48,12 @@ struct BackwardHooks {
   // final for this backward pass, in reverse layer order; the trainer can
   // start their gradient sync while the rest of the backward runs.
   std::function<void(std::size_t first, std::size_t last)> grads_ready;
+  // When set, the tied wte gradient is split: its LM-head part (with what
+  // earlier backward passes added) is reported ready right after the LM head,
+  // and this backward's embedding scatter goes to this hook instead of into
+  // grads(); the receiver adds those rows where wte's synced gradient lies.
+  // The rows stay valid until the next backward().
+  std::function<void(const EmbeddingRows& rows)> embedding_rows;
 };
 
 class Model {
@@ -129,6 +136,7 @@ class Model {
   mutable bool grads_pending_zero_ = false;  // zero_grad() not yet applied
   tensor::Into weight_grads_ = tensor::Into::kAdd;  // this backward's weight GEMMs
   std::unique_ptr<Activations> acts_;
+  EmbeddingRows embedding_rows_;  // the split embedding scatter of the last backward
   float loss_scale_ = 0.0f;
   bool have_forward_ = false;
 };

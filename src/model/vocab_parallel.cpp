@@ -40,8 +40,11 @@ void embedding_forward(tensor::Context& ctx, float* out, const std::vector<std::
   });
 }
 
-void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t>& token_col,
-                        const float* dout, std::int64_t seq, std::int64_t dim) {
+namespace {
+// dwpe[t] += dout, and row_of(col) += dout for each held token, in position order.
+template <typename RowOf>
+void scatter_backward(float* dwpe, const std::vector<std::int64_t>& token_col, const float* dout,
+                      std::int64_t seq, std::int64_t dim, RowOf row_of) {
   const auto n = static_cast<std::int64_t>(token_col.size());
   for (std::int64_t i = 0; i < n; ++i) {
     const float* d = dout + i * dim;
@@ -49,9 +52,31 @@ void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t
     for (std::int64_t j = 0; j < dim; ++j) pos[j] += d[j];
     const std::int64_t col = token_col[static_cast<std::size_t>(i)];
     if (col < 0) continue;
-    float* row = dwte + col * dim;
+    float* row = row_of(col);
     for (std::int64_t j = 0; j < dim; ++j) row[j] += d[j];
   }
+}
+}  // namespace
+
+void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t>& token_col,
+                        const float* dout, std::int64_t seq, std::int64_t dim) {
+  scatter_backward(dwpe, token_col, dout, seq, dim, [&](std::int64_t col) { return dwte + col * dim; });
+}
+
+void embedding_backward_rows(EmbeddingRows& rows, float* dwpe,
+                             const std::vector<std::int64_t>& token_col, const float* dout,
+                             std::int64_t seq, std::int64_t dim) {
+  rows.dim = dim;
+  rows.cols.clear();
+  for (std::int64_t col : token_col)
+    if (col >= 0) rows.cols.push_back(col);
+  std::sort(rows.cols.begin(), rows.cols.end());
+  rows.cols.erase(std::unique(rows.cols.begin(), rows.cols.end()), rows.cols.end());
+  rows.values.assign(rows.cols.size() * static_cast<std::size_t>(dim), 0.0f);
+  scatter_backward(dwpe, token_col, dout, seq, dim, [&](std::int64_t col) {
+    const auto slot = std::lower_bound(rows.cols.begin(), rows.cols.end(), col) - rows.cols.begin();
+    return rows.values.data() + slot * dim;
+  });
 }
 
 namespace {

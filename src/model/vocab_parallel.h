@@ -26,6 +26,19 @@ void embedding_forward(tensor::Context& ctx, float* out, const std::vector<std::
 void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t>& token_col,
                         const float* dout, std::int64_t seq, std::int64_t dim);
 
+// The embedding's share of the tied wte gradient, kept apart from the LM
+// head's so that the larger part can be synchronized before backward ends:
+// the rows `cols` (local columns, ascending, each once) of width `dim`.
+struct EmbeddingRows {
+  std::int64_t dim = 0;
+  std::vector<std::int64_t> cols;
+  std::vector<float> values;  // [cols, dim]
+};
+// As embedding_backward, but wte's part goes into `rows` (replaced) instead of dwte.
+void embedding_backward_rows(EmbeddingRows& rows, float* dwpe,
+                             const std::vector<std::int64_t>& token_col, const float* dout,
+                             std::int64_t seq, std::int64_t dim);
+
 // Per-token losses; logits are replaced by dloss_scale * d(loss)/d(logits).
 // `scratch` holds 4 * rows floats. Throws std::runtime_error, on every rank of
 // the TP group alike, if a target's row is held by no rank or by several.

@@ -101,6 +101,7 @@ struct ParallelConfig {
 
 struct SyncConfig {
   double bucket_mb = 4.0;
+  bool split_embedding = true;  // sync wte's LM-head part before the embedding backward
   bool operator==(const SyncConfig&) const = default;
 };
 

@@ -60,7 +60,6 @@ GradSync::GradSync(const model::ParameterLayout& layout, KindViews views, std::v
       sync_size += static_cast<std::size_t>(views_.of(spec.kind).sync_units.size() * spec.unit_size);
     }
   }
-  sync_buffer_.resize(dp_ != nullptr ? sync_size : 0);
   for (UnitKind kind : kShardedKinds) {
     // A bucket without tensors of this kind moves nothing (the same on both ends).
     if (!holds_kind(kind)) continue;
@@ -73,6 +72,25 @@ GradSync::GradSync(const model::ParameterLayout& layout, KindViews views, std::v
                            std::vector<float>(transfer_size(kind, t.units))});
     }
   }
+  in_place_ = sync_layout_is_own();
+  sync_buffer_.resize(dp_ != nullptr && !in_place_ ? sync_size : 0);
+  sync_size_ = dp_ != nullptr ? sync_size : 0;
+}
+
+// The sync buffer would be a copy of the rank's own gradients of the range,
+// element for element: this core slot receives nothing and holds exactly its
+// partition of every sharded tensor, and the range's replicated tensors (if
+// any) belong to its group. Then the all-reduce runs on the gradients in place.
+bool GradSync::sync_layout_is_own() const {
+  if (dp_ == nullptr || !incoming_.empty() || !outgoing_.empty()) return false;
+  for (const TensorSpec& spec : tensors()) {
+    if (spec.kind == UnitKind::kReplicated) {
+      if (views_.heads.sync_group != 0) return false;
+    } else if (!(views_.of(spec.kind).sync_units == spec.units)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::span<const TensorSpec> GradSync::tensors() const {
@@ -194,13 +212,16 @@ SyncBytes GradSync::run(std::span<float> grads) {
   if (dp_ != nullptr) {
     // Alone in the DP group the round trip through the sync buffer is the
     // identity: skip it (unless the test mispairing is to show in it).
-    const bool reduce = dp_->size() > 1 && !sync_buffer_.empty();
-    if (reduce || mispair_) {
+    const bool reduce = dp_->size() > 1 && sync_size_ > 0;
+    if (reduce && in_place_ && !mispair_) {
+      dp_->all_reduce(grads.data() + tensors().front().offset, sync_size_);
+    } else if (reduce || mispair_) {
+      if (sync_buffer_.size() != sync_size_) sync_buffer_.resize(sync_size_);  // mispairing in place
       sync_buffer_copy(grads, true);
       if (reduce) dp_->all_reduce(sync_buffer_.data(), sync_buffer_.size());
       sync_buffer_copy(grads, false);
     }
-    bytes.allreduce += static_cast<std::int64_t>(sync_buffer_.size() * sizeof(float));
+    bytes.allreduce += static_cast<std::int64_t>(sync_size_ * sizeof(float));
   }
   bytes.reshard += exchange(incoming_, outgoing_, 1);  // post-sync: core -> extra
   for (const Transfer& t : outgoing_) unpack(t, t.buffer, grads);

@@ -82,7 +82,10 @@ class GradSync {
   comm::Group* dp_;
   std::vector<Transfer> outgoing_;  // pre-sync sends (extra slot)
   std::vector<Transfer> incoming_;  // pre-sync receives (core slot)
-  std::vector<float> sync_buffer_;
+  bool sync_layout_is_own() const;
+  std::vector<float> sync_buffer_;  // empty when the all-reduce runs in place
+  std::size_t sync_size_ = 0;       // elements this rank all-reduces
+  bool in_place_ = false;
   std::vector<float> replicated_;
   bool mispair_ = false;
   bool keep_replicated_ = false;

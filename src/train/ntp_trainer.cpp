@@ -42,6 +42,10 @@ struct RankLayout {
   KindViews views;
   model::Shard shard;
   std::vector<int> active;  // slots of the rank's replica, TP-group order
+  // Every training replica holds exactly its sync partition of the vocabulary
+  // (none at a TP degree above K) and there are several: wte's gradient may
+  // be synced in two parts (OverlappedSync's split_embedding).
+  bool vocab_split_ok = false;
 };
 
 RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankPlace me) {
@@ -53,6 +57,14 @@ RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankP
                vocab.slot_view(me.replica, me.slot)};
   out.shard = {out.views.heads.units, out.views.neurons.units, out.views.vocab.units};
   out.active = layout::alive_slots(job_config(p, gpt.heads), me.replica);
+  int training = 0;
+  bool no_extra_slots = true;
+  for (int r = 0; r < vocab.num_replicas(); ++r) {
+    if (vocab.replica(r).dropped) continue;
+    ++training;
+    no_extra_slots = no_extra_slots && vocab.replica(r).pre_sync.empty();
+  }
+  out.vocab_split_ok = training > 1 && no_extra_slots;
   return out;
 }
 
@@ -309,6 +321,7 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
   } else {
     const model::ParameterLayout full(x.setup.gpt, model::Shard::full(x.setup.gpt));
     model::scatter_from_full(full, x.setup.init_params, x.model->layout(), x.model->params());
+    std::vector<float>().swap(x.setup.init_params);  // the full model's values are not needed again
   }
   x.optimizer = std::make_unique<model::AdamW>(adamw_config(config.train), x.model->layout());
   if (mutation_ == Mutation::kLnFrozen) x.optimizer->freeze_for_test("h0.ln1_w");
@@ -384,7 +397,8 @@ void NtpTrainer::connect() {
         store_, rank_group_options(config_, options_, epoch_, members, fmt::format("dp/core{}", j), false));
   }
   x.sync = std::make_unique<OverlappedSync>(x.model->layout(), *x.full, x.layout.views, x.layout.active,
-                                            *x.tp_sync, x.dp.get(), config_.sync.bucket_mb);
+                                            *x.tp_sync, x.dp.get(), config_.sync.bucket_mb,
+                                            config_.sync.split_embedding && x.layout.vocab_split_ok);
   x.sync->mispair_for_test(options_.mispair_rank == options_.rank);
   x.sync->keep_replicated_for_test(mutation_ == Mutation::kReplicatedUnsynced);
 }
@@ -431,6 +445,9 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   x.sync->begin(x.model->grad_buffer(), s);  // each range is read once backward reports it ready
   model::BackwardHooks hooks;
   hooks.grads_ready = [&x](std::size_t first, std::size_t last) { x.sync->grads_ready(first, last); };
+  if (x.sync->splits_embedding()) {
+    hooks.embedding_rows = [&x](const model::EmbeddingRows& rows) { x.sync->embedding_rows(rows); };
+  }
   for (std::size_t k = 0; k < micros.size(); ++k) {
     const std::int64_t micro = micros[k];
     inputs.resize(static_cast<std::size_t>(micro * T));

@@ -8,6 +8,15 @@
 // finish() waits only for what is still in flight; that wait is the exposed
 // sync time of the step.
 //
+// With split_embedding, the tied wte gradient is synchronized in two parts:
+// the LM-head part as its own bucket as soon as the LM head's backward ends,
+// and the embedding scatter's rows (a few hundred, model::EmbeddingRows) at
+// the end: the DP group first sums which rows any replica touched, then sums
+// those rows and adds them to the synced wte gradient. The result is the same
+// sum over replicas, reassociated (lm_0 + lm_1) + (rows_0 + rows_1). It needs
+// every replica to hold exactly its sync partition of the vocabulary (no
+// extra slots), which the trainer checks job-wide.
+//
 // The communication thread uses its own TP group: the model's TP collectives
 // run on the compute thread at the same time, and two threads must never
 // share a group.
@@ -15,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/vocab_parallel.h"
 #include "train/grad_sync.h"
 #include "train/trace.h"
 
@@ -37,7 +48,7 @@ class OverlappedSync {
  public:
   OverlappedSync(const model::ParameterLayout& layout, const model::ParameterLayout& full,
                  KindViews views, std::vector<int> active, comm::Group& tp_sync, comm::Group* dp,
-                 double bucket_mb);
+                 double bucket_mb, bool split_embedding = false);
   ~OverlappedSync();
   OverlappedSync(const OverlappedSync&) = delete;
   OverlappedSync& operator=(const OverlappedSync&) = delete;
@@ -46,6 +57,10 @@ class OverlappedSync {
   void begin(std::span<float> grads, std::int64_t step);
   // The backward hook: gradients of tensors [first, last) are final.
   void grads_ready(std::size_t first, std::size_t last);
+  // The backward hook of a split wte gradient (split_embedding only): the
+  // embedding scatter's rows of this step, copied; synced after every bucket.
+  void embedding_rows(const model::EmbeddingRows& rows);
+  bool splits_embedding() const { return split_embedding_; }
   // Sends the last partial bucket, waits for every bucket; rethrows a
   // communication error of the thread.
   SyncTotals finish();
@@ -55,8 +70,14 @@ class OverlappedSync {
 
  private:
   using Range = std::pair<std::size_t, std::size_t>;
+  struct Task {
+    const char* name;
+    std::function<SyncBytes()> run;
+  };
   void enqueue(Range range);
+  void enqueue(Task task);
   GradSync& bucket(Range range);
+  SyncBytes sync_embedding_rows();
   void loop();
 
   const model::ParameterLayout& layout_;
@@ -66,6 +87,7 @@ class OverlappedSync {
   comm::Group& tp_;
   comm::Group* dp_;
   double bucket_bytes_;
+  bool split_embedding_;
   bool mispair_ = false;
   bool keep_replicated_ = false;
 
@@ -75,10 +97,12 @@ class OverlappedSync {
   std::size_t pending_first_ = 0;
   std::size_t pending_last_ = 0;
   double pending_bytes_ = 0;
+  model::EmbeddingRows rows_;  // this step's embedding scatter (split_embedding)
+  bool rows_pending_ = false;
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<GradSync*> queue_;
+  std::deque<Task> queue_;
   std::size_t in_flight_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 
@@ -219,7 +220,8 @@ TEST(TensorParallelShards, LoadFullGatherFullAndGradientHooks) {
     std::vector<int> seen(m.layout().tensors().size(), 0);
     int last_layer_seen = static_cast<int>(c.layers);
     m.forward(batch.view());
-    m.backward({[&](std::size_t first, std::size_t last) {
+    BackwardHooks hooks;
+    hooks.grads_ready = [&](std::size_t first, std::size_t last) {
       for (std::size_t i = first; i < last; ++i) {
         ++seen[i];
         const int layer = m.layout().tensors()[i].layer;
@@ -228,9 +230,85 @@ TEST(TensorParallelShards, LoadFullGatherFullAndGradientHooks) {
           last_layer_seen = layer;
         }
       }
-    }});
+    };
+    m.backward(hooks);
     for (int s : seen) EXPECT_EQ(s, 1);
   });
+}
+
+// The split wte gradient (BackwardHooks::embedding_rows): wte is reported
+// before any other tensor, every tensor once, and the LM-head part plus the
+// handed rows is the unsplit gradient. Two micro-batches, so the first one's
+// scatter (inside wte) and the second's (in the rows) both count. Each wte
+// element is the LM-head term plus at most 2 · 4 scatter terms, summed in
+// another order: the difference is a few ulps of the terms, here bounded by
+// 1e-6 of the tensor's largest gradient (the terms are no larger than that
+// in this model); dropping the rows must exceed it.
+struct SplitResult {
+  std::vector<float> plain, split;  // gradients, unsplit and split (rows added back)
+  std::vector<std::size_t> order;   // first tensor of each reported range (split run)
+};
+
+SplitResult split_wte_backward(bool drop_rows) {
+  const GptConfig c = testing::small_test_config();
+  const auto batch = testing::random_batch(c, 1, 4, 7);
+  SplitResult r;
+  for (bool split : {false, true}) {
+    tensor::Context ctx({1});
+    Model m(c, Shard::full(c), ctx);
+    m.init(42);
+    m.set_loss_scale(1.0f / 8);
+    m.zero_grad();
+    m.forward(batch.view());
+    m.backward();
+    m.forward(batch.view());
+    EmbeddingRows rows;
+    BackwardHooks hooks;
+    if (split) {
+      hooks.grads_ready = [&](std::size_t first, std::size_t) { r.order.push_back(first); };
+      hooks.embedding_rows = [&](const EmbeddingRows& handed) { rows = handed; };
+    }
+    m.backward(hooks);
+    std::vector<float> g(m.grads().begin(), m.grads().end());
+    const TensorSpec& wte = m.layout()["wte"];
+    for (std::size_t i = 0; i < rows.cols.size() && !drop_rows; ++i)
+      for (std::int64_t j = 0; j < rows.dim; ++j)
+        g[static_cast<std::size_t>(wte.offset + rows.cols[i] * rows.dim + j)] +=
+            rows.values[i * static_cast<std::size_t>(rows.dim) + static_cast<std::size_t>(j)];
+    (split ? r.split : r.plain) = std::move(g);
+  }
+  return r;
+}
+
+std::int64_t wte_differences(const SplitResult& r, const ParameterLayout& layout) {
+  const TensorSpec& wte = layout["wte"];
+  float largest = 0;
+  for (float v : r.plain) largest = std::max(largest, std::abs(v));
+  std::int64_t differing = 0;
+  for (std::size_t i = 0; i < r.plain.size(); ++i) {
+    const bool in_wte = static_cast<std::int64_t>(i) >= wte.offset && static_cast<std::int64_t>(i) < wte.offset + wte.count;
+    if (!in_wte) {
+      EXPECT_EQ(r.split[i], r.plain[i]) << "element " << i << " outside wte";
+    }
+    if (std::abs(r.split[i] - r.plain[i]) > 1e-6f * largest) ++differing;
+  }
+  return differing;
+}
+
+TEST(SplitEmbeddingGradient, LmHeadPartPlusRowsIsTheWholeGradient) {
+  const GptConfig c = testing::small_test_config();
+  const ParameterLayout layout(c, Shard::full(c));
+  const SplitResult r = split_wte_backward(false);
+  ASSERT_FALSE(r.order.empty());
+  EXPECT_EQ(r.order.front(), layout.index_of("wte"));
+  EXPECT_EQ(r.order.back(), layout.index_of("wpe"));
+  EXPECT_EQ(r.order.size(), static_cast<std::size_t>(c.layers) + 3);  // wte, lnf, blocks, wpe
+  EXPECT_EQ(wte_differences(r, layout), 0);
+}
+
+TEST(SplitEmbeddingGradient, DroppedRowsAreSeen) {
+  const GptConfig c = testing::small_test_config();
+  EXPECT_GT(wte_differences(split_wte_backward(true), ParameterLayout(c, Shard::full(c))), 0);
 }
 
 }  // namespace

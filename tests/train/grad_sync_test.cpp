@@ -12,6 +12,7 @@
 // is a differing element; the negative tests show that the check sees one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -53,13 +54,16 @@ struct SyncCase {
   layout::JobConfig job;            // `units` differs per kind: see JobRanks
   std::optional<double> bucket_mb;  // OverlappedSync with these buckets; none: one GradSync
   int mispair_rank = -1;            // this rank mis-pairs its sync buffer (negative tests)
+  bool split_embedding = false;     // wte's embedding rows handed apart (OverlappedSync only)
+  int misplace_rows_rank = -1;      // this rank hands its embedding rows one column off (negative test)
 };
 
 std::string describe(const SyncCase& c) {
   return fmt::format("seed {}: model {}; tp {}, {} replicas, failed '{}', min_tp {}; {}", c.seed,
                      model::to_string(c.gpt), c.job.tp, c.job.replicas,
                      layout::format_failed_slots(c.job.failed), c.job.min_tp,
-                     c.bucket_mb ? fmt::format("OverlappedSync, buckets of {} MB", *c.bucket_mb)
+                     c.bucket_mb ? fmt::format("OverlappedSync, buckets of {} MB{}", *c.bucket_mb,
+                                               c.split_embedding ? ", split wte" : "")
                                  : std::string("GradSync"));
 }
 
@@ -199,14 +203,50 @@ struct RankGroups {
 // ---- the sync under test ----
 
 // The tensor ranges Model::backward reports as final, in its order: the
-// final layer norm, the blocks from last to first, then the embeddings.
-std::vector<std::pair<std::size_t, std::size_t>> backward_ranges(const ParameterLayout& layout) {
-  std::vector<std::pair<std::size_t, std::size_t>> ranges{
-      {layout.index_of("lnf_w"), layout.tensors().size()}};
+// final layer norm, the blocks from last to first, then the embeddings; with a
+// split wte, its LM-head part comes first and the end brings wpe alone.
+std::vector<std::pair<std::size_t, std::size_t>> backward_ranges(const ParameterLayout& layout,
+                                                                 bool split) {
+  const std::size_t wte = layout.index_of("wte"), wpe = layout.index_of("wpe");
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  if (split) ranges.emplace_back(wte, wte + 1);
+  ranges.emplace_back(layout.index_of("lnf_w"), layout.tensors().size());
   for (int l = static_cast<int>(layout.config().layers) - 1; l >= 0; --l)
     ranges.push_back(layout.layer_range(l));
-  ranges.emplace_back(layout.index_of("wte"), layout.index_of("wpe") + 1);
+  ranges.emplace_back(split ? wpe : wte, wpe + 1);
   return ranges;
+}
+
+std::uint64_t mix(std::uint64_t x);
+
+// Takes a third of this rank's wte rows (chosen per step and replica) out of
+// `grads` as embedding rows: each element keeps value - 1 and the row holds 1,
+// so the sum over replicas is unchanged and still exact in float. A
+// misplacing rank names each row one column off.
+model::EmbeddingRows carve_embedding_rows(const ParameterLayout& mine, std::span<float> grads,
+                                          std::uint64_t salt, bool misplace) {
+  const model::TensorSpec& wte = mine["wte"];
+  model::EmbeddingRows rows;
+  rows.dim = wte.unit_size;
+  const std::int64_t units = wte.units.size();
+  for (std::int64_t col = 0; col < units; ++col) {
+    if (mix(salt + static_cast<std::uint64_t>(wte.units.unit_at(col))) % 3 != 0) continue;
+    rows.cols.push_back(misplace ? (col + 1) % units : col);
+    for (std::int64_t j = 0; j < rows.dim; ++j) {
+      grads[static_cast<std::size_t>(wte.offset + col * rows.dim + j)] -= 1.0f;
+      rows.values.push_back(1.0f);
+    }
+  }
+  if (misplace) {  // keep the columns ascending, as the model hands them
+    std::vector<std::size_t> order(rows.cols.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) { return rows.cols[a] < rows.cols[b]; });
+    model::EmbeddingRows sorted{rows.dim, {}, {}};
+    for (std::size_t i : order) sorted.cols.push_back(rows.cols[i]);
+    sorted.values = rows.values;  // every row is ones
+    rows = std::move(sorted);
+  }
+  return rows;
 }
 
 // One rank's sync, built once and run every step, as the trainer does.
@@ -214,10 +254,11 @@ class RankSync {
  public:
   RankSync(const SyncCase& c, const ParameterLayout& full, const ParameterLayout& mine,
            const KindViews& views, std::vector<int> active, RankGroups& groups, bool mispair)
-      : mine_(mine) {
+      : mine_(mine), split_(c.split_embedding) {
     if (c.bucket_mb) {
       overlapped_ = std::make_unique<OverlappedSync>(mine, full, views, std::move(active),
-                                                     *groups.tp, groups.dp.get(), *c.bucket_mb);
+                                                     *groups.tp, groups.dp.get(), *c.bucket_mb,
+                                                     c.split_embedding);
       overlapped_->mispair_for_test(mispair);
     } else {
       blocking_ =
@@ -226,18 +267,21 @@ class RankSync {
     }
   }
 
-  void run(std::span<float> grads, std::int64_t step) {
+  // `rows`: the embedding rows carved out of `grads` (split_embedding only).
+  void run(std::span<float> grads, std::int64_t step, const model::EmbeddingRows& rows) {
     if (blocking_) {
       blocking_->run(grads);
       return;
     }
     overlapped_->begin(grads, step);
-    for (const auto& [first, last] : backward_ranges(mine_)) overlapped_->grads_ready(first, last);
+    for (const auto& [first, last] : backward_ranges(mine_, split_)) overlapped_->grads_ready(first, last);
+    if (split_) overlapped_->embedding_rows(rows);
     overlapped_->finish();
   }
 
  private:
   const ParameterLayout& mine_;
+  bool split_;
   std::unique_ptr<GradSync> blocking_;
   std::unique_ptr<OverlappedSync> overlapped_;
 };
@@ -338,7 +382,12 @@ std::vector<Mismatches> run_case(const SyncCase& c) {
           const StepValues& v = steps[static_cast<std::size_t>(s)];
           model::scatter_from_full(full, v.per_replica[static_cast<std::size_t>(me.replica)], mine,
                                    grads);
-          sync.run(grads, s);
+          model::EmbeddingRows rows;
+          if (c.split_embedding) {
+            rows = carve_embedding_rows(mine, grads, mix(c.seed ^ mix(static_cast<std::uint64_t>(s * 64 + me.replica))),
+                                        rank == c.misplace_rows_rank);
+          }
+          sync.run(grads, s, rows);
           model::scatter_from_full(full, v.sum, mine, want);
           compare(mine, grads, want, s, out);
         }
@@ -369,6 +418,20 @@ SyncCase overlapped_case(int i) {
   return random_case(kSeed + 1000 + static_cast<std::uint64_t>(i), kCycle[i % 3]);
 }
 
+// Split wte: healthy jobs (every replica at the sync degree), 2 to 4 replicas.
+SyncCase split_case(int i) {
+  constexpr Buckets kCycle[] = {Buckets::kTiny, Buckets::kSome, Buckets::kHuge};
+  std::mt19937_64 rng(kSeed + 2000 + static_cast<std::uint64_t>(i));
+  SyncCase c;
+  c.seed = kSeed + 2000 + static_cast<std::uint64_t>(i);
+  c.job.tp = pick(rng, 1, 4);
+  c.job.replicas = pick(rng, 2, 4);
+  c.gpt = random_gpt(rng, c.job.tp);
+  c.bucket_mb = bucket_mb(kCycle[i % 3], c.gpt, rng);
+  c.split_embedding = true;
+  return c;
+}
+
 class GradSyncRandom : public ::testing::TestWithParam<int> {};
 TEST_P(GradSyncRandom, EveryElementIsTheSumOverReplicas) {
   expect_exact(grad_sync_case(GetParam()));
@@ -380,6 +443,12 @@ TEST_P(OverlappedSyncRandom, EveryElementIsTheSumOverReplicas) {
   expect_exact(overlapped_case(GetParam()));
 }
 INSTANTIATE_TEST_SUITE_P(Seeds, OverlappedSyncRandom, ::testing::Range(0, kCases));
+
+class SplitEmbeddingRandom : public ::testing::TestWithParam<int> {};
+TEST_P(SplitEmbeddingRandom, EveryElementIsTheSumOverReplicas) {
+  expect_exact(split_case(GetParam()));
+}
+INSTANTIATE_TEST_SUITE_P(Seeds, SplitEmbeddingRandom, ::testing::Range(0, 6));
 
 // The seeds above do reach the shapes the sync must survive, so that a change
 // of generator or seed cannot quietly leave them out.
@@ -446,6 +515,21 @@ TEST(GradSyncCheck, CatchesAMispairedRank) {
 }
 TEST(OverlappedSyncCheck, CatchesAMispairedRank) {
   expect_caught(mispaired(kTinyBucketMb));
+}
+
+// One rank hands its embedding rows one column off: only wte may differ, and it must.
+TEST(SplitEmbeddingCheck, CatchesMisplacedRows) {
+  SyncCase c = split_case(0);
+  c.misplace_rows_rank = 0;
+  SCOPED_TRACE(describe(c));
+  std::vector<Mismatches> result;
+  ASSERT_NO_THROW(result = run_case(c));
+  std::int64_t differing = 0;
+  for (const Mismatches& m : result) {
+    differing += m.count;
+    for (const std::string& what : m.first) EXPECT_NE(what.find("wte"), std::string::npos) << what;
+  }
+  EXPECT_GT(differing, 0) << "embedding rows added to the wrong column went unnoticed";
 }
 
 }  // namespace
