@@ -205,7 +205,7 @@ KindPlans transition_plans(const ParallelConfig& from, const ParallelConfig& to,
     }
     return p;
   };
-  return {plan(gpt.head_units(), "head units"), plan(gpt.ffn(), "FFN neurons"), plan(gpt.padded_vocab, "vocabulary rows")};
+  return {plan(gpt.head_units(), gpt.llama() ? "KV groups" : "heads"), plan(gpt.ffn(), "FFN neurons"), plan(gpt.padded_vocab, "vocabulary rows")};
 }
 
 // Everything of a rank that is built from the data, the model and the
@@ -762,7 +762,7 @@ void check_job(const Config& config, const std::filesystem::path& run_dir) {
   }
   if (!config.run.resume.empty()) check_resume(config, setup);
   const std::pair<const char*, std::int64_t> kinds[] = {
-      {"head units", setup.gpt.head_units()}, {"FFN neurons", setup.gpt.ffn()}, {"vocabulary rows", setup.gpt.padded_vocab}};
+      {setup.gpt.llama() ? "KV groups" : "heads", setup.gpt.head_units()}, {"FFN neurons", setup.gpt.ffn()}, {"vocabulary rows", setup.gpt.padded_vocab}};
   for (const auto& [kind, units] : kinds) {
     try {
       layout::plan_job(job_config(config.parallel, units));
