@@ -1,13 +1,21 @@
 // One training step (zero_grad, forward, fused loss, backward, fused AdamW) of
 // the GPT-2 presets at TP = 1, batch 4 x sequence 64, on each GEMM backend,
+// and of the Llama presets llama-small and llama-1b at batch 4 x sequence 128
+// on oneDNN,
 // next to the fastest sgemm on the machine (oneDNN's, on the same pool) in the
 // same run. Reports tokens/s, model FLOP/s (per token 6 * parameters + 6 *
-// layers * d_model * seq, llm.c's count) as a fraction of the measured sgemm
+// layers * d_model * seq, llm.c's count; Llama's untied input embedding, a
+// lookup, not counted) as a fraction of the measured sgemm
 // FLOP/s, the non-GEMM share of the step and the process's peak RSS. Both
 // rates are also given per second of process CPU time (all threads), which
 // stays meaningful when other jobs share the cores (the load average is printed).
 //
-//   model_bench [--threads=N] [benchmark flags]
+//   model_bench [--threads=N] [--llama_1b_layers=L] [benchmark flags]
+//
+// --llama_1b_layers runs llama-1b with L of its 22 layers (each layer the same
+// shape), for hosts without the ~19 GB its full training state needs; the
+// name of the benchmark says the layers run. Peak RSS is the process's: run
+// one model per process (--benchmark_filter) for a per-model figure.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
@@ -31,6 +39,7 @@ namespace {
 using namespace ntp;
 
 int g_threads = 2;
+int g_llama_1b_layers = 0;  // 0: all of them
 tensor::Context* g_peak_ctx = nullptr;  // oneDNN: the fastest sgemm here
 
 double process_cpu_seconds() {
@@ -86,9 +95,17 @@ void BM_Sgemm(benchmark::State& state, tensor::GemmBackend backend) {
   state.counters["GFLOP/cpu_s"] = rate.per_cpu_second / 1e9;
 }
 
-void BM_TrainStep(benchmark::State& state, const std::string& preset, tensor::GemmBackend backend) {
-  const model::GptConfig config = model::preset(preset);
-  const std::int64_t B = 4, T = 64;
+struct StepCase {
+  std::string preset;
+  model::Family family = model::Family::kGpt2;
+  std::int64_t seq = 64;
+  std::int64_t layers = 0;  // 0: the preset's
+};
+
+void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBackend backend) {
+  model::GptConfig config = model::preset(sc.preset, sc.family);
+  if (sc.layers > 0) config.layers = sc.layers;
+  const std::int64_t B = 4, T = sc.seq;
   tensor::Context ctx({g_threads, backend});
   model::Model m(config, model::Shard::full(config), ctx);
   m.init(1);
@@ -134,8 +151,9 @@ void BM_TrainStep(benchmark::State& state, const std::string& preset, tensor::Ge
   const Rate peak{sgemm_flop / sgemm_wall, sgemm_flop / sgemm_cpu};
   const double cpu_seconds = step_cpu;
   const double params = static_cast<double>(model::parameter_count(config));
+  const double lookup_only = config.llama() ? static_cast<double>(config.padded_vocab * config.d_model) : 0.0;
   const double flops_per_token =
-      6.0 * params + 6.0 * static_cast<double>(config.layers * config.d_model * T);
+      6.0 * (params - lookup_only) + 6.0 * static_cast<double>(config.layers * config.d_model * T);
   const double tokens = static_cast<double>(state.iterations() * B * T);
   state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["model_GFLOP/s"] =
@@ -189,6 +207,7 @@ int parse_flag(int& argc, char** argv, const char* name, int fallback) {
 
 int main(int argc, char** argv) {
   g_threads = parse_flag(argc, argv, "threads", 2);
+  g_llama_1b_layers = parse_flag(argc, argv, "llama_1b_layers", 0);
   tensor::Context peak_ctx({g_threads, tensor::GemmBackend::kOneDnn});
   g_peak_ctx = &peak_ctx;
   const tensor::Context blas_ctx({g_threads, tensor::GemmBackend::kOpenBlas});
@@ -207,11 +226,21 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark((std::string("train_step/") + preset + "/B4xT64/" +
                                     std::string(tensor::gemm_backend_name(backend)))
                                        .c_str(),
-                                   BM_TrainStep, std::string(preset), backend)
+                                   BM_TrainStep, StepCase{preset}, backend)
           ->Unit(benchmark::kMillisecond)
           ->Iterations(4)
           ->UseRealTime();
     }
+  }
+  const StepCase llama_cases[] = {{"llama-small", model::Family::kLlama, 128, 0},
+                                  {"llama-1b", model::Family::kLlama, 128, g_llama_1b_layers}};
+  for (const StepCase& sc : llama_cases) {
+    const std::string layers = sc.layers > 0 ? "/layers" + std::to_string(sc.layers) : "";
+    benchmark::RegisterBenchmark(("train_step/" + sc.preset + layers + "/B4xT128/onednn").c_str(), BM_TrainStep,
+                                 sc, tensor::GemmBackend::kOneDnn)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(sc.preset == "llama-1b" ? 2 : 4)
+        ->UseRealTime();
   }
   FractionReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

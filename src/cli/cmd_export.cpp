@@ -1,5 +1,6 @@
-// `ntp export CHECKPOINT --llmc model.bin`: write a checkpoint's parameters as
-// the llm.c GPT-2 checkpoint (fp32; the format model.init_from reads).
+// `ntp export CHECKPOINT --llmc model.bin` (GPT-2) or `--llama2c model.bin`
+// (Llama): write a checkpoint's parameters as the llm.c or llama2.c checkpoint
+// (fp32; the formats model.init_from reads).
 // CHECKPOINT is a checkpoint folder or a run directory (its newest). Exit 0,
 // 1 on an I/O failure, 2 on a bad or incomplete checkpoint (named).
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
+#include "model/llama2c_checkpoint.h"
 #include "model/llmc_checkpoint.h"
 #include "train/checkpoint.h"
 
@@ -18,15 +20,22 @@ int run_export(int argc, char** argv) {
   CLI::App app{"Write a checkpoint's parameters in another format.", "ntp export"};
   std::string source;
   std::string llmc;
+  std::string llama2c;
   bool check = true;
   app.add_option("checkpoint", source, "a checkpoint folder, or a run directory (its newest checkpoint)")
       ->required();
-  app.add_option("--llmc", llmc, "write the llm.c GPT-2 checkpoint (fp32) to this file")->required();
+  auto* llmc_opt = app.add_option("--llmc", llmc, "write the llm.c GPT-2 checkpoint (fp32) to this file");
+  auto* llama2c_opt = app.add_option("--llama2c", llama2c, "write the llama2.c Llama checkpoint (fp32) to this file");
+  llmc_opt->excludes(llama2c_opt);
   app.add_flag("!--no-checksums", check, "skip reading every byte to compare the checksums");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? ntp::cli::kExitOk : ntp::cli::kExitBadInput;
+  }
+  if (llmc.empty() && llama2c.empty()) {
+    spdlog::error("ntp export: one of --llmc (GPT-2) or --llama2c (Llama) is required");
+    return ntp::cli::kExitBadInput;
   }
   try {
     const ntp::train::Checkpoint checkpoint = ntp::train::Checkpoint::open(ntp::train::resolve_checkpoint(source));
@@ -37,8 +46,16 @@ int run_export(int argc, char** argv) {
     std::vector<float> m(params.size());
     std::vector<float> v(params.size());
     checkpoint.load(full, params, m, v);
-    ntp::model::write_llmc_checkpoint(llmc, gpt, params);
-    std::printf("wrote %s: %s, step %lld (from %s)\n", llmc.c_str(), ntp::model::to_string(gpt).c_str(),
+    const bool to_llama2c = !llama2c.empty();
+    if (to_llama2c != gpt.llama()) {
+      spdlog::error("ntp export: {}: the checkpoint holds a {} model; use {}", to_llama2c ? "--llama2c" : "--llmc",
+                    ntp::model::to_string(gpt.family), gpt.llama() ? "--llama2c" : "--llmc");
+      return ntp::cli::kExitBadInput;
+    }
+    const std::string& out = to_llama2c ? llama2c : llmc;
+    if (to_llama2c) ntp::model::write_llama2c_checkpoint(out, gpt, params);
+    else ntp::model::write_llmc_checkpoint(out, gpt, params);
+    std::printf("wrote %s: %s, step %lld (from %s)\n", out.c_str(), ntp::model::to_string(gpt).c_str(),
                 static_cast<long long>(checkpoint.info().step), checkpoint.dir().string().c_str());
     return ntp::cli::kExitOk;
   } catch (const ntp::train::CheckpointError& e) {
@@ -52,4 +69,5 @@ int run_export(int argc, char** argv) {
 
 }  // namespace
 
-NTP_REGISTER_COMMAND("export", "write a checkpoint's parameters as an llm.c GPT-2 checkpoint", run_export);
+NTP_REGISTER_COMMAND("export", "write a checkpoint's parameters as an llm.c (GPT-2) or llama2.c (Llama) checkpoint",
+                     run_export);

@@ -16,7 +16,7 @@
 #include "cli/command.h"
 #include "cli/path_args.h"
 #include "model/generate.h"
-#include "model/llmc_checkpoint.h"
+#include "model/model_file.h"
 #include "model/model.h"
 #include "model/shard.h"
 #include "model/tokenizer.h"
@@ -49,7 +49,7 @@ std::vector<std::int32_t> parse_ids(const std::string& text, std::int64_t vocab)
 }
 
 int run_sample(int argc, char** argv) {
-  CLI::App app{"Generate text from a trained model: RUN_DIR (its model.bin) or an llm.c checkpoint.",
+  CLI::App app{"Generate text from a trained model: RUN_DIR (its model.bin), an llm.c or a llama2.c checkpoint.",
                "ntp sample"};
   std::string source;
   std::string prompt;
@@ -57,7 +57,7 @@ int run_sample(int argc, char** argv) {
   std::int64_t tokens = 64;
   double temperature = 1.0;
   std::uint64_t seed = 1337;
-  app.add_option("source", source, "a run directory or a model.bin (llm.c checkpoint)")
+  app.add_option("source", source, "a run directory or a model.bin (llm.c GPT-2 or llama2.c Llama checkpoint)")
       ->required()
       ->check(CLI::ExistingPath);
   app.add_option("--prompt", prompt,
@@ -81,7 +81,7 @@ int run_sample(int argc, char** argv) {
   std::optional<ntp::model::Tokenizer> tokenizer;
   std::vector<std::int32_t> prompt_ids;
   try {
-    loaded = ntp::model::read_llmc_checkpoint(checkpoint.string());
+    loaded = ntp::model::read_model_file(checkpoint.string());
     if (!tokenizer_path.empty()) tokenizer = ntp::model::Tokenizer::read(tokenizer_path);
     const bool bytes = loaded.config.vocab <= kByteVocab && !tokenizer;
     if (bytes) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "model/init.h"
+#include "model/model_state.h"
 #include "model/vocab_parallel.h"
 #include "tensor/adamw.h"
 #include "tensor/attention.h"
@@ -12,6 +13,7 @@
 #include "tensor/layernorm.h"
 #include "tensor/matmul.h"
 #include "tensor/residual.h"
+#include "tensor/rmsnorm.h"
 
 namespace ntp::model {
 
@@ -19,49 +21,16 @@ using tensor::Buffer;
 using tensor::Into;
 using tensor::WeightLayout;
 
-// Offsets of one block's tensors in the flat buffers (params and grads alike).
-struct Model::BlockOffsets {
-  std::int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_wt, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_wt,
-      fc2_b;
-};
-
-// Everything forward keeps for backward, sized for one (batch, seq); per layer
-// arrays are [layers][...].
-struct Model::Activations {
-  std::int64_t batch = 0, seq = 0, n = 0;  // n = batch * seq rows
-  std::int64_t capacity = 0;               // the largest batch the buffers hold
-  std::vector<std::int64_t> token_col, target_col;
-  Buffer encoded;                   // [n, C]
-  Buffer ln1, ln1_mean, ln1_rstd;   // [L, n, C], [L, n]
-  Buffer qkv;                       // [L, n, 3 h hd]
-  Buffer att;                       // [L, B, h, T, T]
-  Buffer atty;                      // [L, n, h hd]
-  Buffer res2;                      // [L, n, C]
-  Buffer ln2, ln2_mean, ln2_rstd;
-  Buffer fch, fch_gelu;             // [L, n, neurons]
-  Buffer res3;                      // [L, n, C]
-  Buffer lnf, lnf_mean, lnf_rstd;
-  Buffer logits;                    // [n, vocab rows]; after forward: dlogits
-  Buffer losses;                    // [n]
-  Buffer partial;                   // [n, C] row-parallel output before the all-reduce
-  Buffer ce_scratch;                // [4 n]
-  // backward scratch
-  Buffer dres, dln;                 // [n, C]
-  Buffer dqkv, datty, dgelu, dfch;
-};
-
-namespace {
-struct Dims {
-  std::int64_t C, heads, hd, qkv, attn, neurons, vocab_rows, vocab_valid;
-};
 Dims dims_of(const ParameterLayout& layout) {
   const GptConfig& c = layout.config();
   const Shard& s = layout.shard();
-  const std::int64_t h = s.heads.size();
-  return {c.d_model, h, c.head_dim(), 3 * h * c.head_dim(), h * c.head_dim(), s.neurons.size(),
-          s.vocab.size(), s.vocab.intersect(layout::IntervalSet::range(0, c.vocab)).size()};
+  const std::int64_t units = s.heads.size(), g = c.queries_per_group(), hd = c.head_dim();
+  const std::int64_t neurons = s.neurons.size();
+  return {c.d_model,        units * g,      g,
+          hd,               units * (g + 2) * hd, units * g * hd,
+          neurons,          c.llama() ? 2 * neurons : neurons,
+          s.vocab.size(),   s.vocab.intersect(layout::IntervalSet::range(0, c.vocab)).size()};
 }
-}  // namespace
 
 Model::Model(const GptConfig& config, const Shard& shard, tensor::Context& ctx, comm::Group* tp)
     : ctx_(ctx), tp_(tp) {
@@ -85,10 +54,18 @@ void Model::adopt(const Shard& next, Buffer values) {
   grads_pending_zero_ = false;
   blocks_.clear();
   for (int l = 0; l < layout_->config().layers; ++l) {
-    const std::size_t first = layout_->layer_range(l).first;
-    const auto at = [&](std::size_t k) { return layout_->tensors()[first + k].offset; };
-    blocks_.push_back({at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9),
-                       at(10), at(11)});
+    const std::string prefix = "h" + std::to_string(l) + ".";
+    const auto at = [&](const char* name) {
+      const TensorSpec* t = layout_->find(prefix + name);
+      return t != nullptr ? t->offset : -1;
+    };
+    blocks_.push_back({at("ln1_w"), at("ln1_b"), at("qkv_w"), at("qkv_b"), at("proj_wt"),
+                       at("proj_b"), at("ln2_w"), at("ln2_b"), at("fc1_w"), at("fc1_b"),
+                       at("fc2_wt"), at("fc2_b")});
+  }
+  if (layout_->config().llama()) {
+    const GptConfig& c = layout_->config();
+    rope_ = tensor::rope_table(c.max_seq, c.head_dim(), c.rope_theta);
   }
   acts_.reset();  // sizes depend on the shard
   have_forward_ = false;
@@ -128,14 +105,19 @@ std::span<float> Model::settled_grads() const {
 }
 
 // Every gradient tensor that backward() accumulates into rather than writes
-// with a GEMM: the biases, the LayerNorms and wpe (a few MB for GPT-2).
+// with a GEMM: the biases, the norms, wpe (a few MB for GPT-2) and Llama's
+// untied input embedding.
 void Model::zero_accumulated_grads() {
-  std::vector<std::int64_t> gemm_written = {(*layout_)["wte"].offset};
+  std::vector<std::int64_t> gemm_written = {head_offset()};
   for (const BlockOffsets& o : blocks_) gemm_written.insert(gemm_written.end(), {o.qkv_w, o.proj_wt, o.fc1_w, o.fc2_wt});
   for (const TensorSpec& t : layout_->tensors()) {
     if (std::find(gemm_written.begin(), gemm_written.end(), t.offset) != gemm_written.end()) continue;
     std::fill_n(grads_.data() + t.offset, t.count, 0.0f);
   }
+}
+
+std::int64_t Model::head_offset() const {
+  return (*layout_)[config().llama() ? "lm_head" : "wte"].offset;
 }
 
 void Model::all_reduce(float* data, std::int64_t count) {
@@ -170,7 +152,7 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   a->ln2 = sz(L * n * d.C);
   a->ln2_mean = sz(L * n);
   a->ln2_rstd = sz(L * n);
-  a->fch = sz(L * n * d.neurons);
+  a->fch = sz(L * n * d.fc1);
   a->fch_gelu = sz(L * n * d.neurons);
   a->res3 = sz(L * n * d.C);
   a->lnf = sz(n * d.C);
@@ -185,7 +167,7 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   a->dqkv = sz(n * d.qkv);
   a->datty = sz(n * d.attn);
   a->dgelu = sz(n * d.neurons);
-  a->dfch = sz(n * d.neurons);
+  a->dfch = sz(n * d.fc1);
   acts_ = std::move(a);
 }
 
@@ -205,16 +187,25 @@ LossStats Model::forward(const Batch& batch) {
   a.target_col = local_columns(layout_->shard().vocab, batch.targets, n, c.vocab, "targets");
 
   const float* p = params_.data();
+  const TensorSpec* wpe = layout_->find("wpe");  // Llama: none (RoPE in the blocks)
   embedding_forward(ctx_, a.encoded.data(), a.token_col, p + (*layout_)["wte"].offset,
-                    p + (*layout_)["wpe"].offset, batch.seq, d.C, tp_);
-  for (int l = 0; l < c.layers; ++l)
-    forward_block(l, l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C);
+                    wpe != nullptr ? p + wpe->offset : nullptr, batch.seq, d.C, tp_);
+  for (int l = 0; l < c.layers; ++l) {
+    const float* residual = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C;
+    if (c.llama()) forward_llama_block(l, residual);
+    else forward_block(l, residual);
+  }
 
   const float* last = a.res3.data() + (c.layers - 1) * n * d.C;
-  tensor::layernorm_forward(ctx_, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last,
-                            p + (*layout_)["lnf_w"].offset, p + (*layout_)["lnf_b"].offset, n, d.C);
-  // Tied LM head: the rank's vocabulary rows of wte, column-parallel.
-  tensor::matmul_forward(ctx_, a.logits.data(), a.lnf.data(), p + (*layout_)["wte"].offset, nullptr, n,
+  if (c.llama()) {
+    tensor::rmsnorm_forward(ctx_, a.lnf.data(), a.lnf_rstd.data(), last,
+                            p + (*layout_)["lnf_w"].offset, n, d.C, c.norm_eps);
+  } else {
+    tensor::layernorm_forward(ctx_, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last,
+                              p + (*layout_)["lnf_w"].offset, p + (*layout_)["lnf_b"].offset, n, d.C);
+  }
+  // LM head (GPT-2: wte, tied; Llama: lm_head): the rank's vocabulary rows, column-parallel.
+  tensor::matmul_forward(ctx_, a.logits.data(), a.lnf.data(), p + head_offset(), nullptr, n,
                          d.C, d.vocab_rows, WeightLayout::kOutIn);
   const float scale = loss_scale_ != 0.0f ? loss_scale_ : 1.0f / static_cast<float>(n);
   vocab_parallel_cross_entropy(ctx_, a.losses.data(), a.logits.data(), a.target_col,
@@ -282,22 +273,32 @@ void Model::backward(const BackwardHooks& hooks) {
     weight_grads_ = Into::kAdd;
   }
 
-  // LM head (tied): the input gradient is partial per rank, hence the all-reduce.
-  tensor::matmul_backward(ctx_, a.dln.data(), g + lay["wte"].offset, nullptr, a.logits.data(),
-                          a.lnf.data(), p + lay["wte"].offset, n, d.C, d.vocab_rows,
+  // LM head: the input gradient is partial per rank, hence the all-reduce.
+  tensor::matmul_backward(ctx_, a.dln.data(), g + head_offset(), nullptr, a.logits.data(),
+                          a.lnf.data(), p + head_offset(), n, d.C, d.vocab_rows,
                           WeightLayout::kOutIn, {Into::kOverwrite, weight_grads_});
   all_reduce(a.dln.data(), n * d.C);
   a.dres.zero();
   const float* last = a.res3.data() + (c.layers - 1) * n * d.C;
-  tensor::layernorm_backward(ctx_, a.dres.data(), g + lay["lnf_w"].offset, g + lay["lnf_b"].offset,
-                             a.dln.data(), last, p + lay["lnf_w"].offset, a.lnf_mean.data(),
-                             a.lnf_rstd.data(), n, d.C);
+  if (c.llama()) {
+    tensor::rmsnorm_backward(ctx_, a.dres.data(), g + lay["lnf_w"].offset, a.dln.data(), last,
+                             p + lay["lnf_w"].offset, a.lnf_rstd.data(), n, d.C);
+  } else {
+    tensor::layernorm_backward(ctx_, a.dres.data(), g + lay["lnf_w"].offset, g + lay["lnf_b"].offset,
+                               a.dln.data(), last, p + lay["lnf_w"].offset, a.lnf_mean.data(),
+                               a.lnf_rstd.data(), n, d.C);
+  }
+  // The split applies to the tied embedding only (GPT-2): an untied one has
+  // no LM-head part to sync early.
   const bool split_wte = static_cast<bool>(hooks.embedding_rows);
+  if (split_wte && c.llama()) throw std::logic_error("Model::backward: the embedding split needs a tied embedding");
   if (split_wte) notify(lay.index_of("wte"), lay.index_of("wte") + 1);  // the LM-head part is final
   notify(lay.index_of("lnf_w"), lay.tensors().size());
 
   for (int l = static_cast<int>(c.layers) - 1; l >= 0; --l) {
-    backward_block(l, l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C);
+    const float* residual = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C;
+    if (c.llama()) backward_llama_block(l, residual);
+    else backward_block(l, residual);
     const auto [first, end] = lay.layer_range(l);
     notify(first, end);
   }
@@ -307,9 +308,10 @@ void Model::backward(const BackwardHooks& hooks) {
     hooks.embedding_rows(embedding_rows_);
     return;
   }
-  embedding_backward(g + lay["wte"].offset, g + lay["wpe"].offset, a.token_col, a.dres.data(),
-                     a.seq, d.C);
-  notify(lay.index_of("wte"), lay.index_of("wpe") + 1);
+  const TensorSpec* wpe = lay.find("wpe");
+  embedding_backward(g + lay["wte"].offset, wpe != nullptr ? g + wpe->offset : nullptr, a.token_col,
+                     a.dres.data(), a.seq, d.C);
+  notify(lay.index_of("wte"), lay.index_of(wpe != nullptr ? "wpe" : "wte") + 1);
 }
 
 void Model::backward_block(int l, const float* residual) {

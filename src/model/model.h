@@ -1,9 +1,11 @@
 #pragma once
 // One TP rank of a GPT-2 model (pre-LN, GELU tanh, learned positions, tied
-// embedding / LM head), fp32, Megatron tensor parallelism over arbitrary unit
-// sets: QKV column-parallel over heads, attention projection row-parallel,
-// fc1 column-parallel over neurons, fc2 row-parallel, vocabulary-parallel
-// embedding and cross-entropy. With tp == nullptr the model is a single rank
+// embedding / LM head) or of a Llama model (pre-RMSNorm, RoPE, SwiGLU,
+// grouped-query attention, untied embeddings, no biases), fp32, Megatron
+// tensor parallelism over arbitrary unit sets: QKV column-parallel over heads
+// (Llama: KV groups), attention projection row-parallel, fc1 column-parallel
+// over neurons (Llama: gate and up rows together), fc2 row-parallel,
+// vocabulary-parallel embedding, LM head and cross-entropy. With tp == nullptr the model is a single rank
 // and must hold every unit.
 //
 //   Model m(config, shard, ctx, tp_group);
@@ -27,6 +29,7 @@
 #include "tensor/buffer.h"
 #include "tensor/context.h"
 #include "tensor/matmul.h"
+#include "tensor/rope.h"
 
 namespace ntp::model {
 
@@ -120,8 +123,11 @@ class Model {
  private:
   struct Activations;
   struct BlockOffsets;
-  void forward_block(int layer, const float* residual);
+  void forward_block(int layer, const float* residual);  // GPT-2
   void backward_block(int layer, const float* residual);
+  void forward_llama_block(int layer, const float* residual);  // llama_block.cpp
+  void backward_llama_block(int layer, const float* residual);
+  std::int64_t head_offset() const;  // the LM head's weights: wte (GPT-2) or lm_head
   void all_reduce(float* data, std::int64_t count);
   void ensure_activations(std::int64_t batch, std::int64_t seq);
   std::span<float> settled_grads() const;
@@ -137,6 +143,7 @@ class Model {
   tensor::Into weight_grads_ = tensor::Into::kAdd;  // this backward's weight GEMMs
   std::unique_ptr<Activations> acts_;
   EmbeddingRows embedding_rows_;  // the split embedding scatter of the last backward
+  tensor::RopeTable rope_;  // Llama only
   float loss_scale_ = 0.0f;
   bool have_forward_ = false;
 };

@@ -19,6 +19,11 @@ ParameterLayout::ParameterLayout(const GptConfig& config, const Shard& shard)
     : config_(config), shard_(shard) {
   config_.validate();
   shard_.validate(config_);
+  if (config_.llama()) add_llama();
+  else add_gpt2();
+}
+
+void ParameterLayout::add_gpt2() {
   const std::int64_t C = config_.d_model;
   const std::int64_t hd = config_.head_dim();
   add("wte", UnitKind::kVocab, C, true, -1);
@@ -42,6 +47,24 @@ ParameterLayout::ParameterLayout(const GptConfig& config, const Shard& shard)
   add("lnf_b", UnitKind::kReplicated, C, false, -1);
 }
 
+void ParameterLayout::add_llama() {
+  const std::int64_t C = config_.d_model;
+  const std::int64_t hd = config_.head_dim();
+  const std::int64_t g = config_.queries_per_group();
+  add("wte", UnitKind::kVocab, C, true, -1);
+  for (int l = 0; l < config_.layers; ++l) {
+    const std::string p = "h" + std::to_string(l) + ".";
+    add(p + "ln1_w", UnitKind::kReplicated, C, false, l);
+    add(p + "qkv_w", UnitKind::kHead, (g + 2) * hd * C, true, l);
+    add(p + "proj_wt", UnitKind::kHead, g * hd * C, true, l);
+    add(p + "ln2_w", UnitKind::kReplicated, C, false, l);
+    add(p + "fc1_w", UnitKind::kNeuron, 2 * C, true, l);
+    add(p + "fc2_wt", UnitKind::kNeuron, C, true, l);
+  }
+  add("lnf_w", UnitKind::kReplicated, C, false, -1);
+  add("lm_head", UnitKind::kVocab, C, true, -1);
+}
+
 void ParameterLayout::add(const std::string& name, UnitKind kind, std::int64_t unit_size,
                           bool decay, int layer) {
   TensorSpec t;
@@ -57,9 +80,14 @@ void ParameterLayout::add(const std::string& name, UnitKind kind, std::int64_t u
   tensors_.push_back(std::move(t));
 }
 
+const TensorSpec* ParameterLayout::find(const std::string& name) const {
+  for (const TensorSpec& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
 std::size_t ParameterLayout::index_of(const std::string& name) const {
-  for (std::size_t i = 0; i < tensors_.size(); ++i)
-    if (tensors_[i].name == name) return i;
+  if (const TensorSpec* t = find(name)) return static_cast<std::size_t>(t - tensors_.data());
   throw std::out_of_range("parameter layout: no tensor named '" + name + "'");
 }
 

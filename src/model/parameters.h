@@ -18,6 +18,15 @@
 //   fc2_wt                neuron unit [C]         (row-parallel, stored transposed)
 //   fc2_b                 replicated [C]
 // plus wte (vocab unit [C], tied LM head), wpe [max_seq, C], lnf_w, lnf_b [C].
+//
+// Llama (no biases; g = heads / kv_heads query heads per KV group, F = ffn_hidden):
+//   ln1_w                 replicated [C]          (RMSNorm gain)
+//   qkv_w                 head   unit [g+2, hd, C] (the group's g query heads, its key head, its value head)
+//   proj_wt               head   unit [g, hd, C]  (the group's output-projection columns, stored transposed)
+//   ln2_w                 replicated [C]
+//   fc1_w                 neuron unit [2, C]      (the SwiGLU neuron's gate row, then its up row)
+//   fc2_wt                neuron unit [C]         (its down-projection column, stored transposed)
+// plus wte (vocab unit [C], input embedding), lnf_w [C], lm_head (vocab unit [C], untied).
 #include <cstdint>
 #include <span>
 #include <string>
@@ -53,10 +62,14 @@ class ParameterLayout {
   // Index of a tensor by name; throws std::out_of_range naming it.
   std::size_t index_of(const std::string& name) const;
   const TensorSpec& operator[](const std::string& name) const { return tensors_[index_of(name)]; }
+  // The tensor named `name`, or null if this model family has none.
+  const TensorSpec* find(const std::string& name) const;
   // The first and one-past-last tensor index of layer l (its tensors are contiguous).
   std::pair<std::size_t, std::size_t> layer_range(int layer) const;
 
  private:
+  void add_gpt2();
+  void add_llama();
   void add(const std::string& name, UnitKind kind, std::int64_t unit_size, bool decay, int layer);
 
   GptConfig config_;

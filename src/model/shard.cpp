@@ -16,7 +16,7 @@ void check_range(const layout::IntervalSet& set, layout::Unit units, const char*
 }  // namespace
 
 Shard Shard::full(const GptConfig& c) {
-  return {layout::IntervalSet::range(0, c.heads), layout::IntervalSet::range(0, c.ffn()),
+  return {layout::IntervalSet::range(0, c.head_units()), layout::IntervalSet::range(0, c.ffn()),
           layout::IntervalSet::range(0, c.padded_vocab)};
 }
 
@@ -35,7 +35,7 @@ const layout::IntervalSet& Shard::of(UnitKind kind) const {
 }
 
 void Shard::validate(const GptConfig& c) const {
-  check_range(heads, c.heads, "heads");
+  check_range(heads, c.head_units(), "heads");
   check_range(neurons, c.ffn(), "neurons");
   check_range(vocab, c.padded_vocab, "vocab");
 }

@@ -1,6 +1,6 @@
 #pragma once
-// The units one TP rank holds: a set of attention heads, of FFN neurons and of
-// vocabulary rows. The same head and neuron sets apply to every layer. Any
+// The units one TP rank holds: a set of attention units (GPT-2 heads, Llama
+// KV groups), of FFN neurons (Llama: SwiGLU neurons) and of vocabulary rows. The same head and neuron sets apply to every layer. Any
 // sets are allowed (non-contiguous, uneven, even empty); the TP ranks of one
 // replica must together hold every unit exactly once.
 #include "layout/interval_set.h"
@@ -12,7 +12,7 @@ namespace ntp::model {
 enum class UnitKind { kReplicated, kHead, kNeuron, kVocab };
 
 struct Shard {
-  layout::IntervalSet heads;    // units of kind head:   0 .. heads-1
+  layout::IntervalSet heads;    // units of kind head:   0 .. head_units()-1
   layout::IntervalSet neurons;  // units of kind neuron: 0 .. ffn-1
   layout::IntervalSet vocab;    // units of kind vocab:  0 .. padded_vocab-1
 

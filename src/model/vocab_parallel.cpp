@@ -31,6 +31,7 @@ void embedding_forward(tensor::Context& ctx, float* out, const std::vector<std::
   }
   // Exactly one rank holds each row, so the sum is exact (x + 0 = x).
   if (tp != nullptr) tp->all_reduce(out, static_cast<std::size_t>(n * dim));
+  if (wpe == nullptr) return;
   ctx.pool().parallel_for(n, 16, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const float* pos = wpe + (i % seq) * dim;
@@ -48,8 +49,10 @@ void scatter_backward(float* dwpe, const std::vector<std::int64_t>& token_col, c
   const auto n = static_cast<std::int64_t>(token_col.size());
   for (std::int64_t i = 0; i < n; ++i) {
     const float* d = dout + i * dim;
-    float* pos = dwpe + (i % seq) * dim;
-    for (std::int64_t j = 0; j < dim; ++j) pos[j] += d[j];
+    if (dwpe != nullptr) {
+      float* pos = dwpe + (i % seq) * dim;
+      for (std::int64_t j = 0; j < dim; ++j) pos[j] += d[j];
+    }
     const std::int64_t col = token_col[static_cast<std::size_t>(i)];
     if (col < 0) continue;
     float* row = row_of(col);

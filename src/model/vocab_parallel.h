@@ -1,6 +1,6 @@
 #pragma once
 // Vocabulary-parallel pieces of the model: each TP rank holds a set of rows of
-// the tied token embedding / LM head. A token id is looked up in the rank's
+// the token embedding and of the LM head (tied for GPT-2, untied for Llama). A token id is looked up in the rank's
 // intervals; ranks that do not hold it contribute zeros to the embedding
 // all-reduce, and the cross-entropy all-reduces the row max and sum-exp.
 #include <cstdint>
@@ -18,11 +18,11 @@ namespace ntp::model {
 std::vector<std::int64_t> local_columns(const layout::IntervalSet& rows, const std::int32_t* ids,
                                         std::int64_t count, std::int64_t vocab, const char* what);
 
-// out[b, t] = wte[token] + wpe[t]
+// out[b, t] = wte[token] + wpe[t] (wpe null: no learned positions, Llama)
 void embedding_forward(tensor::Context& ctx, float* out, const std::vector<std::int64_t>& token_col,
                        const float* wte, const float* wpe, std::int64_t seq, std::int64_t dim,
                        comm::Group* tp);
-// dwte[col] += dout (held tokens only), dwpe[t] += dout
+// dwte[col] += dout (held tokens only), dwpe[t] += dout (dwpe may be null)
 void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t>& token_col,
                         const float* dout, std::int64_t seq, std::int64_t dim);
 

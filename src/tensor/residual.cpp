@@ -7,7 +7,11 @@ void residual_forward(Context& ctx, float* out, const float* residual, const flo
   ctx.pool().parallel_for(n, 16, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const std::int64_t row = i * dim;
-      for (std::int64_t j = 0; j < dim; ++j) out[row + j] = residual[row + j] + x[row + j] + bias[j];
+      if (bias == nullptr) {
+        for (std::int64_t j = 0; j < dim; ++j) out[row + j] = residual[row + j] + x[row + j];
+      } else {
+        for (std::int64_t j = 0; j < dim; ++j) out[row + j] = residual[row + j] + x[row + j] + bias[j];
+      }
     }
   });
 }

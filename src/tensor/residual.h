@@ -1,6 +1,6 @@
 #pragma once
 // The residual stream: out = residual + x + bias (bias of the row-parallel
-// layer, added once after the TP all-reduce of x).
+// layer, added once after the TP all-reduce of x; null for none).
 #include <cstdint>
 
 #include "tensor/context.h"

@@ -50,8 +50,17 @@ layout::IntervalSet intervals_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json model_json(const model::GptConfig& c) {
-  return {{"vocab", c.vocab},   {"padded_vocab", c.padded_vocab}, {"layers", c.layers},
-          {"d_model", c.d_model}, {"heads", c.heads},             {"max_seq", c.max_seq}};
+  nlohmann::json j = {{"family", model::to_string(c.family)}, {"vocab", c.vocab},
+                      {"padded_vocab", c.padded_vocab},      {"layers", c.layers},
+                      {"d_model", c.d_model},                {"heads", c.heads},
+                      {"max_seq", c.max_seq}};
+  if (c.llama()) {
+    j["kv_heads"] = c.kv_heads;
+    j["ffn_hidden"] = c.ffn_hidden;
+    j["rope_theta"] = c.rope_theta;
+    j["norm_eps"] = c.norm_eps;
+  }
+  return j;
 }
 
 model::GptConfig model_from_json(const nlohmann::json& j) {
@@ -62,6 +71,14 @@ model::GptConfig model_from_json(const nlohmann::json& j) {
   c.d_model = j.at("d_model");
   c.heads = j.at("heads");
   c.max_seq = j.at("max_seq");
+  // Manifests from before the Llama family have no "family": GPT-2.
+  c.family = model::family_from_string(j.value("family", std::string("gpt2")));
+  if (c.llama()) {
+    c.kv_heads = j.at("kv_heads");
+    c.ffn_hidden = j.at("ffn_hidden");
+    c.rope_theta = j.at("rope_theta");
+    c.norm_eps = j.at("norm_eps");
+  }
   return c;
 }
 
@@ -101,7 +118,7 @@ void read_at(int fd, const std::filesystem::path& path, std::uint64_t offset, vo
 // tensors by exactly one.
 void check_coverage(const std::vector<PartRecord>& parts, const model::GptConfig& gpt,
                     const std::filesystem::path& manifest) {
-  const std::pair<model::UnitKind, std::int64_t> kinds[] = {{model::UnitKind::kHead, gpt.heads},
+  const std::pair<model::UnitKind, std::int64_t> kinds[] = {{model::UnitKind::kHead, gpt.head_units()},
                                                             {model::UnitKind::kNeuron, gpt.ffn()},
                                                             {model::UnitKind::kVocab, gpt.padded_vocab}};
   for (const auto& [kind, count] : kinds) {
@@ -391,10 +408,16 @@ void Checkpoint::verify_checksums() const {
 
 void Checkpoint::check_model(const model::GptConfig& gpt) const {
   const model::GptConfig& saved = info_.model;
+  if (saved.family != gpt.family) {
+    throw CheckpointError(fmt::format("{}: model family is {}, the configured model is {}",
+                                      (dir_ / "manifest.json").string(), model::to_string(saved.family),
+                                      model::to_string(gpt.family)));
+  }
   const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> fields[] = {
       {"vocab", {saved.vocab, gpt.vocab}},       {"padded_vocab", {saved.padded_vocab, gpt.padded_vocab}},
       {"layers", {saved.layers, gpt.layers}},    {"d_model", {saved.d_model, gpt.d_model}},
-      {"heads", {saved.heads, gpt.heads}},       {"max_seq", {saved.max_seq, gpt.max_seq}}};
+      {"heads", {saved.heads, gpt.heads}},       {"max_seq", {saved.max_seq, gpt.max_seq}},
+      {"kv_heads", {saved.kv_heads, gpt.kv_heads}}, {"ffn_hidden", {saved.ffn_hidden, gpt.ffn_hidden}}};
   for (const auto& [name, values] : fields) {
     if (values.first != values.second) {
       throw CheckpointError(fmt::format("{}: model {} is {}, the configured model has {}",

@@ -26,6 +26,8 @@ namespace {
 template <class E>
 using Choices = std::vector<std::pair<std::string, E>>;
 
+const Choices<model::Family> kFamilies = {{"gpt2", model::Family::kGpt2},
+                                           {"llama", model::Family::kLlama}};
 const Choices<DataOrder> kOrders = {{"shuffled", DataOrder::kShuffled},
                                     {"sequential", DataOrder::kSequential}};
 const Choices<tensor::GemmBackend> kGemms = {{"onednn", tensor::GemmBackend::kOneDnn},
@@ -229,13 +231,19 @@ KeyDef failed_key() {
 
 const std::vector<KeyDef>& schema() {
   static const std::vector<KeyDef> keys = {
-      string_key("model.preset", "model preset: tiny | small | gpt2", NTP_FIELD(model.preset)),
+      choice_key("model.family", "model architecture: gpt2 | llama", kFamilies, NTP_FIELD(model.family)),
+      string_key("model.preset", "model preset: tiny | small | gpt2 (llama: llama-tiny | llama-small | llama-1b)",
+                 NTP_FIELD(model.preset)),
       int_key("model.vocab", "vocabulary size; 0 = the preset's", NTP_FIELD(model.vocab)),
       int_key("model.layers", "transformer blocks; 0 = the preset's", NTP_FIELD(model.layers)),
       int_key("model.d_model", "hidden size; 0 = the preset's", NTP_FIELD(model.d_model)),
       int_key("model.heads", "attention heads; 0 = the preset's", NTP_FIELD(model.heads)),
       int_key("model.seq_len", "tokens per sequence; 0 = the preset's", NTP_FIELD(model.seq_len)),
-      string_key("model.init_from", "llm.c GPT-2 checkpoint to start from; empty = random init",
+      int_key("model.kv_heads", "Llama key/value heads (KV groups); 0 = the preset's", NTP_FIELD(model.kv_heads)),
+      int_key("model.ffn_hidden", "Llama SwiGLU neurons per layer; 0 = the preset's",
+              NTP_FIELD(model.ffn_hidden)),
+      string_key("model.init_from",
+                 "checkpoint to start from (gpt2: llm.c; llama: llama2.c); empty = random init",
                  NTP_FIELD(model.init_from)),
       int_key("model.threads", "kernel threads per rank; 0 = host cores / ranks on the host",
               NTP_FIELD(model.threads)),
@@ -429,6 +437,8 @@ void validate_model(const ModelConfig& m) {
   require(m.d_model >= 0, "model.d_model", "must be >= 0");
   require(m.heads >= 0, "model.heads", "must be >= 0");
   require(m.seq_len >= 0, "model.seq_len", "must be >= 0");
+  require(m.kv_heads >= 0, "model.kv_heads", "must be >= 0");
+  require(m.ffn_hidden >= 0, "model.ffn_hidden", "must be >= 0");
   require(m.threads >= 0, "model.threads", "must be >= 0");
   if (m.d_model > 0 && m.heads > 0) {
     require(m.d_model % m.heads == 0, "model.d_model",
@@ -586,6 +596,10 @@ void reject_unused(const Config& c) {
   const Dependent dependents[] = {
       {"model.preset", c.model.preset != d.model.preset, c.model.init_from.empty(),
        "is unused with model.init_from (the checkpoint defines the model)"},
+      {"model.kv_heads", c.model.kv_heads != d.model.kv_heads, c.model.family == model::Family::kLlama,
+       "needs model.family = \"llama\""},
+      {"model.ffn_hidden", c.model.ffn_hidden != d.model.ffn_hidden, c.model.family == model::Family::kLlama,
+       "needs model.family = \"llama\""},
       {"test.kill_at_step", c.test.kill_at_step != d.test.kill_at_step, c.test.kill_rank >= 0,
        "needs test.kill_rank"},
       {"test.chaos_seed", c.test.chaos_seed != d.test.chaos_seed, c.test.chaos > 0, "needs test.chaos > 0"},

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/config.h"
 #include "power/power_mode.h"
 #include "tensor/gemm_backend.h"
 
@@ -39,6 +40,7 @@ std::string to_string(NanPolicy policy);
 std::string to_string(FallbackPolicy policy);
 
 struct ModelConfig {
+  model::Family family = model::Family::kGpt2;  // picks the preset list and the architecture
   std::string preset = "tiny";
   // 0 = the preset's value.
   std::int64_t vocab = 0;
@@ -46,6 +48,8 @@ struct ModelConfig {
   std::int64_t d_model = 0;
   std::int64_t heads = 0;
   std::int64_t seq_len = 0;
+  std::int64_t kv_heads = 0;    // Llama only
+  std::int64_t ffn_hidden = 0;  // Llama only
   std::string init_from;  // llm.c checkpoint; empty = random init from train.seed
   std::int64_t threads = 0;  // kernel threads per rank; 0 = cores / ranks on this host
   tensor::GemmBackend gemm = tensor::GemmBackend::kOneDnn;  // every rank of a job uses the same

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <thread>
 
-#include "model/llmc_checkpoint.h"
+#include "model/model_file.h"
 #include "train/checkpoint_saver.h"
 #include "train/dataset.h"
 #include "train/evaluate.h"
@@ -181,7 +181,7 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
     }
   }
   saver.wait();
-  model::write_llmc_checkpoint(run.file("model.bin").string(), trainer.setup().gpt, trainer.params());
+  model::write_model_file(run.file("model.bin").string(), trainer.setup().gpt, trainer.params());
   if (config.run.trace_steps > 0) {
     trace.write(run.path() / "trace" / "rank-0.json");
     merge_traces(run.path() / "trace", run.file("trace.json"));

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "model/llama2c_checkpoint.h"
 #include "model/llmc_checkpoint.h"
 
 namespace ntp::train {
@@ -29,11 +30,15 @@ ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token, C
   ModelSetup setup;
   if (!keys.init_from.empty()) {
     model::LlmcCheckpoint checkpoint;
+    // The family says the format: llm.c for GPT-2, llama2.c for Llama.
+    const bool llama = keys.family == model::Family::kLlama;
     try {
       if (read == CheckpointRead::kParameters) {
-        checkpoint = model::read_llmc_checkpoint(keys.init_from);
+        checkpoint = llama ? model::read_llama2c_checkpoint(keys.init_from)
+                           : model::read_llmc_checkpoint(keys.init_from);
       } else {
-        checkpoint.config = model::read_llmc_config(keys.init_from);
+        checkpoint.config = llama ? model::read_llama2c_config(keys.init_from)
+                                  : model::read_llmc_config(keys.init_from);
       }
     } catch (const std::runtime_error& e) {
       throw ConfigError(fmt::format("model.init_from: {}", e.what()));
@@ -43,10 +48,12 @@ ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token, C
     agree("model.layers", keys.layers, setup.gpt.layers, keys.init_from);
     agree("model.d_model", keys.d_model, setup.gpt.d_model, keys.init_from);
     agree("model.heads", keys.heads, setup.gpt.heads, keys.init_from);
+    agree("model.kv_heads", keys.kv_heads, setup.gpt.kv_heads, keys.init_from);
+    agree("model.ffn_hidden", keys.ffn_hidden, setup.gpt.ffn_hidden, keys.init_from);
     setup.init_params = std::move(checkpoint.params);
   } else {
     try {
-      setup.gpt = model::preset(keys.preset);
+      setup.gpt = model::preset(keys.preset, keys.family);
     } catch (const std::invalid_argument& e) {
       throw ConfigError(fmt::format("model.preset: {}", e.what()));
     }
@@ -58,6 +65,8 @@ ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token, C
     apply(keys.d_model, setup.gpt.d_model);
     apply(keys.heads, setup.gpt.heads);
     apply(keys.seq_len, setup.gpt.max_seq);
+    apply(keys.kv_heads, setup.gpt.kv_heads);
+    apply(keys.ffn_hidden, setup.gpt.ffn_hidden);
     try {
       setup.gpt.validate();
     } catch (const std::invalid_argument& e) {

@@ -1,7 +1,8 @@
 #pragma once
-// The model of a run: the preset with the [model] keys applied, or the
-// architecture of the llm.c checkpoint in model.init_from (whose keys must
-// then agree with it), checked against the data.
+// The model of a run: the preset of model.family with the [model] keys
+// applied, or the architecture of the checkpoint in model.init_from (llm.c for
+// GPT-2, llama2.c for Llama; the set keys must then agree with it), checked
+// against the data.
 #include <cstdint>
 #include <vector>
 

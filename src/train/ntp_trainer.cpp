@@ -16,7 +16,7 @@
 
 #include "comm/group.h"
 #include "comm/store.h"
-#include "model/llmc_checkpoint.h"
+#include "model/model_file.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "train/dataset.h"
@@ -50,13 +50,13 @@ struct RankLayout {
 
 RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankPlace me) {
   RankLayout out;
-  const layout::JobLayout heads = layout::plan_job(job_config(p, gpt.heads));
+  const layout::JobLayout heads = layout::plan_job(job_config(p, gpt.head_units()));
   const layout::JobLayout neurons = layout::plan_job(job_config(p, gpt.ffn()));
   const layout::JobLayout vocab = layout::plan_job(job_config(p, gpt.padded_vocab));
   out.views = {heads.slot_view(me.replica, me.slot), neurons.slot_view(me.replica, me.slot),
                vocab.slot_view(me.replica, me.slot)};
   out.shard = {out.views.heads.units, out.views.neurons.units, out.views.vocab.units};
-  out.active = layout::alive_slots(job_config(p, gpt.heads), me.replica);
+  out.active = layout::alive_slots(job_config(p, gpt.head_units()), me.replica);
   int training = 0;
   bool no_extra_slots = true;
   for (int r = 0; r < vocab.num_replicas(); ++r) {
@@ -64,7 +64,7 @@ RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankP
     ++training;
     no_extra_slots = no_extra_slots && vocab.replica(r).pre_sync.empty();
   }
-  out.vocab_split_ok = training > 1 && no_extra_slots;
+  out.vocab_split_ok = training > 1 && no_extra_slots && !gpt.llama();  // a tied embedding only
   return out;
 }
 
@@ -251,7 +251,7 @@ KindPlans transition_plans(const ParallelConfig& from, const ParallelConfig& to,
     }
     return p;
   };
-  return {plan(gpt.heads, "heads"), plan(gpt.ffn(), "FFN neurons"), plan(gpt.padded_vocab, "vocabulary rows")};
+  return {plan(gpt.head_units(), gpt.llama() ? "KV groups" : "heads"), plan(gpt.ffn(), "FFN neurons"), plan(gpt.padded_vocab, "vocabulary rows")};
 }
 
 // Everything of a rank that is built from the data, the model and the
@@ -390,7 +390,7 @@ void NtpTrainer::connect() {
   const int j = x.layout.views.heads.sync_group;
   if (j >= 0) {
     // DP groups come from the layout's core lists, never from physical slot ids.
-    const layout::JobLayout heads = layout::plan_job(job_config(parallel_, x.setup.gpt.heads));
+    const layout::JobLayout heads = layout::plan_job(job_config(parallel_, x.setup.gpt.head_units()));
     std::vector<int> members;
     for (const auto& [r, slot] : heads.sync_group_members(j)) members.push_back(global_rank_of({r, slot}));
     x.dp = comm::create_group(
@@ -740,7 +740,7 @@ void NtpTrainer::finish() {
     x.tp.all_reduce(values.data(), values.size());
   }
   if (is_writer()) {
-    model::write_llmc_checkpoint(x.run.file("model.bin").string(), x.setup.gpt, values);
+    model::write_model_file(x.run.file("model.bin").string(), x.setup.gpt, values);
   }
   nlohmann::json hashes = state_hashes().to_json();
   hashes["rank"] = options_.rank;
@@ -826,7 +826,7 @@ void check_job(const Config& config, const std::filesystem::path& run_dir) {
   }
   if (!config.run.resume.empty()) check_resume(config, setup);
   const std::pair<const char*, std::int64_t> kinds[] = {
-      {"heads", setup.gpt.heads}, {"FFN neurons", setup.gpt.ffn()}, {"vocabulary rows", setup.gpt.padded_vocab}};
+      {setup.gpt.llama() ? "KV groups" : "heads", setup.gpt.head_units()}, {"FFN neurons", setup.gpt.ffn()}, {"vocabulary rows", setup.gpt.padded_vocab}};
   for (const auto& [kind, units] : kinds) {
     try {
       layout::plan_job(job_config(config.parallel, units));

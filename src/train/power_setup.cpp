@@ -8,14 +8,20 @@
 
 namespace ntp::train {
 
+// FLOPs per unit and token (forward; the shares are what matter): a head
+// unit's QKV rows and projection columns plus its query heads' attention (a
+// GPT-2 head is a group of one query head), a neuron's fc1 row(s) and fc2
+// column, a vocabulary row of the LM head.
 std::vector<power::UnitWork> step_work(const ModelSetup& model) {
-  const double d = static_cast<double>(model.gpt.d_model);
-  const double heads = static_cast<double>(model.gpt.heads);
-  const double layers = static_cast<double>(model.gpt.layers);
+  const model::GptConfig& c = model.gpt;
+  const double d = static_cast<double>(c.d_model), hd = static_cast<double>(c.head_dim());
+  const double g = static_cast<double>(c.queries_per_group());
+  const double layers = static_cast<double>(c.layers);
   const double t = static_cast<double>(model.seq_len);
-  return {{static_cast<long>(model.gpt.heads), layers * (8.0 * d * d + 4.0 * t * d) / heads},
-          {static_cast<long>(model.gpt.ffn()), layers * 4.0 * d},
-          {static_cast<long>(model.gpt.padded_vocab), 2.0 * d}};
+  const double fc1_rows = c.llama() ? 2.0 : 1.0;
+  return {{static_cast<long>(c.head_units()), layers * (2.0 * d * hd * (2.0 * g + 2.0) + 4.0 * t * hd * g)},
+          {static_cast<long>(c.ffn()), layers * 2.0 * d * (fc1_rows + 1.0)},
+          {static_cast<long>(c.padded_vocab), 2.0 * d}};
 }
 
 std::vector<double> modelled_needs(int n, const std::vector<int>& active,

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "model/llmc_checkpoint.h"
+#include "model/model_file.h"
 #include "train/local_trainer.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
@@ -291,7 +292,7 @@ CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t ste
   for (const HashFile& f : files) replicated[f.hashes.replicated].push_back(f.rank);
   if (replicated.size() > 1) out.failures.push_back("replicated tensors differ: " + disagreement(replicated));
 
-  const std::array<std::int64_t, 3> unit_count = {config.heads, config.ffn(), config.padded_vocab};
+  const std::array<std::int64_t, 3> unit_count = {config.head_units(), config.ffn(), config.padded_vocab};
   std::map<std::int64_t, std::vector<std::int64_t>> replica_ranks;
   for (const HashFile& f : files) replica_ranks[f.replica].push_back(f.rank);
   std::set<std::int64_t> complete;
@@ -477,7 +478,7 @@ VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolera
       row.at("epoch").get<std::int64_t>();
       row.at("samples").get<std::vector<std::vector<std::int64_t>>>();
     }
-    trained = model::read_llmc_checkpoint((run_dir / "model.bin").string());
+    trained = model::read_model_file((run_dir / "model.bin").string());
   } catch (const nlohmann::json::exception& e) {
     throw VerifyInputError(fmt::format("{}: malformed row in metrics.jsonl or schedule.jsonl: {}", run_dir.string(), e.what()));
   } catch (const std::runtime_error& e) {

@@ -22,9 +22,13 @@ namespace {
 
 double loss_of(Model& m, const Batch& b) { return m.forward(b).mean(); }
 
-class GradientCheck : public ::testing::Test {
+GptConfig test_config(Family family) {
+  return family == Family::kLlama ? testing::llama_test_config() : testing::small_test_config();
+}
+
+class GradientCheck : public ::testing::TestWithParam<Family> {
  protected:
-  GradientCheck() : config_(testing::small_test_config()), model_(config_, Shard::full(config_), ctx_) {
+  GradientCheck() : config_(test_config(GetParam())), model_(config_, Shard::full(config_), ctx_) {
     model_.init(11);
     // GPT-2's 0.02 init makes most gradients tiny; widen the weights so every
     // path carries signal.
@@ -58,7 +62,7 @@ class GradientCheck : public ::testing::Test {
   std::vector<float> grads_;
 };
 
-TEST_F(GradientCheck, ElementsMatchFiniteDifferences) {
+TEST_P(GradientCheck, ElementsMatchFiniteDifferences) {
   std::mt19937 rng(5);
   for (const TensorSpec& t : model_.layout().tensors()) {
     auto p = model_.param(t.name);
@@ -77,7 +81,7 @@ TEST_F(GradientCheck, ElementsMatchFiniteDifferences) {
   }
 }
 
-TEST_F(GradientCheck, DirectionalDerivativesMatchPerTensor) {
+TEST_P(GradientCheck, DirectionalDerivativesMatchPerTensor) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
   for (const TensorSpec& t : model_.layout().tensors()) {
@@ -104,16 +108,24 @@ TEST_F(GradientCheck, DirectionalDerivativesMatchPerTensor) {
   }
 }
 
-TEST_F(GradientCheck, PaddingRowsGetNoGradient) {
-  const TensorSpec& wte = model_.layout()["wte"];
-  for (std::int64_t row = config_.vocab; row < config_.padded_vocab; ++row)
-    for (std::int64_t j = 0; j < config_.d_model; ++j)
-      EXPECT_EQ(grads_[static_cast<std::size_t>(wte.offset + row * config_.d_model + j)], 0.0f);
+TEST_P(GradientCheck, PaddingRowsGetNoGradient) {
+  for (const char* name : {"wte", "lm_head"}) {
+    const TensorSpec* t = model_.layout().find(name);
+    if (t == nullptr) continue;  // GPT-2 ties the head to wte
+    for (std::int64_t row = config_.vocab; row < config_.padded_vocab; ++row)
+      for (std::int64_t j = 0; j < config_.d_model; ++j)
+        EXPECT_EQ(grads_[static_cast<std::size_t>(t->offset + row * config_.d_model + j)], 0.0f) << name;
+  }
 }
 
-TEST(Training, LossFallsOnARepeatedBatch) {
+INSTANTIATE_TEST_SUITE_P(Families, GradientCheck, ::testing::Values(Family::kGpt2, Family::kLlama),
+                         [](const auto& family) { return std::string(to_string(family.param)); });
+
+class Training : public ::testing::TestWithParam<Family> {};
+
+TEST_P(Training, LossFallsOnARepeatedBatch) {
   tensor::Context ctx({2});
-  const GptConfig c = testing::small_test_config();
+  const GptConfig c = test_config(GetParam());
   Model m(c, Shard::full(c), ctx);
   m.init(1);
   AdamWConfig opt_config;
@@ -132,6 +144,9 @@ TEST(Training, LossFallsOnARepeatedBatch) {
   EXPECT_NEAR(first, std::log(61.0), 0.2);  // near-uniform predictions at init
   EXPECT_LT(last, 0.5 * first);
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, Training, ::testing::Values(Family::kGpt2, Family::kLlama),
+                         [](const auto& family) { return std::string(to_string(family.param)); });
 
 }  // namespace
 }  // namespace ntp::model

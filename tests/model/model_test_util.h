@@ -16,6 +16,16 @@ namespace ntp::model::testing {
 // padded to 64 (so padding rows exist).
 inline GptConfig small_test_config() { return {61, 64, 2, 44, 11, 16}; }
 
+// Llama: 12 query heads over 4 KV groups (3 per group) of head size 4, 97
+// SwiGLU neurons (prime: no TP degree divides it), vocabulary 61 padded to 64.
+inline GptConfig llama_test_config() {
+  GptConfig c{61, 64, 2, 48, 12, 16};
+  c.family = Family::kLlama;
+  c.kv_heads = 4;
+  c.ffn_hidden = 97;
+  return c;
+}
+
 struct TokenBatch {
   std::vector<std::int32_t> inputs, targets;
   std::int64_t batch = 0, seq = 0;
@@ -45,7 +55,7 @@ inline std::vector<layout::IntervalSet> random_partition(std::int64_t units, int
 
 inline std::vector<Shard> random_shards(const GptConfig& c, int ranks, std::uint32_t seed) {
   std::mt19937 rng(seed);
-  const auto heads = random_partition(c.heads, ranks, rng);
+  const auto heads = random_partition(c.head_units(), ranks, rng);
   const auto neurons = random_partition(c.ffn(), ranks, rng);
   const auto vocab = random_partition(c.padded_vocab, ranks, rng);
   std::vector<Shard> shards;

@@ -50,6 +50,16 @@ std::vector<float> run_all(const Loops& l) {
     auto dg = a;
     l.gelu_backward(dg.data(), c.data(), b.data(), n);
     append(dg);
+    std::vector<float> pairs(2 * size), sw(size);
+    for (std::size_t i = 0; i < size; ++i) {
+      pairs[2 * i] = c[i];
+      pairs[2 * i + 1] = a[i];
+    }
+    l.swiglu_forward(sw.data(), pairs.data(), n);
+    append(sw);
+    auto dpairs = pairs;
+    l.swiglu_backward(dpairs.data(), pairs.data(), b.data(), n);
+    append(dpairs);
     auto param = a, m = b, v = random_vector(size, 4);
     for (auto& x : v) x = x * x;
     AdamWStep step;

@@ -57,7 +57,7 @@ std::vector<Shard> random_split(const ntp::model::GptConfig& c, int parts, std::
     std::uniform_int_distribution<int> pick(0, parts - 1);
     for (std::int64_t u = 0; u < units; ++u) (out[static_cast<std::size_t>(pick(rng))].*member).add(u, u + 1);
   };
-  deal(c.heads, &Shard::heads);
+  deal(c.head_units(), &Shard::heads);
   deal(c.ffn(), &Shard::neurons);
   deal(c.padded_vocab, &Shard::vocab);
   return out;
@@ -103,6 +103,15 @@ class CheckpointTest : public ::testing::Test {
   fs::path root_;
 };
 
+void expect_error(const std::function<void()>& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "accepted; expected an error with '" << needle << "'";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CheckpointTest, AnyLayoutReadsBackEveryValueBitForBit) {
   const ntp::model::GptConfig c = small_model();
   const ParameterLayout full(c, Shard::full(c));
@@ -134,14 +143,6 @@ TEST_F(CheckpointTest, BrokenCheckpointsAreRejectedNamingTheFile) {
   std::mt19937_64 rng(3);
   const fs::path dir = save(root_, c, random_state(full, 1), random_split(c, 2, rng), 4);
   const fs::path part = dir / "rank-1.bin";
-  const auto expect_error = [](const std::function<void()>& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "accepted; expected an error with '" << needle << "'";
-    } catch (const CheckpointError& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   // One flipped bit: the sizes agree, the checksum does not.
   {
     std::fstream f(part, std::ios::in | std::ios::out | std::ios::binary);
@@ -169,6 +170,39 @@ TEST_F(CheckpointTest, BrokenCheckpointsAreRejectedNamingTheFile) {
   expect_error([&] { ntp::train::resolve_checkpoint(root_ / "step-12.partial-e0"); }, "did not finish");
   fs::remove(other / "manifest.json");
   expect_error([&] { Checkpoint::open(other); }, "incomplete");
+}
+
+// A Llama checkpoint (KV-group head units, SwiGLU neurons, untied vocabulary
+// rows) reads back at another layout bit for bit; its manifest records the
+// family and shape, so a GPT-2 of the same sizes, or another KV grouping, is refused.
+TEST_F(CheckpointTest, ALlamaCheckpointRecordsItsFamilyAndShape) {
+  ntp::model::GptConfig c = small_model();
+  c.padded_vocab = c.vocab;
+  c.heads = 4;
+  c.family = ntp::model::Family::kLlama;
+  c.kv_heads = 2;
+  c.ffn_hidden = 37;
+  const ParameterLayout full(c, Shard::full(c));
+  std::mt19937_64 rng(11);
+  const FullState state = random_state(full, 9);
+  const fs::path dir = save(root_, c, state, random_split(c, 3, rng), 4);
+  const Checkpoint checkpoint = Checkpoint::open(dir);
+  EXPECT_EQ(checkpoint.info().model, c);
+  checkpoint.check_model(c);
+  for (const Shard& target : random_split(c, 2, rng)) {
+    const ParameterLayout layout(c, target);
+    std::vector<float> want(static_cast<std::size_t>(layout.size())), p(want.size()), m(want.size()), v(want.size());
+    checkpoint.load(layout, p, m, v);
+    ntp::model::scatter_from_full(full, state.params, layout, want);
+    EXPECT_EQ(p, want);
+  }
+  ntp::model::GptConfig gpt2 = c;
+  gpt2.family = ntp::model::Family::kGpt2;
+  gpt2.kv_heads = gpt2.ffn_hidden = 0;
+  expect_error([&] { checkpoint.check_model(gpt2); }, "model family is llama");
+  ntp::model::GptConfig regrouped = c;
+  regrouped.kv_heads = 4;
+  expect_error([&] { checkpoint.check_model(regrouped); }, "kv_heads is 2");
 }
 
 TEST_F(CheckpointTest, AManifestThatLosesOrDoublesUnitsIsRejected) {

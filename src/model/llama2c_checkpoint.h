@@ -1,0 +1,39 @@
+#pragma once
+// llama2.c's checkpoint, the legacy format of its export.py (fp32): a header
+// of 7 int32 {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size,
+// seq_len}, then token_embedding (V,C), rms_att (L,C), wq (L,H·hd,C),
+// wk (L,K·hd,C), wv (L,K·hd,C), wo (L,C,H·hd), rms_ffn (L,C), w1 (L,F,C),
+// w2 (L,C,F), w3 (L,F,C), rms_final (C), freq_cis_real and freq_cis_imag
+// (seq_len, hd/2 each; RoPE tables that run.c skips), then wcls (V,C) unless
+// the classifier is shared with the embedding, which a positive vocab_size
+// says (negative: a separate wcls follows).
+//
+// The conventions match run.c: interleaved-pair RoPE (tensor/rope.h), query
+// head h reads KV head h / (H/K), w1 is the gate and w3 the up projection.
+// Checkpoints exported from Meta's weights keep their q/k rows as they are
+// (Hugging Face's half-split permutation is not applied), so no permutation
+// is needed here. Conversion to and from the unit-major full layout
+// (ParameterLayout(config, Shard::full(config))) happens here.
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/llmc_checkpoint.h"
+
+namespace ntp::model {
+
+constexpr std::size_t kLlama2cHeaderInts = 7;
+
+// Throws std::runtime_error "<path>: <field>: <why>" for a malformed or
+// truncated file. A shared classifier is read as an lm_head equal to wte.
+LlmcCheckpoint read_llama2c_checkpoint(const std::string& path);
+// The header's model alone (the file's size checked against it).
+GptConfig read_llama2c_config(const std::string& path);
+// Writes a shared classifier (positive vocab_size) when lm_head equals wte
+// bit for bit, a separate wcls otherwise. The config must be a Llama whose
+// padded_vocab is its vocab (the format has no padding rows).
+void write_llama2c_checkpoint(const std::string& path, const GptConfig& config,
+                              std::span<const float> full_params);
+
+}  // namespace ntp::model

@@ -1,0 +1,19 @@
+#pragma once
+// A trained model's file (a run's model.bin, `ntp sample`, `ntp verify`): the
+// llm.c checkpoint for GPT-2, the llama2.c checkpoint for Llama. Reading tells
+// them apart by the first word, llm.c's magic (20240326), which no llama2.c
+// header starts with in practice (it would be the model's width).
+#include <span>
+#include <string>
+
+#include "model/config.h"
+#include "model/llmc_checkpoint.h"
+
+namespace ntp::model {
+
+// Throws std::runtime_error naming the file and field when malformed.
+LlmcCheckpoint read_model_file(const std::string& path);
+// llm.c for GPT-2, llama2.c for Llama.
+void write_model_file(const std::string& path, const GptConfig& config, std::span<const float> full_params);
+
+}  // namespace ntp::model

@@ -1,0 +1,54 @@
+#pragma once
+// The Model's private state shared by its GPT-2 (model.cpp) and Llama
+// (llama_block.cpp) blocks: where each block's tensors sit, the activations
+// forward keeps for backward, and the per-rank sizes.
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+#include "tensor/buffer.h"
+
+namespace ntp::model {
+
+// Offsets of one block's tensors in the flat buffers (params and grads alike),
+// looked up by name; -1 for a tensor the family does not have (Llama has no
+// biases and no LayerNorm shifts).
+struct Model::BlockOffsets {
+  std::int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_wt, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_wt,
+      fc2_b;
+};
+
+// Everything forward keeps for backward, sized for one (batch, seq); per layer
+// arrays are [layers][...]. Llama leaves the *_mean buffers unused.
+struct Model::Activations {
+  std::int64_t batch = 0, seq = 0, n = 0;  // n = batch * seq rows
+  std::int64_t capacity = 0;               // the largest batch the buffers hold
+  std::vector<std::int64_t> token_col, target_col;
+  tensor::Buffer encoded;                   // [n, C]
+  tensor::Buffer ln1, ln1_mean, ln1_rstd;   // [L, n, C], [L, n]
+  tensor::Buffer qkv;                       // [L, n, qkv] (Llama: after RoPE)
+  tensor::Buffer att;                       // [L, B, heads, T, T]
+  tensor::Buffer atty;                      // [L, n, heads hd]
+  tensor::Buffer res2;                      // [L, n, C]
+  tensor::Buffer ln2, ln2_mean, ln2_rstd;
+  tensor::Buffer fch;                       // [L, n, fc1]: GELU input / SwiGLU (gate, up) pairs
+  tensor::Buffer fch_gelu;                  // [L, n, neurons]: GELU / SwiGLU output
+  tensor::Buffer res3;                      // [L, n, C]
+  tensor::Buffer lnf, lnf_mean, lnf_rstd;
+  tensor::Buffer logits;                    // [n, vocab rows]; after forward: dlogits
+  tensor::Buffer losses;                    // [n]
+  tensor::Buffer partial;                   // [n, C] row-parallel output before the all-reduce
+  tensor::Buffer ce_scratch;                // [4 n]
+  // backward scratch
+  tensor::Buffer dres, dln;                 // [n, C]
+  tensor::Buffer dqkv, datty, dgelu, dfch;
+};
+
+// Per-rank sizes. A head unit holds `group` query heads (GPT-2: 1) and their
+// key and value heads; a neuron unit fc1 rows per neuron (GPT-2 1, SwiGLU 2).
+struct Dims {
+  std::int64_t C, heads, group, hd, qkv, attn, neurons, fc1, vocab_rows, vocab_valid;
+};
+Dims dims_of(const ParameterLayout& layout);
+
+}  // namespace ntp::model

@@ -1,0 +1,19 @@
+#pragma once
+// RMSNorm over the last dimension (Llama): y = x / sqrt(mean(x^2) + eps) * w,
+// no mean subtraction, no bias. Forward keeps the per-row reciprocal RMS for
+// the backward pass.
+#include <cstdint>
+
+#include "tensor/context.h"
+
+namespace ntp::tensor {
+
+// out, inp [n, dim]; rstd [n]; weight [dim].
+void rmsnorm_forward(Context& ctx, float* out, float* rstd, const float* inp, const float* weight,
+                     std::int64_t n, std::int64_t dim, float eps);
+
+// dinp += ..., dweight += ... (accumulating, like every backward kernel).
+void rmsnorm_backward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, std::int64_t n, std::int64_t dim);
+
+}  // namespace ntp::tensor

@@ -1,0 +1,238 @@
+// The Llama kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention) against
+// central finite differences of a random projection of their output,
+// L = sum r * f(x). Inputs are O(1) and f is smooth, so with h = 1e-2 in fp32
+// the difference carries ~1e-4 of rounding and truncation error: we accept
+// |fd - g| <= 2e-3 + 1e-2 |g|. Each check is also run against a deliberately
+// wrong backward and must fail there.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "tensor/attention.h"
+#include "tensor/context.h"
+#include "tensor/rmsnorm.h"
+#include "tensor/rope.h"
+#include "tensor/swiglu.h"
+
+namespace ntp::tensor {
+namespace {
+
+std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float mean = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(mean, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// out = f(x), then L = sum r * out in double.
+using Forward = std::function<std::vector<float>(const std::vector<float>& x)>;
+
+double projected(const Forward& f, const std::vector<float>& x, const std::vector<float>& r) {
+  const std::vector<float> out = f(x);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < out.size(); ++i) sum += static_cast<double>(r[i]) * out[i];
+  return sum;
+}
+
+// The number of elements of `grad` (dL/dx) that disagree with finite differences.
+int mismatches(const Forward& f, std::vector<float> x, const std::vector<float>& r,
+               const std::vector<float>& grad) {
+  int bad = 0;
+  const float h = 1e-2f;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float saved = x[i];
+    x[i] = saved + h;
+    const double plus = projected(f, x, r);
+    x[i] = saved - h;
+    const double minus = projected(f, x, r);
+    x[i] = saved;
+    const double fd = (plus - minus) / (2.0 * h);
+    if (std::abs(fd - grad[i]) > 2e-3 + 1e-2 * std::abs(grad[i])) ++bad;
+  }
+  return bad;
+}
+
+struct RmsCase {
+  std::int64_t n = 3, dim = 8;
+  float eps = 1e-5f;
+  Context ctx{{2}};
+  std::vector<float> x = random_vector(24, 1), w = random_vector(8, 2, 1.0f), r = random_vector(24, 3);
+
+  Forward of_input() {
+    return [this](const std::vector<float>& in) {
+      std::vector<float> out(in.size()), rstd(static_cast<std::size_t>(n));
+      rmsnorm_forward(ctx, out.data(), rstd.data(), in.data(), w.data(), n, dim, eps);
+      return out;
+    };
+  }
+  Forward of_weight() {
+    return [this](const std::vector<float>& weight) {
+      std::vector<float> out(x.size()), rstd(static_cast<std::size_t>(n));
+      rmsnorm_forward(ctx, out.data(), rstd.data(), x.data(), weight.data(), n, dim, eps);
+      return out;
+    };
+  }
+  // dx and dw from the backward kernel.
+  std::pair<std::vector<float>, std::vector<float>> backward() {
+    std::vector<float> out(x.size()), rstd(static_cast<std::size_t>(n));
+    rmsnorm_forward(ctx, out.data(), rstd.data(), x.data(), w.data(), n, dim, eps);
+    std::vector<float> dx(x.size(), 0.0f), dw(w.size(), 0.0f);
+    rmsnorm_backward(ctx, dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), n, dim);
+    return {dx, dw};
+  }
+};
+
+TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
+  RmsCase c;
+  const auto [dx, dw] = c.backward();
+  EXPECT_EQ(mismatches(c.of_input(), c.x, c.r, dx), 0);
+  EXPECT_EQ(mismatches(c.of_weight(), c.w, c.r, dw), 0);
+}
+
+TEST(RmsNorm, CheckFailsWithoutTheNormalisationTerm) {
+  RmsCase c;
+  auto [dx, dw] = c.backward();
+  // The broken variant treats the RMS as a constant: dx = s * w * dy.
+  std::vector<float> out(c.x.size()), rstd(3);
+  rmsnorm_forward(c.ctx, out.data(), rstd.data(), c.x.data(), c.w.data(), c.n, c.dim, c.eps);
+  for (std::int64_t i = 0; i < c.n; ++i)
+    for (std::int64_t j = 0; j < c.dim; ++j)
+      dx[static_cast<std::size_t>(i * c.dim + j)] = rstd[i] * c.w[j] * c.r[i * c.dim + j];
+  EXPECT_GT(mismatches(c.of_input(), c.x, c.r, dx), 0);
+}
+
+TEST(RmsNorm, NormalisesToUnitRms) {
+  RmsCase c;
+  std::vector<float> ones(8, 1.0f), out(c.x.size()), rstd(3);
+  rmsnorm_forward(c.ctx, out.data(), rstd.data(), c.x.data(), ones.data(), c.n, c.dim, c.eps);
+  for (std::int64_t i = 0; i < c.n; ++i) {
+    double sq = 0.0;
+    for (std::int64_t j = 0; j < c.dim; ++j) sq += out[i * c.dim + j] * out[i * c.dim + j];
+    EXPECT_NEAR(sq / c.dim, 1.0, 1e-4);
+  }
+}
+
+TEST(SwiGlu, BackwardMatchesFiniteDifferences) {
+  Context ctx({2});
+  const std::int64_t count = 20;
+  const auto x = random_vector(2 * count, 4), r = random_vector(count, 5);
+  const Forward f = [&](const std::vector<float>& in) {
+    std::vector<float> out(static_cast<std::size_t>(count));
+    swiglu_forward(ctx, out.data(), in.data(), count);
+    return out;
+  };
+  std::vector<float> dx(x.size(), 0.0f);
+  swiglu_backward(ctx, dx.data(), x.data(), r.data(), count);
+  EXPECT_EQ(mismatches(f, x, r, dx), 0);
+  // Broken: silu'(g) taken as sigmoid(g) (the x * sigmoid' term dropped).
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float g = x[2 * i], s = 1.0f / (1.0f + std::exp(-g));
+    dx[2 * i] = r[i] * x[2 * i + 1] * s;
+  }
+  EXPECT_GT(mismatches(f, x, r, dx), 0);
+}
+
+// Two batch rows of 5 positions, 6 query heads over 2 KV groups, head_dim 4.
+AttentionShape gqa_shape() { return {2, 5, 6, 4, 3}; }
+
+TEST(Rope, BackwardMatchesFiniteDifferencesAndLeavesValuesAlone) {
+  Context ctx({2});
+  const AttentionShape s = gqa_shape();
+  const RopeTable table = rope_table(8, s.head_dim, 10000.0f);
+  const auto size = static_cast<std::size_t>(s.batch * s.seq * s.qkv_row());
+  const auto x = random_vector(size, 6), r = random_vector(size, 7);
+  const Forward f = [&](const std::vector<float>& in) {
+    std::vector<float> out = in;
+    rope_forward(ctx, out.data(), s, table);
+    return out;
+  };
+  std::vector<float> dx = r;
+  rope_backward(ctx, dx.data(), s, table);
+  EXPECT_EQ(mismatches(f, x, r, dx), 0);
+  // Value heads (the last head of each group) pass unchanged; position 0 too.
+  const std::vector<float> y = f(x);
+  for (std::int64_t row = 0; row < s.batch * s.seq; ++row)
+    for (std::int64_t g = 0; g < s.groups(); ++g)
+      for (std::int64_t e = 0; e < s.head_dim; ++e) {
+        const auto at = static_cast<std::size_t>(row * s.qkv_row() + (g * (s.group + 2) + s.group + 1) * s.head_dim + e);
+        EXPECT_EQ(y[at], x[at]);
+      }
+  for (std::int64_t e = 0; e < s.qkv_row(); ++e) EXPECT_EQ(y[static_cast<std::size_t>(e)], x[static_cast<std::size_t>(e)]);
+  // Broken: the forward rotation used as its own gradient.
+  std::vector<float> wrong = r;
+  rope_forward(ctx, wrong.data(), s, table);
+  EXPECT_GT(mismatches(f, x, r, wrong), 0);
+}
+
+TEST(Rope, RotatesInterleavedPairsByPositionTimesFrequency) {
+  Context ctx({1});
+  const AttentionShape s{1, 3, 1, 4, 1};  // one head: q, k, v of 4
+  const RopeTable table = rope_table(3, 4, 100.0f);
+  std::vector<float> qkv(static_cast<std::size_t>(3 * s.qkv_row()), 0.0f);
+  for (int t = 0; t < 3; ++t) {
+    qkv[static_cast<std::size_t>(t * 12 + 0)] = 1.0f;  // q pair 0 = (1, 0)
+    qkv[static_cast<std::size_t>(t * 12 + 2)] = 1.0f;  // q pair 1 = (1, 0)
+  }
+  rope_forward(ctx, qkv.data(), s, table);
+  // Position 2: pair 0 turns by 2 rad, pair 1 by 2 / 100^(2/4) = 0.2 rad.
+  EXPECT_NEAR(qkv[24], std::cos(2.0f), 1e-6);
+  EXPECT_NEAR(qkv[25], std::sin(2.0f), 1e-6);
+  EXPECT_NEAR(qkv[26], std::cos(0.2f), 1e-6);
+  EXPECT_NEAR(qkv[27], std::sin(0.2f), 1e-6);
+}
+
+TEST(GroupedQueryAttention, BackwardMatchesFiniteDifferences) {
+  Context ctx({2});
+  const AttentionShape s = gqa_shape();
+  const auto rows = s.batch * s.seq;
+  const auto x = random_vector(static_cast<std::size_t>(rows * s.qkv_row()), 8);
+  const auto r = random_vector(static_cast<std::size_t>(rows * s.heads * s.head_dim), 9);
+  std::vector<float> att(static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq));
+  const Forward f = [&](const std::vector<float>& in) {
+    std::vector<float> out(r.size());
+    attention_forward(ctx, out.data(), att.data(), in.data(), s);
+    return out;
+  };
+  f(x);
+  std::vector<float> dx(x.size(), 0.0f);
+  attention_backward(ctx, dx.data(), r.data(), x.data(), att.data(), s);
+  EXPECT_EQ(mismatches(f, x, r, dx), 0);
+  // Broken: the same kernel told the heads do not share keys (group 1 over
+  // the same buffer reads other rows as keys).
+  AttentionShape wrong_shape = s;
+  wrong_shape.group = 1;
+  wrong_shape.heads = s.groups() * (s.group + 2) / 3;
+  std::vector<float> wrong(x.size(), 0.0f);
+  attention_backward(ctx, wrong.data(), r.data(), x.data(), att.data(), wrong_shape);
+  EXPECT_GT(mismatches(f, x, r, wrong), 0);
+}
+
+TEST(GroupedQueryAttention, GroupOfOneIsMultiHeadAttention) {
+  // Query heads of one group read the same key and value: a group of 3 equals
+  // 3 ordinary heads whose k and v are copies.
+  Context ctx({1});
+  const AttentionShape gqa{1, 4, 3, 2, 3};
+  const AttentionShape mha{1, 4, 3, 2, 1};
+  const auto packed = random_vector(static_cast<std::size_t>(4 * gqa.qkv_row()), 10);
+  std::vector<float> expanded(static_cast<std::size_t>(4 * mha.qkv_row()));
+  for (int t = 0; t < 4; ++t)
+    for (int h = 0; h < 3; ++h)
+      for (int e = 0; e < 2; ++e) {
+        const float* row = packed.data() + t * gqa.qkv_row();
+        float* out = expanded.data() + t * mha.qkv_row() + h * 6;
+        out[e] = row[h * 2 + e];
+        out[2 + e] = row[6 + e];
+        out[4 + e] = row[8 + e];
+      }
+  std::vector<float> y1(24), y2(24), att(3 * 16);
+  attention_forward(ctx, y1.data(), att.data(), packed.data(), gqa);
+  attention_forward(ctx, y2.data(), att.data(), expanded.data(), mha);
+  EXPECT_EQ(y1, y2);
+}
+
+}  // namespace
+}  // namespace ntp::tensor
