@@ -16,6 +16,7 @@
 #include "model/model_file.h"
 #include "model/parameters.h"
 #include "model_test_util.h"
+#include "file_test_util.h"
 
 namespace ntp::model {
 namespace {
@@ -41,22 +42,10 @@ class Llama2cCheckpoint : public ::testing::Test {
   ~Llama2cCheckpoint() override { fs::remove_all(dir_); }
 
   std::string path(const char* name) const { return (dir_ / name).string(); }
-  std::vector<char> bytes(const std::string& p) const {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-  }
-  void write_bytes(const std::string& p, const std::vector<char>& b) const {
-    std::ofstream(p, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
-  }
+  std::vector<char> bytes(const std::string& p) const { return testing::read_bytes(p); }
+  void write_bytes(const std::string& p, const std::vector<char>& b) const { testing::write_bytes(p, b); }
   void expect_rejected(const std::string& p, const std::string& field) const {
-    try {
-      read_llama2c_checkpoint(p);
-      ADD_FAILURE() << "accepted a bad file; expected an error about " << field;
-    } catch (const std::runtime_error& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(p), std::string::npos) << what;
-      EXPECT_NE(what.find(field), std::string::npos) << what;
-    }
+    testing::expect_file_rejected([](const std::string& f) { return read_llama2c_checkpoint(f); }, p, field);
   }
   void share_classifier() {
     const ParameterLayout full(config_, Shard::full(config_));
