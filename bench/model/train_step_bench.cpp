@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/support/host_load.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "tensor/buffer.h"
@@ -48,13 +49,7 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-std::string load_average() {
-  double load[3] = {0, 0, 0};
-  if (getloadavg(load, 3) != 3) return "unknown";
-  char text[64];
-  std::snprintf(text, sizeof text, "%.2f %.2f %.2f", load[0], load[1], load[2]);
-  return text;
-}
+using ntp::bench::load_average;
 
 double peak_rss_mib() {
   rusage usage{};

@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/support/host_load.h"
 #include "model/config.h"
 #include "model/init.h"
 #include "model/llmc_checkpoint.h"
@@ -126,13 +127,7 @@ std::string flag(int argc, char** argv, const std::string& name, const std::stri
   return fallback;
 }
 
-std::string load_average() {
-  double load[3] = {0, 0, 0};
-  if (getloadavg(load, 3) != 3) return "unknown";
-  char text[64];
-  std::snprintf(text, sizeof text, "%.2f %.2f %.2f", load[0], load[1], load[2]);
-  return text;
-}
+using ntp::bench::load_average;
 
 }  // namespace
 
