@@ -28,15 +28,9 @@ void Model::forward_llama_block(int l, const float* residual) {
   const std::int64_t n = a.n;
   const float eps = config().norm_eps;
   const tensor::AttentionShape shape{a.batch, a.seq, d.heads, d.hd, d.group};
-  float* ln1 = a.ln1.data() + l * n * d.C;                              // [n, C]
-  float* qkv = a.qkv.data() + l * n * d.qkv;                            // [n, groups (g+2) hd]
-  float* att = a.att.data() + l * a.batch * d.heads * a.seq * a.seq;    // [B, heads, T, T]
-  float* atty = a.atty.data() + l * n * d.attn;                         // [n, heads hd]
-  float* res2 = a.res2.data() + l * n * d.C;                            // [n, C]
-  float* ln2 = a.ln2.data() + l * n * d.C;                              // [n, C]
-  float* gate_up = a.fch.data() + l * n * d.fc1;                        // [n, neurons, 2]
-  float* act = a.fch_gelu.data() + l * n * d.neurons;                   // [n, neurons]
-  float* res3 = a.res3.data() + l * n * d.C;                            // [n, C]
+  // [n, C], [n, groups (g+2) hd], [B, heads, T, T], [n, heads hd], [n, C], [n, C],
+  // [n, neurons, 2], [n, neurons], [n, C]
+  const auto [ln1, qkv, att, atty, res2, ln2, gate_up, act, res3] = a.layer(d, l);
 
   tensor::rmsnorm_forward(ctx_, ln1, a.ln1_rstd.data() + l * n, residual, p + o.ln1_w, n, d.C, eps);
   tensor::matmul_forward(ctx_, qkv, ln1, p + o.qkv_w, nullptr, n, d.C, d.qkv, WeightLayout::kOutIn);
@@ -64,14 +58,7 @@ void Model::backward_llama_block(int l, const float* residual) {
   float* g = grads_.data();
   const std::int64_t n = a.n;
   const tensor::AttentionShape shape{a.batch, a.seq, d.heads, d.hd, d.group};
-  const float* ln1 = a.ln1.data() + l * n * d.C;
-  const float* qkv = a.qkv.data() + l * n * d.qkv;
-  const float* att = a.att.data() + l * a.batch * d.heads * a.seq * a.seq;
-  const float* atty = a.atty.data() + l * n * d.attn;
-  const float* res2 = a.res2.data() + l * n * d.C;
-  const float* ln2 = a.ln2.data() + l * n * d.C;
-  const float* gate_up = a.fch.data() + l * n * d.fc1;
-  const float* act = a.fch_gelu.data() + l * n * d.neurons;
+  const auto [ln1, qkv, att, atty, res2, ln2, gate_up, act, res3] = a.layer(d, l);
   float* dres = a.dres.data();  // gradient of the residual stream, flows through unchanged
 
   // FFN: res3 = res2 + fc2(swiglu(fc1(rmsnorm2(res2))))

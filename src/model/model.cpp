@@ -223,15 +223,7 @@ void Model::forward_block(int l, const float* residual) {
   const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
   const float* p = params_.data();
   const std::int64_t n = a.n;
-  float* ln1 = a.ln1.data() + l * n * d.C;
-  float* qkv = a.qkv.data() + l * n * d.qkv;
-  float* att = a.att.data() + l * a.batch * d.heads * a.seq * a.seq;
-  float* atty = a.atty.data() + l * n * d.attn;
-  float* res2 = a.res2.data() + l * n * d.C;
-  float* ln2 = a.ln2.data() + l * n * d.C;
-  float* fch = a.fch.data() + l * n * d.neurons;
-  float* fch_gelu = a.fch_gelu.data() + l * n * d.neurons;
-  float* res3 = a.res3.data() + l * n * d.C;
+  const auto [ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3] = a.layer(d, l);
 
   tensor::layernorm_forward(ctx_, ln1, a.ln1_mean.data() + l * n, a.ln1_rstd.data() + l * n,
                             residual, p + o.ln1_w, p + o.ln1_b, n, d.C);
@@ -321,14 +313,7 @@ void Model::backward_block(int l, const float* residual) {
   const float* p = params_.data();
   float* g = grads_.data();
   const std::int64_t n = a.n;
-  const float* ln1 = a.ln1.data() + l * n * d.C;
-  const float* qkv = a.qkv.data() + l * n * d.qkv;
-  const float* att = a.att.data() + l * a.batch * d.heads * a.seq * a.seq;
-  const float* atty = a.atty.data() + l * n * d.attn;
-  const float* res2 = a.res2.data() + l * n * d.C;
-  const float* ln2 = a.ln2.data() + l * n * d.C;
-  const float* fch = a.fch.data() + l * n * d.neurons;
-  const float* fch_gelu = a.fch_gelu.data() + l * n * d.neurons;
+  const auto [ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3] = a.layer(d, l);
   float* dres = a.dres.data();  // gradient of the residual stream, flows through unchanged
 
   // MLP: res3 = res2 + fc2(gelu(fc1(ln2(res2)))) + fc2_b

@@ -18,6 +18,13 @@ struct Model::BlockOffsets {
       fc2_b;
 };
 
+// Per-rank sizes. A head unit holds `group` query heads (GPT-2: 1) and their
+// key and value heads; a neuron unit fc1 rows per neuron (GPT-2 1, SwiGLU 2).
+struct Dims {
+  std::int64_t C, heads, group, hd, qkv, attn, neurons, fc1, vocab_rows, vocab_valid;
+};
+Dims dims_of(const ParameterLayout& layout);
+
 // Everything forward keeps for backward, sized for one (batch, seq); per layer
 // arrays are [layers][...]. Llama leaves the *_mean buffers unused.
 struct Model::Activations {
@@ -42,13 +49,18 @@ struct Model::Activations {
   // backward scratch
   tensor::Buffer dres, dln;                 // [n, C]
   tensor::Buffer dqkv, datty, dgelu, dfch;
+
+  struct Layer {
+    float *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
+  };
+  Layer layer(const Dims& d, int l);
 };
 
-// Per-rank sizes. A head unit holds `group` query heads (GPT-2: 1) and their
-// key and value heads; a neuron unit fc1 rows per neuron (GPT-2 1, SwiGLU 2).
-struct Dims {
-  std::int64_t C, heads, group, hd, qkv, attn, neurons, fc1, vocab_rows, vocab_valid;
-};
-Dims dims_of(const ParameterLayout& layout);
+// Layer l's slices of the per-layer buffers, in block order.
+inline Model::Activations::Layer Model::Activations::layer(const Dims& d, int l) {
+  return {ln1.data() + l * n * d.C,   qkv.data() + l * n * d.qkv, att.data() + l * batch * d.heads * seq * seq,
+          atty.data() + l * n * d.attn, res2.data() + l * n * d.C, ln2.data() + l * n * d.C,
+          fch.data() + l * n * d.fc1, fch_gelu.data() + l * n * d.neurons, res3.data() + l * n * d.C};
+}
 
 }  // namespace ntp::model
