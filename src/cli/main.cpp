@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "cli/logging.h"
+#include "comm/signal_thread.h"
 
 namespace ntp::cli {
 
@@ -39,6 +40,9 @@ void print_usage(std::FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace ntp::cli;
+  // Before any thread starts: a signal handler must never run on a thread
+  // that computes (see comm/signal_thread.h).
+  ntp::comm::route_signals_to_one_thread();
   if (argc < 2) {
     print_usage(stderr);
     return kExitBadInput;

@@ -1,4 +1,5 @@
 #include "comm/child_process.h"
+#include "comm/signal_thread.h"
 
 #include <cerrno>
 #include <csignal>
@@ -55,6 +56,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vect
     // the getppid() check closes the race with a parent already gone.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) _exit(127);
+    unblock_signals_in_child();
     if (log_fd >= 0) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);

@@ -20,6 +20,7 @@
 
 #include "comm/error.h"
 #include "comm/job_store.h"
+#include "comm/signal_thread.h"
 
 namespace ntp::elastic {
 namespace {
@@ -117,6 +118,7 @@ pid_t spawn(const SpawnPlan& plan) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(126);  // the launcher is already gone
     for (int sig : kForwardedSignals) ::signal(sig, SIG_DFL);
+    comm::unblock_signals_in_child();
     if (!plan.log_path.empty()) {
       const int fd = ::open(plan.log_path.c_str(), O_WRONLY | O_CREAT | (plan.append_log ? O_APPEND : O_TRUNC), 0644);
       if (fd >= 0) {

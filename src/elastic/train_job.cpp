@@ -20,6 +20,7 @@
 #include "comm/heartbeat.h"
 #include "comm/job_store.h"
 #include "comm/store.h"
+#include "elastic/crash_report.h"
 #include "elastic/placement.h"
 #include "elastic/job.h"
 #include "elastic/process_cpu.h"
@@ -762,6 +763,7 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   const train::Config config = train::load_config((run_dir / "config.toml").string(), {});
   const Environment env = current_environment();
   const WorldInfo world = world_from_env(env);
+  install_crash_report(world.rank);
   train::WorkerOptions options;
   options.rank = world.rank;
   options.world_size = world.world_size;

@@ -58,6 +58,8 @@ FaultSpec parse_one(const std::string& entry) {
       f.signal = SIGKILL;
     } else if (parts[2] == "STOP") {
       f.signal = SIGSTOP;
+    } else if (parts[2] == "SEGV") {
+      f.signal = SIGSEGV;
     } else if (parts[2] == "HANG") {
       f.signal = kHang;
     } else if (parts[2] == "MUTE") {
@@ -65,7 +67,7 @@ FaultSpec parse_one(const std::string& entry) {
     } else if (parts[2] == "LAG" && f.phase == "commit") {
       f.signal = kLag;
     } else {
-      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL, STOP, HANG or MUTE (or LAG, at commit)", entry,
+      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL, STOP, SEGV, HANG or MUTE (or LAG, at commit)", entry,
                                               parts[2]));
     }
   }
@@ -109,6 +111,7 @@ std::vector<FaultSpec> chaos_faults(std::int64_t count, std::uint64_t seed, int 
 std::string to_string(const FaultSpec& f) {
   return fmt::format("{}@{}:{}:{}", f.rank, f.step, f.phase,
                      f.signal == SIGSTOP ? "STOP"
+                     : f.signal == SIGSEGV ? "SEGV"
                      : f.signal == kLag ? "LAG"
                      : f.signal == kHang ? "HANG"
                      : f.signal == kMute ? "MUTE"

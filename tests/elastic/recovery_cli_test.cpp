@@ -6,6 +6,7 @@
 // identical, or stopped cleanly with a message.
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -161,6 +162,20 @@ TEST_F(RecoveryCliTest, ChaosOfFiveFailuresRecoversOrStopsCleanly) {
     return;
   }
   expect_recovered(run, 8);
+}
+
+// A crash (SIGSEGV, as a faulty driver would raise) is recovered like any
+// death, and the dead rank's log says what killed it and where.
+TEST_F(RecoveryCliTest, ACrashedRankIsRecoveredAndItsLogHoldsABacktrace) {
+  const TrainRun run = train(dir_, "--set train.steps=6 --set parallel.dp=2 --set parallel.tp=2"
+                                   " --set 'test.failures=\"2@2:backward:SEGV\"'");
+  expect_recovered(run, 6);
+  std::ifstream in(dir_ / "logs" / "rank-2.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("rank 2 (pid "), std::string::npos) << log;
+  EXPECT_NE(log.find("fatal signal 11 (Segmentation fault)"), std::string::npos) << log;
+  EXPECT_NE(log.find("backtrace"), std::string::npos) << log;
+  EXPECT_NE(run.output.find("killed by signal 11"), std::string::npos) << run.output;
 }
 
 TEST_F(RecoveryCliTest, AFailureWhereNoHolderIsLeftStopsWithExit3NamingTheUnits) {

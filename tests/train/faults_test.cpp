@@ -20,6 +20,8 @@ TEST(Faults, ParsesEveryFieldAndDefaultsToKill) {
   EXPECT_EQ(to_string(f[0]), "3@5:commit:STOP");
   EXPECT_EQ(parse_faults("2@1:sync:HANG")[0].signal, kHang);
   EXPECT_EQ(parse_faults("2@1:forward:MUTE")[0].signal, kMute);
+  EXPECT_EQ(parse_faults("2@1:backward:SEGV")[0].signal, SIGSEGV);
+  EXPECT_EQ(to_string(parse_faults("2@1:backward:SEGV")[0]), "2@1:backward:SEGV");
   EXPECT_EQ(to_string(parse_faults("2@1:forward:MUTE")[0]), "2@1:forward:MUTE");
   EXPECT_EQ(parse_faults("2@1:commit:LAG")[0].signal, kLag);
   EXPECT_THROW(parse_faults("2@1:sync:LAG"), std::invalid_argument);  // LAG only at commit
