@@ -1,0 +1,79 @@
+#pragma once
+
+// The launcher's side of failure detection (DESIGN §5): it marks every worker
+// that died in the store (dead_key), where the survivors' agreement looks;
+// and it fences — SIGKILLs, by pid — a worker whose heartbeat is older than
+// deadline.heartbeat_s (stopped, or wedged with its whole process), or that
+// the survivors declared lost (fence_key), so that a process declared lost
+// can never come back with stale state. A worker whose beat is stale but
+// that still gets CPU (process_cpu.h) is starved, not lost: it is reported,
+// vouched for on the store, and left alone.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "comm/store.h"
+#include "elastic/launcher.h"
+#include "elastic/process_cpu.h"
+#include "train/config.h"
+#include "train/run_dir.h"
+
+namespace ntp::elastic {
+
+class Fencer {
+ public:
+  Fencer(const train::Config& config, const train::RunDir& run, std::shared_ptr<comm::Store> store);
+
+  // The launcher's worker_started / worker_exited events.
+  void on_event(const std::string& event, const RankExit& r);
+
+  // With elastic.rejoin: the lost ranks whose repair is due, each restarted
+  // once. Its store marks go first, so nobody takes the new process for dead.
+  std::vector<int> restarts(std::int64_t logged_steps);
+
+  // Every launcher tick: the local ranks, then the other hosts'.
+  void poll();
+
+  // The ranks of the other hosts. A whole host lost takes its launcher with
+  // it, so nobody there marks its ranks dead: a rank whose beat went stale is
+  // marked here (dead_key, for the survivors' agreement) and fenced, should
+  // its host come back.
+  void watch_remote(std::vector<int> ranks) { remote_ = std::move(ranks); }
+
+ private:
+  void tick();
+  void tick_remote();
+  void note_fresh(int rank);
+  bool starved(int rank, std::int64_t age_ms);
+  bool vouched_starved(const std::optional<std::vector<char>>& mark) const;
+  std::optional<std::vector<std::int64_t>> ages_of(const std::vector<int>& ranks);
+  void fence(int rank, const std::string& reason, std::int64_t age_ms);
+
+  const train::Config& config_;
+  const train::RunDir& run_;
+  std::shared_ptr<comm::Store> store_;
+  std::int64_t max_age_ms_;
+  std::int64_t first_beat_ms_;
+  std::map<int, int> pids_;
+  std::map<int, std::int64_t> started_ms_;
+  std::set<int> fenced_;
+  std::map<int, std::int64_t> lost_ms_;  // lost ranks waiting for their repair
+  std::set<int> restarted_;
+  std::map<int, ProcessSample> fresh_cpu_;  // CPU time at a recent fresh heartbeat
+  std::map<int, std::int64_t> fresh_sampled_ms_;
+  std::set<int> starved_;  // stale but getting CPU: reported once
+  std::set<int> beaten_;   // local ranks seen beating
+  std::vector<int> remote_;
+  std::set<int> declared_;  // remote ranks found stale
+  std::int64_t next_remote_ms_ = 0;
+  static constexpr std::int64_t kStoreHiccupMs = 500;  // a batched read takes milliseconds
+  std::int64_t store_back_ms_ = 0;  // when the store answered again after being unavailable
+  std::int64_t poll_started_ms_ = 0;
+};
+
+}  // namespace ntp::elastic
