@@ -638,8 +638,8 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
     const std::filesystem::path checkpoint = train::final_dir(run.path() / "checkpoints", steps);
     run.write_summary({{"status", "interrupted"}, {"steps_done", steps}, {"checkpoint", checkpoint.string()},
                        {"job", describe_job(config)}});
-    throw RunInterrupted(fmt::format("interrupted after {} steps; checkpoint {}; continue with: ntp train --resume {}",
-                                     steps, checkpoint.string(), run_dir.string()));
+    throw RunInterrupted(fmt::format("interrupted after {} step{}; checkpoint {}; continue with: ntp train --resume {}",
+                                     steps, steps == 1 ? "" : "s", checkpoint.string(), run_dir.string()));
   }
   TrainJobResult result{run_dir, train::summarize(metrics, train::unix_time_s() - start), {}};
   result.summary["job"] = describe_job(config);
