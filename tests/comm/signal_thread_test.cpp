@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -70,8 +71,9 @@ TEST(SignalThread, AChildStartsWithNothingBlocked) {
   EXPECT_NE(read_file(log).find("0000000000000000"), std::string::npos) << read_file(log);
 }
 
-// Signals a GEMM loop every millisecond; returns its wait status.
-int bombard(const std::string& mode, double seconds) {
+// Signals a GEMM loop every millisecond; returns its wait status, or nothing
+// if it did not end within `seconds` + 30 (it is then killed).
+std::optional<int> bombard(const std::string& mode, double seconds) {
   const std::string log = ::testing::TempDir() + "gemm_under_signals_" + mode + ".log";
   ntp::comm::ChildProcess child({NTP_GEMM_UNDER_SIGNALS, mode, std::to_string(seconds)}, {}, log);
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds + 30);
@@ -84,14 +86,14 @@ int bombard(const std::string& mode, double seconds) {
     child.signal(SIGUSR2);
     status = child.wait_for(std::chrono::milliseconds(1));
   }
-  if (!status) ADD_FAILURE() << "the GEMM loop (" << mode << ") did not end within " << seconds + 30 << " s";
   std::printf("%s: %s", mode.c_str(), read_file(log).c_str());
-  return status.value_or(-1);
+  return status;
 }
 
 TEST(SignalThread, GemmsUnderASignalStormStayExact) {
-  const int status = bombard("routed", 3.0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  const std::optional<int> status = bombard("routed", 3.0);
+  ASSERT_TRUE(status.has_value()) << "the GEMM loop did not end within 33 s";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
 }
 
 // The hazard the routing removes: with handlers allowed on every thread the
@@ -99,11 +101,12 @@ TEST(SignalThread, GemmsUnderASignalStormStayExact) {
 // strikes within the time given depends on the CPU and the library build, so
 // a clean run is reported, not failed (a struck run ends early).
 TEST(SignalThread, WithoutRoutingTheStormIsAHazard) {
-  const int status = bombard("anywhere", 8.0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+  const std::optional<int> status = bombard("anywhere", 8.0);
+  if (status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) {
     GTEST_SKIP() << "no corruption seen in 8 s without routing on this machine";
   }
-  SUCCEED() << "without routing: status " << status;
+  // An abort, a wrong result, or a hang (a corrupted heap can deadlock too).
+  SUCCEED() << "without routing: " << (status ? "status " + std::to_string(*status) : std::string("hung"));
 }
 
 }  // namespace
