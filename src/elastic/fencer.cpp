@@ -120,8 +120,8 @@ void Fencer::tick_remote() {
     if (vouched_starved(marks[2 * i + 1])) continue;
     declared_.insert(stale[i]);
     if (marks[2 * i]) continue;
-    store_->set(fence_key(stale[i]), comm::to_bytes("lost with its host"));
-    store_->set(dead_key(stale[i]), comm::to_bytes("lost with its host"));
+    store_->set(fence_key(stale[i]), comm::to_bytes(kLostWithHost));
+    store_->set(dead_key(stale[i]), comm::to_bytes(kLostWithHost));
     run_.event("rank_lost", {{"rank", stale[i]},
                              {"reason", "heartbeat older than deadline.heartbeat_s and no launcher reports it "
                                         "(its host is lost)"}});

@@ -25,6 +25,10 @@
 
 namespace ntp::elastic {
 
+// The dead mark a host's watcher sets on another host's rank whose beat went
+// stale with no launcher reporting it: its host is lost.
+inline constexpr const char* kLostWithHost = "lost with its host";
+
 class Fencer {
  public:
   Fencer(const train::Config& config, const train::RunDir& run, std::shared_ptr<comm::Store> store);

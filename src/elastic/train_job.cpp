@@ -270,6 +270,76 @@ nlohmann::json recoveries(const train::RunDir& run, nlohmann::json& rejoins) {
   return out;
 }
 
+// The summary of a finished run: written to summary.json and printed, with
+// each in-job recovery, rejoin and restart from a checkpoint. `start`: when
+// this launch of the run began (unix seconds).
+nlohmann::json finish_run(const train::Config& config, const train::RunDir& run,
+                          const std::vector<train::StepMetrics>& metrics, double start, std::FILE* out) {
+  nlohmann::json summary = train::summarize(metrics, train::unix_time_s() - start);
+  summary["job"] = describe_job(config);
+  summary["status"] = "finished";
+  if (config.elastic.recover) {
+    nlohmann::json rejoins = nlohmann::json::array();
+    summary["recoveries"] = recoveries(run, rejoins);
+    summary["rejoins"] = rejoins;
+    for (const nlohmann::json& r : rejoins) {
+      std::fprintf(out, "rejoined: ranks %s at step %lld, tp %s, %.3f s from the restart\n",
+                   r["joined"].dump().c_str(), static_cast<long long>(r["step"].get<std::int64_t>()),
+                   r["tp"].dump().c_str(), r["rejoin_s"].get<double>());
+    }
+    for (const nlohmann::json& r : summary["recoveries"]) {
+      std::fprintf(out,
+                   "recovered: lost ranks %s, step %lld redone at tp %s, %.3f s (detection %.3f, "
+                   "agreement %.3f, transfer %.3f, redo %.3f)\n",
+                   r.value("lost", nlohmann::json::array()).dump().c_str(),
+                   static_cast<long long>(r["step"].get<std::int64_t>()), r["tp"].dump().c_str(),
+                   r["recovery_s"].get<double>(), r["detection_s"].get<double>(),
+                   r["agreement_s"].get<double>(), r["transfer_s"].get<double>(), r["redo_s"].get<double>());
+    }
+  }
+  // Restarts from a checkpoint (elastic.fallback), from their events.
+  nlohmann::json restarts = nlohmann::json::array();
+  for (const nlohmann::json& e : train::read_jsonl(run.file("events.jsonl"))) {
+    if (e.value("time", 0.0) < start) continue;
+    if (e.value("event", "") == "fallback_restart") {
+      restarts.push_back({{"checkpoint", e["checkpoint"]}, {"lost", e["lost"]}, {"tp", e["tp"]}});
+    }
+    if (e.value("event", "") == "fallback_step_done" && !restarts.empty()) {
+      restarts.back()["first_step_s"] = e["seconds"];
+      std::fprintf(out, "restarted from %s with tp %s: %.3f s to the first step\n",
+                   restarts.back()["checkpoint"].get<std::string>().c_str(), restarts.back()["tp"].dump().c_str(),
+                   e["seconds"].get<double>());
+    }
+  }
+  if (!restarts.empty()) summary["restarts"] = restarts;
+  run.event("run_finished", {{"steps", metrics.size()}});
+  run.write_summary(summary);
+  print_summary(out, summary, run.path());
+  return summary;
+}
+
+// Whether every host before `node` was lost whole: each of its ranks has a
+// dead mark, and one at least was set by another host's watcher ("lost with
+// its host"), which happens only when no launcher there reports its ranks.
+// The lowest host left then writes the run's summary in node 0's place.
+bool lower_hosts_lost(comm::Store& store, const train::Config& config, const NodeOptions& node) {
+  if (node.node_rank == 0) return false;
+  const std::vector<HostPlacement> hosts = place_hosts(config.parallel, node.nnodes);
+  for (int h = 0; h < node.node_rank; ++h) {
+    const HostPlacement& host = hosts.at(static_cast<std::size_t>(h));
+    std::vector<std::string> keys;
+    for (int r = host.first_rank; r < host.first_rank + host.ranks; ++r) keys.push_back(dead_key(r));
+    const auto marks = store.get_many(keys);
+    bool by_watcher = false;
+    for (const auto& mark : marks) {
+      if (!mark) return false;
+      by_watcher = by_watcher || comm::to_text(*mark) == kLostWithHost;
+    }
+    if (!by_watcher) return false;
+  }
+  return true;
+}
+
 // The ranks this host runs, and how they meet those of the other hosts.
 struct Host {
   NodeOptions node;
@@ -537,6 +607,16 @@ void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std
     throw std::runtime_error(fmt::format("the workers of node {} failed (logs in {}):\n{}", node.node_rank,
                                          run.log_dir().string(), result.report()));
   }
+  if (lower_hosts_lost(*store, config, node)) {
+    // Node 0 would have written the summary; its host is gone.
+    std::fprintf(out, "ntp train: node %d writes the run's summary: the hosts before it were lost\n",
+                 node.node_rank);
+    double start = 0;
+    for (const nlohmann::json& e : run.read_events()) {
+      if (e.value("event", "") == "run_started") start = e.value("time", start);  // this launch: the last one
+    }
+    finish_run(config, run, run.read_metrics(), start, out);
+  }
   std::fprintf(out, "ntp train: node %d done\n", node.node_rank);
 }
 
@@ -641,46 +721,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
     throw RunInterrupted(fmt::format("interrupted after {} step{}; checkpoint {}; continue with: ntp train --resume {}",
                                      steps, steps == 1 ? "" : "s", checkpoint.string(), run_dir.string()));
   }
-  TrainJobResult result{run_dir, train::summarize(metrics, train::unix_time_s() - start), {}};
-  result.summary["job"] = describe_job(config);
-  result.summary["status"] = "finished";
-  if (config.elastic.recover) {
-    nlohmann::json rejoins = nlohmann::json::array();
-    result.summary["recoveries"] = recoveries(run, rejoins);
-    result.summary["rejoins"] = rejoins;
-    for (const nlohmann::json& r : rejoins) {
-      std::fprintf(out, "rejoined: ranks %s at step %lld, tp %s, %.3f s from the restart\n",
-                   r["joined"].dump().c_str(), static_cast<long long>(r["step"].get<std::int64_t>()),
-                   r["tp"].dump().c_str(), r["rejoin_s"].get<double>());
-    }
-    for (const nlohmann::json& r : result.summary["recoveries"]) {
-      std::fprintf(out,
-                   "recovered: lost ranks %s, step %lld redone at tp %s, %.3f s (detection %.3f, "
-                   "agreement %.3f, transfer %.3f, redo %.3f)\n",
-                   r.value("lost", nlohmann::json::array()).dump().c_str(),
-                   static_cast<long long>(r["step"].get<std::int64_t>()), r["tp"].dump().c_str(),
-                   r["recovery_s"].get<double>(), r["detection_s"].get<double>(),
-                   r["agreement_s"].get<double>(), r["transfer_s"].get<double>(), r["redo_s"].get<double>());
-    }
-  }
-  // Restarts from a checkpoint (elastic.fallback), from their events.
-  nlohmann::json restarts = nlohmann::json::array();
-  for (const nlohmann::json& e : train::read_jsonl(run.file("events.jsonl"))) {
-    if (e.value("time", 0.0) < start) continue;
-    if (e.value("event", "") == "fallback_restart") {
-      restarts.push_back({{"checkpoint", e["checkpoint"]}, {"lost", e["lost"]}, {"tp", e["tp"]}});
-    }
-    if (e.value("event", "") == "fallback_step_done" && !restarts.empty()) {
-      restarts.back()["first_step_s"] = e["seconds"];
-      std::fprintf(out, "restarted from %s with tp %s: %.3f s to the first step\n",
-                   restarts.back()["checkpoint"].get<std::string>().c_str(), restarts.back()["tp"].dump().c_str(),
-                   e["seconds"].get<double>());
-    }
-  }
-  if (!restarts.empty()) result.summary["restarts"] = restarts;
-  run.event("run_finished", {{"steps", metrics.size()}});
-  run.write_summary(result.summary);
-  print_summary(out, result.summary, run_dir);
+  TrainJobResult result{run_dir, finish_run(config, run, metrics, start, out), {}};
   if (verify) {
     result.verify = train::verify_run(run_dir);
     run.event("verify", result.verify->to_json());

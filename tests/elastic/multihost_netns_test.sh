@@ -7,10 +7,12 @@
 #
 # Cases: 2 hosts x 4 ranks train and verify; host 1 killed whole mid-run (its
 # launcher's process group: its workers die with it and nobody on that host
-# reports the deaths) and the job goes on and verifies; Redis restarted
-# mid-run (down longer than deadline.heartbeat_s), no recovery.
+# reports the deaths) and the job goes on and verifies; host 0 killed whole
+# the same way (the job's first host: host 1 trains on, writes the summary in
+# its place, and the run verifies with `ntp verify`); Redis restarted mid-run
+# (down longer than deadline.heartbeat_s), no recovery.
 #
-# Usage: multihost_netns_test.sh NTP_BINARY [CASE...]   (cases: train kill redis)
+# Usage: multihost_netns_test.sh NTP_BINARY [CASE...]   (cases: train kill kill0 redis)
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
 # Every namespace, process and file it made is removed on any exit.
 set -u
@@ -18,7 +20,7 @@ set -u
 NTP=$(realpath "${1:?usage: multihost_netns_test.sh NTP_BINARY [CASE...]}")
 shift
 CASES=("$@")
-((${#CASES[@]})) || CASES=(train kill redis)
+((${#CASES[@]})) || CASES=(train kill kill0 redis)
 REDIS=$(command -v redis-server || true)
 
 skip() {
@@ -92,10 +94,11 @@ SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set "train.steps=$STEPS" --s
   --set deadline.rendezvous_s=30)
 STORE="redis://10.88.0.10:6379"
 
-# Starts node 0 (the job's first host) in the background; NODE0 is its pid.
+# Starts node 0 (the job's first host) in the background, in a session of its
+# own (setsid) like node 1; NODE0 is its pid.
 start_node0() {
   local run=$1 out=$2
-  ip netns exec "$ID-h0" "$NTP" train "${SETTINGS[@]}" --run-dir "$run" --nnodes 2 --node-rank 0 --store "$STORE" \
+  ip netns exec "$ID-h0" setsid "$NTP" train "${SETTINGS[@]}" --run-dir "$run" --nnodes 2 --node-rank 0 --store "$STORE" \
     --iface 10.88.0.10 --verify >"$out" 2>&1 &
   NODE0=$!
 }
@@ -148,7 +151,7 @@ wait_steps() {
   return 1
 }
 
-# A run of the two hosts, with `$2` done to it after step 4 (none, kill, redis).
+# A run of the two hosts, with `$2` done to it after step 4 (none, kill, kill0, redis).
 run_case() {
   local name=$1 action=$2
   local run="$TMP/run-$name-$RANDOM" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
@@ -167,6 +170,11 @@ run_case() {
       { wait "$NODE1"; } 2>/dev/null  # reaped here, without the shell's job notice
       echo "$name: killed node 1's launcher process group (pid $NODE1) after $(steps_logged "$run") steps"
       ;;
+    kill0)
+      kill -9 -- "-$NODE0" || fail "$name: could not kill node 0's process group"
+      { wait "$NODE0"; } 2>/dev/null
+      echo "$name: killed node 0's launcher process group (pid $NODE0) after $(steps_logged "$run") steps"
+      ;;
     redis)
       local at=$(steps_logged "$run")
       kill -TERM "$REDIS_PID"
@@ -176,15 +184,25 @@ run_case() {
       echo "$name: stopped redis-server after $at steps, started it again after $(steps_logged "$run")"
       ;;
   esac
-  wait_for "$NODE0" 150 || fail "$name: node 0 did not finish within 150 s"
-  local code0=$WAITED
-  local code1=137
-  if [[ $action != kill ]]; then
-    wait_for "$NODE1" 30 || fail "$name: node 1 did not finish within 30 s of node 0"
+  local code0=137 code1=137 finisher=$out0
+  if [[ $action == kill0 ]]; then
+    wait_for "$NODE1" 150 || fail "$name: node 1 did not finish within 150 s"
     code1=$WAITED
+    finisher=$out1
+    ((code1 == 0)) || fail "$name: node 1 exited with $code1"
+    grep -q "node 1 writes the run's summary" "$out1" || fail "$name: node 1 did not take over the summary"
+    ip netns exec "$ID-h1" "$NTP" verify "$run" >"$TMP/$name-verify.out" 2>&1 ||
+      fail "$name: ntp verify failed: $(tail -n 5 "$TMP/$name-verify.out")"
+  else
+    wait_for "$NODE0" 150 || fail "$name: node 0 did not finish within 150 s"
+    code0=$WAITED
+    if [[ $action != kill ]]; then
+      wait_for "$NODE1" 30 || fail "$name: node 1 did not finish within 30 s of node 0"
+      code1=$WAITED
+    fi
+    ((code0 == 0)) || fail "$name: node 0 exited with $code0"
+    grep -q '"verify":"pass"' "$out0" || fail "$name: --verify did not pass"
   fi
-  ((code0 == 0)) || fail "$name: node 0 exited with $code0"
-  grep -q '"verify":"pass"' "$out0" || fail "$name: --verify did not pass"
   (($(steps_logged "$run") == STEPS)) || fail "$name: $(steps_logged "$run") steps logged, want $STEPS"
   grep -q "node 0: replica 0 (ranks 0-3); node 1: replica 1 (ranks 4-7)" "$out0" || fail "$name: no placement line"
   for rank in 0 1 2 3 4 5 6 7; do
@@ -192,13 +210,16 @@ run_case() {
   done
   local recoveries
   [[ -f $run/summary.json ]] || fail "$name: no summary.json"
-  recoveries=$(grep -c "^recovered:" "$out0")
+  grep -q '"status": *"finished"' "$run/summary.json" || fail "$name: summary.json: $(cat "$run/summary.json")"
+  recoveries=$(grep -c "^recovered:" "$finisher")
   case $action in
-    kill)
+    kill | kill0)
+      local lost="[4,5,6,7]"
+      [[ $action == kill0 ]] && lost="[0,1,2,3]"
       ((recoveries >= 1)) || fail "$name: no recovery reported"
       grep -q '"event": *"rank_lost"' "$run/events.jsonl" || fail "$name: no rank_lost event"
-      grep -q "lost ranks \[4,5,6,7\]" "$out0" || fail "$name: ranks 4-7 not reported lost"
-      grep "^recovered:" "$out0"
+      grep -qF "lost ranks $lost" "$finisher" || fail "$name: ranks $lost not reported lost"
+      grep "^recovered:" "$finisher"
       ;;
     *)
       ((code1 == 0)) || fail "$name: node 1 exited with $code1"
@@ -212,6 +233,7 @@ for c in "${CASES[@]}"; do
   case $c in
     train) run_case train none ;;
     kill) run_case kill kill ;;
+    kill0) run_case kill0 kill0 ;;
     redis) run_case redis redis ;;
     *) fail "unknown case $c" ;;
   esac
