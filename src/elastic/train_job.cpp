@@ -596,7 +596,17 @@ void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std
                node.nnodes, comm::job_of(node.store).c_str(), host.place.first_rank,
                host.place.first_rank + host.place.ranks - 1, run_dir.string().c_str());
   std::fflush(out);
-  const LaunchResult result = launch_workers(config, run, host, [](const train::StepMetrics&) {});
+  LaunchResult result;
+  try {
+    result = launch_workers(config, run, host, [](const train::StepMetrics&) {});
+  } catch (const comm::CommError& e) {
+    // Cut off from the store, this host can take part in no agreement: it
+    // stops (its workers die with it) and the hosts that reach the store
+    // recover without it, so the job never splits in two.
+    throw std::runtime_error(fmt::format("node {} lost the job's store {}; it stopped its workers and leaves the job "
+                                         "to the hosts that reach the store ({})",
+                                         node.node_rank, comm::without_job(node.store), e.what()));
+  }
   const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
     return r.exited && r.code == kExitUnitsLost;
   });

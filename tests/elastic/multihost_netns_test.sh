@@ -5,14 +5,17 @@
 # host 0's namespace. The run directory is a folder every "host" sees (one
 # file system), as a shared run.dir would be.
 #
-# Cases: 2 hosts x 4 ranks train and verify; host 1 killed whole mid-run (its
+# Cases: 2 hosts x 4 ranks train and verify; host 1 cut off the network
+# (its bridge port down) for longer than deadline.collective_s: host 0 trains
+# on at DP 1 and verifies, host 1 stops naming the store it lost and leaves no
+# process behind, so no split brain; host 1 killed whole mid-run (its
 # launcher's process group: its workers die with it and nobody on that host
 # reports the deaths) and the job goes on and verifies; host 0 killed whole
 # the same way (the job's first host: host 1 trains on, writes the summary in
 # its place, and the run verifies with `ntp verify`); Redis restarted mid-run
 # (down longer than deadline.heartbeat_s), no recovery.
 #
-# Usage: multihost_netns_test.sh NTP_BINARY [CASE...]   (cases: train kill kill0 redis)
+# Usage: multihost_netns_test.sh NTP_BINARY [CASE...]   (cases: train kill kill0 partition redis)
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
 # Every namespace, process and file it made is removed on any exit.
 set -u
@@ -20,7 +23,7 @@ set -u
 NTP=$(realpath "${1:?usage: multihost_netns_test.sh NTP_BINARY [CASE...]}")
 shift
 CASES=("$@")
-((${#CASES[@]})) || CASES=(train kill kill0 redis)
+((${#CASES[@]})) || CASES=(train kill kill0 partition redis)
 REDIS=$(command -v redis-server || true)
 
 skip() {
@@ -93,6 +96,7 @@ SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set "train.steps=$STEPS" --s
   --set elastic.recover=true --set deadline.heartbeat_s=2 --set deadline.collective_s=20
   --set deadline.rendezvous_s=30)
 STORE="redis://10.88.0.10:6379"
+PARTITION_S=25  # longer than deadline.collective_s: host 1 is lost to the others
 
 # Starts node 0 (the job's first host) in the background, in a session of its
 # own (setsid) like node 1; NODE0 is its pid.
@@ -175,6 +179,13 @@ run_case() {
       { wait "$NODE0"; } 2>/dev/null
       echo "$name: killed node 0's launcher process group (pid $NODE0) after $(steps_logged "$run") steps"
       ;;
+    partition)
+      local at=$(steps_logged "$run")
+      ip -n "$SW" link set p1 down || fail "$name: could not cut host 1's link"
+      sleep "$PARTITION_S"
+      ip -n "$SW" link set p1 up || fail "$name: could not restore host 1's link"
+      echo "$name: cut host 1 off the network after $at steps for $PARTITION_S s; $(steps_logged "$run") steps by then"
+      ;;
     redis)
       local at=$(steps_logged "$run")
       kill -TERM "$REDIS_PID"
@@ -213,13 +224,21 @@ run_case() {
   grep -q '"status": *"finished"' "$run/summary.json" || fail "$name: summary.json: $(cat "$run/summary.json")"
   recoveries=$(grep -c "^recovered:" "$finisher")
   case $action in
-    kill | kill0)
+    kill | kill0 | partition)
       local lost="[4,5,6,7]"
       [[ $action == kill0 ]] && lost="[0,1,2,3]"
       ((recoveries >= 1)) || fail "$name: no recovery reported"
       grep -q '"event": *"rank_lost"' "$run/events.jsonl" || fail "$name: no rank_lost event"
       grep -qF "lost ranks $lost" "$finisher" || fail "$name: ranks $lost not reported lost"
       grep "^recovered:" "$finisher"
+      if [[ $action == partition ]]; then
+        # The host cut off stops (it cannot reach the store, so it cannot
+        # train on alone) and leaves no worker behind.
+        ((code1 != 0)) || fail "$name: node 1, cut off, exited 0"
+        grep -q "redis://10.88.0.10:6379" "$out1" || fail "$name: node 1's error does not name the store"
+        [[ -z $(ip netns pids "$ID-h1") ]] || fail "$name: processes left on host 1: $(ip netns pids "$ID-h1")"
+        echo "$name: node 1 stopped with $code1: $(grep error "$out1" | head -n 1)"
+      fi
       ;;
     *)
       ((code1 == 0)) || fail "$name: node 1 exited with $code1"
@@ -234,6 +253,7 @@ for c in "${CASES[@]}"; do
     train) run_case train none ;;
     kill) run_case kill kill ;;
     kill0) run_case kill0 kill0 ;;
+    partition) run_case partition partition ;;
     redis) run_case redis redis ;;
     *) fail "unknown case $c" ;;
   esac
