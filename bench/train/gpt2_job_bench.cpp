@@ -11,7 +11,7 @@
 // (sync.split_embedding = false). Cases alternate, so repetitions see the
 // same machine load; the load average is printed.
 //
-//   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH] [--ntp PATH] [--against PATH] [--only TEXT]
+//   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH (written when missing)] [--ntp PATH] [--against PATH] [--only TEXT]
 // (--only: the cases whose name contains TEXT, e.g. "dp2"; --against: a
 // second `ntp`, e.g. an older build, run right after each case with the same
 // keys, so that both see the same load, and each figure's ratio printed).
@@ -154,13 +154,13 @@ int main(int argc, char** argv) {
   const std::string against = flag(argc, argv, "against", "");
   const fs::path tmp = fs::temp_directory_path() / ("ntp_gpt2_job_bench_" + std::to_string(::getpid()));
   fs::create_directories(tmp);
-  std::string checkpoint = flag(argc, argv, "checkpoint", "");
-  if (checkpoint.empty()) {
+  // --checkpoint: this file, written first when it does not exist (and kept, for the next run).
+  std::string checkpoint = flag(argc, argv, "checkpoint", (tmp / "gpt2_124M.bin").string());
+  if (!fs::exists(checkpoint)) {
     const ntp::model::GptConfig config = ntp::model::preset("gpt2");
     const ntp::model::ParameterLayout full(config, ntp::model::Shard::full(config));
     std::vector<float> params(static_cast<std::size_t>(full.size()));
     ntp::model::init_parameters(full, params, 1);
-    checkpoint = (tmp / "gpt2_124M.bin").string();
     ntp::model::write_llmc_checkpoint(checkpoint, config, params);
   }
   const std::vector<Case> cases = {
