@@ -41,6 +41,7 @@ void PositionedFile::read(std::uint64_t offset, std::span<const iovec> pieces, c
                                 std::to_string(offset) + ", file has " + std::to_string(size_));
   };
   if (offset + bytes > size_) truncated();
+  if (bytes == 0) return;  // preadv would return 0, which reads as the end of the file
   // preadv takes at most IOV_MAX pieces and may stop early: go on from where it stopped.
   std::vector<iovec> left(pieces.begin(), pieces.end());
   std::size_t first = 0;
