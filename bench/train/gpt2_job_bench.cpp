@@ -4,13 +4,17 @@
 // the start-up (launch to the last rank ready), the median step time, the
 // exposed sync as a fraction of the step time (summary.json), the CPU time of
 // the whole job (user + system, every process) per step, and the peak RSS of
-// the largest process of the job. dp 2 runs twice: with the tied wte gradient
+// the largest process of the job. Start-up is given twice: launch to the last
+// rank ready, and launch to the start of the first step (its metrics line's
+// time less its step time). dp 2 runs twice: with the tied wte gradient
 // synced in two parts (the default) and whole after the embedding backward
 // (sync.split_embedding = false). Cases alternate, so repetitions see the
 // same machine load; the load average is printed.
 //
-//   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH] [--ntp PATH] [--only TEXT]
-// (--only: the cases whose name contains TEXT, e.g. "dp2").
+//   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH (written when missing)] [--ntp PATH] [--against PATH] [--only TEXT]
+// (--only: the cases whose name contains TEXT, e.g. "dp2"; --against: a
+// second `ntp`, e.g. an older build, run right after each case with the same
+// keys, so that both see the same load, and each figure's ratio printed).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -45,7 +49,7 @@ struct Case {
 };
 
 struct Result {
-  double startup_s = 0, median_step_s = 0, exposed = 0, peak_rss_mib = 0, cpu_s = 0;
+  double startup_s = 0, first_step_s = 0, median_step_s = 0, exposed = 0, peak_rss_mib = 0, cpu_s = 0;
 };
 
 double now_s() {
@@ -110,7 +114,10 @@ Result run_case(const std::string& ntp, const Case& c, const std::string& checkp
   }
   r.startup_s = ready - start;
   std::vector<double> steps_s;
-  for (const nlohmann::json& m : read_jsonl(dir / "metrics.jsonl")) steps_s.push_back(m["step_time_s"].get<double>());
+  for (const nlohmann::json& m : read_jsonl(dir / "metrics.jsonl")) {
+    if (steps_s.empty()) r.first_step_s = m["time"].get<double>() - m["step_time_s"].get<double>() - start;
+    steps_s.push_back(m["step_time_s"].get<double>());
+  }
   if (steps_s.size() > 1) steps_s.erase(steps_s.begin());  // the first step touches every page
   std::sort(steps_s.begin(), steps_s.end());
   r.median_step_s = steps_s[steps_s.size() / 2];
@@ -129,6 +136,14 @@ std::string flag(int argc, char** argv, const std::string& name, const std::stri
 
 using ntp::bench::load_average;
 
+void print(const char* name, const std::string& binary, int rep, int steps, const Result& r) {
+  std::printf("%-26s %-6s rep %d: start-up %.2f s (to the first step %.2f s), median step %.3f s, exposed sync "
+              "%.1f%% of the step, job CPU %.1f s (%.2f CPU-s per step), peak RSS %.0f MiB\n",
+              name, binary.c_str(), rep, r.startup_s, r.first_step_s, r.median_step_s, 100 * r.exposed, r.cpu_s,
+              r.cpu_s / steps, r.peak_rss_mib);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,15 +151,16 @@ int main(int argc, char** argv) {
   const int steps = std::stoi(flag(argc, argv, "steps", "4"));
   const std::string ntp = flag(argc, argv, "ntp", NTP_BINARY);
   const std::string only = flag(argc, argv, "only", "");
+  const std::string against = flag(argc, argv, "against", "");
   const fs::path tmp = fs::temp_directory_path() / ("ntp_gpt2_job_bench_" + std::to_string(::getpid()));
   fs::create_directories(tmp);
-  std::string checkpoint = flag(argc, argv, "checkpoint", "");
-  if (checkpoint.empty()) {
+  // --checkpoint: this file, written first when it does not exist (and kept, for the next run).
+  std::string checkpoint = flag(argc, argv, "checkpoint", (tmp / "gpt2_124M.bin").string());
+  if (!fs::exists(checkpoint)) {
     const ntp::model::GptConfig config = ntp::model::preset("gpt2");
     const ntp::model::ParameterLayout full(config, ntp::model::Shard::full(config));
     std::vector<float> params(static_cast<std::size_t>(full.size()));
     ntp::model::init_parameters(full, params, 1);
-    checkpoint = (tmp / "gpt2_124M.bin").string();
     ntp::model::write_llmc_checkpoint(checkpoint, config, params);
   }
   const std::vector<Case> cases = {
@@ -152,17 +168,20 @@ int main(int argc, char** argv) {
       {"dp2 x tp1, 1 thread/rank", {"parallel.dp=2", "model.threads=1", "train.micro_batch=2"}},
       {"dp2, wte synced whole", {"parallel.dp=2", "model.threads=1", "train.micro_batch=2",
                                  "sync.split_embedding=false"}}};
-  std::printf("ntp: %s\ncheckpoint: %s\nload average at start: %s\n", ntp.c_str(), checkpoint.c_str(),
-              load_average().c_str());
+  std::printf("ntp: %s\n", ntp.c_str());
+  if (!against.empty()) std::printf("against: %s (printed as \"other\")\n", against.c_str());
+  std::printf("checkpoint: %s\nload average at start: %s\n", checkpoint.c_str(), load_average().c_str());
   for (int rep = 0; rep < reps; ++rep) {
     for (const Case& c : cases) {
       if (std::string(c.name).find(only) == std::string::npos) continue;
       const Result r = run_case(ntp, c, checkpoint, steps, tmp / "run");
-      std::printf("%-26s rep %d: start-up %.2f s, median step %.3f s, exposed sync %.1f%% of the step, "
-                  "job CPU %.1f s (%.2f CPU-s per step), peak RSS %.0f MiB\n",
-                  c.name, rep, r.startup_s, r.median_step_s, 100 * r.exposed, r.cpu_s, r.cpu_s / steps,
-                  r.peak_rss_mib);
-      std::fflush(stdout);
+      print(c.name, "this", rep, steps, r);
+      if (against.empty()) continue;
+      const Result o = run_case(against, c, checkpoint, steps, tmp / "run");
+      print(c.name, "other", rep, steps, o);
+      std::printf("%-26s this / other: start-up %.2f, to the first step %.2f, median step %.2f, peak RSS %.2f\n",
+                  c.name, r.startup_s / o.startup_s, r.first_step_s / o.first_step_s,
+                  r.median_step_s / o.median_step_s, r.peak_rss_mib / o.peak_rss_mib);
     }
   }
   std::printf("load average at end: %s\n", load_average().c_str());

@@ -9,6 +9,7 @@
 #include "model/binary_file.h"
 #include "model/parameters.h"
 #include "model/shard.h"
+#include "model/shard_read.h"
 #include "tensor/rope.h"
 
 namespace ntp::model {
@@ -113,41 +114,75 @@ std::uint64_t payload_floats(const Header& h) {
          (h.shared ? 0 : classifier);
 }
 
-Header read_checked_header(BinaryReader& in, const std::string& path) {
+constexpr std::uint64_t kPayload = kLlama2cHeaderInts * 4;
+
+Header read_checked_header(const PositionedFile& in) {
   std::int32_t raw[kLlama2cHeaderInts];
-  in.read(raw, kLlama2cHeaderInts, "header");
-  const Header h = header_from(path, raw);
-  const std::uint64_t expected = payload_floats(h) * sizeof(float) + sizeof(raw);
+  in.read(0, raw, kPayload, "header");
+  const Header h = header_from(in.path(), raw);
+  const std::uint64_t expected = payload_floats(h) * sizeof(float) + kPayload;
   if (in.size() != expected)
-    fail_file(path, "size", "file has " + std::to_string(in.size()) + " bytes, the header (" +
-                                (h.shared ? "shared" : "separate") + " classifier) promises " +
-                                std::to_string(expected));
+    fail_file(in.path(), "size", "file has " + std::to_string(in.size()) + " bytes, the header (" +
+                                     (h.shared ? "shared" : "separate") + " classifier) promises " +
+                                     std::to_string(expected));
   return h;
+}
+
+// Where each tensor of the full layout lies in the payload (floats): the
+// same walk as for_each_element, by ranges. A KV group's qkv_w is its query
+// rows of wq, its key rows of wk and its value rows of wv; a SwiGLU neuron's
+// fc1_w its gate row of w1 and its up row of w3.
+std::vector<TensorSource> llama2c_sources(const Header& h) {
+  const GptConfig& c = h.config;
+  const ParameterLayout full(c, Shard::full(c));
+  std::vector<TensorSource> sources(full.tensors().size());
+  const std::int64_t C = c.d_model, L = c.layers, F = c.ffn(), hd = c.head_dim();
+  const std::int64_t H = c.heads, K = c.kv_heads, g = c.queries_per_group();
+  const auto set = [&](const std::string& name, TensorSource source) { sources[full.index_of(name)] = std::move(source); };
+  const auto layer = [](std::int64_t l, const char* name) { return "h" + std::to_string(l) + "." + name; };
+  std::int64_t at = 0;
+  const auto take = [&](std::int64_t per_layer) {  // the start of the next [L, per_layer] tensor
+    const std::int64_t start = at;
+    at += L * per_layer;
+    return start;
+  };
+  set("wte", TensorSource::in_blocks({{0, C}}));
+  at += c.vocab * C;
+  const std::int64_t rms_att = take(C), wq = take(H * hd * C), wk = take(K * hd * C), wv = take(K * hd * C);
+  const std::int64_t wo = take(C * H * hd), rms_ffn = take(C), w1 = take(F * C), w2 = take(C * F), w3 = take(F * C);
+  set("lnf_w", TensorSource::in_blocks({{at, C}}));
+  at += C + static_cast<std::int64_t>(rope_floats(c));
+  set("lm_head", TensorSource::in_blocks({{h.shared ? 0 : at, C}}));
+  for (std::int64_t l = 0; l < L; ++l) {
+    set(layer(l, "ln1_w"), TensorSource::in_blocks({{rms_att + l * C, C}}));
+    set(layer(l, "qkv_w"), TensorSource::in_blocks({{wq + l * H * hd * C, g * hd * C},
+                                                    {wk + l * K * hd * C, hd * C},
+                                                    {wv + l * K * hd * C, hd * C}}));
+    set(layer(l, "proj_wt"), TensorSource::transposed(wo + l * C * H * hd, C, H * hd, g * hd));
+    set(layer(l, "ln2_w"), TensorSource::in_blocks({{rms_ffn + l * C, C}}));
+    set(layer(l, "fc1_w"), TensorSource::in_blocks({{w1 + l * F * C, C}, {w3 + l * F * C, C}}));
+    set(layer(l, "fc2_wt"), TensorSource::transposed(w2 + l * C * F, C, F, 1));
+  }
+  return sources;
 }
 
 }  // namespace
 
-GptConfig read_llama2c_config(const std::string& path) {
-  BinaryReader in(path);
-  return read_checked_header(in, path).config;
+GptConfig read_llama2c_config(const std::string& path) { return read_checked_header(PositionedFile(path)).config; }
+
+void read_llama2c_shard(const std::string& path, const ParameterLayout& layout, std::span<float> values) {
+  const PositionedFile in(path);
+  const Header h = read_checked_header(in);
+  if (!(h.config == layout.config()))
+    fail_file(path, "header", "holds the model " + to_string(h.config) + ", the run's is " + to_string(layout.config()));
+  read_shard(in, kPayload, llama2c_sources(h), layout, values);
 }
 
 LlmcCheckpoint read_llama2c_checkpoint(const std::string& path) {
-  BinaryReader in(path);
-  const Header h = read_checked_header(in, path);
-  const GptConfig& c = h.config;
-  std::vector<float> file(static_cast<std::size_t>(payload_floats(h)));
-  in.read(file.data(), file.size(), "parameters");
-  in.expect_end("parameters");
-  // Drop the RoPE tables: the classifier (or nothing) follows them.
-  const auto body = static_cast<std::size_t>(parameter_count(c) - c.vocab * c.d_model);
-  file.erase(file.begin() + static_cast<std::ptrdiff_t>(body),
-             file.begin() + static_cast<std::ptrdiff_t>(body + rope_floats(c)));
-  if (h.shared) file.insert(file.end(), file.begin(), file.begin() + c.vocab * c.d_model);
-  LlmcCheckpoint out{c, std::vector<float>(file.size())};
-  for_each_element(c, true, [&](std::int64_t ours_file, std::int64_t ours) {
-    out.params[static_cast<std::size_t>(ours)] = file[static_cast<std::size_t>(ours_file)];
-  });
+  LlmcCheckpoint out{read_llama2c_config(path), {}};
+  const ParameterLayout full(out.config, Shard::full(out.config));
+  out.params.resize(static_cast<std::size_t>(full.size()));
+  read_llama2c_shard(path, full, out.params);
   return out;
 }
 

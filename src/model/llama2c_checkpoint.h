@@ -28,8 +28,11 @@ constexpr std::size_t kLlama2cHeaderInts = 7;
 // Throws std::runtime_error "<path>: <field>: <why>" for a malformed or
 // truncated file. A shared classifier is read as an lm_head equal to wte.
 LlmcCheckpoint read_llama2c_checkpoint(const std::string& path);
-// The header's model alone (the file's size checked against it).
+// The header's model alone (the file's exact size checked against it).
 GptConfig read_llama2c_config(const std::string& path);
+// One rank's values (laid out by `layout`, whose model must be the file's),
+// read straight from the byte ranges of the units it holds (model/shard_read.h).
+void read_llama2c_shard(const std::string& path, const ParameterLayout& layout, std::span<float> values);
 // Writes a shared classifier (positive vocab_size) when lm_head equals wte
 // bit for bit, a separate wcls otherwise. The config must be a Llama whose
 // padded_vocab is its vocab (the format has no padding rows).

@@ -5,6 +5,7 @@
 #include "model/binary_file.h"
 #include "model/parameters.h"
 #include "model/shard.h"
+#include "model/shard_read.h"
 
 namespace ntp::model {
 
@@ -100,31 +101,94 @@ std::vector<float> from_llmc_order(const GptConfig& config, std::span<const floa
 }
 
 namespace {
-// The header's model, checked against the file's size before anything is
-// allocated for the parameters.
-GptConfig read_checked_header(BinaryReader& in, const std::string& path) {
-  const GptConfig config = config_from_header(path, in.header("checkpoint"));
-  const auto count = static_cast<std::uint64_t>(parameter_count(config));
-  if (count * sizeof(float) + kHeaderInts * 4 > in.size())
-    fail_file(path, "parameters", "truncated: header promises " + std::to_string(count) +
-                                      " floats, file has " + std::to_string(in.size()) + " bytes");
+
+// Where each tensor of the full layout lies in llm.c's payload (floats). llm.c
+// stores every tensor for all layers at once: layer l's slice of a [L, ...]
+// tensor follows layer l - 1's.
+std::vector<TensorSource> llmc_sources(const GptConfig& c) {
+  const ParameterLayout full(c, Shard::full(c));
+  std::vector<TensorSource> sources(full.tensors().size());
+  const std::int64_t C = c.d_model, L = c.layers, F = c.ffn(), hd = c.head_dim();
+  std::int64_t at = 0;  // running offset in llm.c's order
+  const auto set = [&](const std::string& name, TensorSource source) { sources[full.index_of(name)] = std::move(source); };
+  const auto layer = [](std::int64_t l, const char* name) { return "h" + std::to_string(l) + "." + name; };
+  // A tensor in llm.c's own order: `size` floats per layer, `unit` per unit.
+  const auto same = [&](const char* name, std::int64_t unit, std::int64_t size) {
+    for (std::int64_t l = 0; l < L; ++l) set(layer(l, name), TensorSource::in_blocks({{at + l * size, unit}}));
+    at += L * size;
+  };
+  // llm.c's qkv: all q rows, then all k, then all v; a head unit is its rows of each.
+  const auto qkv = [&](const char* name, std::int64_t row) {
+    for (std::int64_t l = 0; l < L; ++l) {
+      const std::int64_t base = at + l * 3 * C * row;
+      set(layer(l, name), TensorSource::in_blocks({{base, hd * row}, {base + C * row, hd * row},
+                                                   {base + 2 * C * row, hd * row}}));
+    }
+    at += L * 3 * C * row;
+  };
+  // llm.c [out = C][in = cols] per layer; ours stores the in-columns.
+  const auto transposed = [&](const char* name, std::int64_t cols, std::int64_t width) {
+    for (std::int64_t l = 0; l < L; ++l) set(layer(l, name), TensorSource::transposed(at + l * C * cols, C, cols, width));
+    at += L * C * cols;
+  };
+  set("wte", TensorSource::in_blocks({{at, C}}));
+  at += c.padded_vocab * C;
+  set("wpe", TensorSource::in_blocks({{at, c.max_seq * C}}));
+  at += c.max_seq * C;
+  same("ln1_w", C, C);
+  same("ln1_b", C, C);
+  qkv("qkv_w", C);
+  qkv("qkv_b", 1);
+  transposed("proj_wt", C, hd);
+  same("proj_b", C, C);
+  same("ln2_w", C, C);
+  same("ln2_b", C, C);
+  same("fc1_w", C, F * C);
+  same("fc1_b", 1, F);
+  transposed("fc2_wt", F, 1);
+  same("fc2_b", C, C);
+  set("lnf_w", TensorSource::in_blocks({{at, C}}));
+  set("lnf_b", TensorSource::in_blocks({{at + C, C}}));
+  if (at + 2 * C != full.size()) throw std::logic_error("llm.c sources do not cover the model");
+  return sources;
+}
+
+constexpr std::uint64_t kPayload = kHeaderInts * 4;
+
+// The header's model, checked against the file's size (the format has no
+// checksum: the header and the exact size are all a reader can check without
+// reading the parameters).
+GptConfig read_checked_header(const PositionedFile& in) {
+  std::vector<std::int32_t> header(kHeaderInts);
+  in.read(0, header.data(), kPayload, "checkpoint header");
+  const GptConfig config = config_from_header(in.path(), header);
+  const std::uint64_t bytes = static_cast<std::uint64_t>(parameter_count(config)) * sizeof(float) + kPayload;
+  if (bytes > in.size())
+    fail_file(in.path(), "parameters", "truncated: header promises " + std::to_string(parameter_count(config)) +
+                                           " floats, file has " + std::to_string(in.size()) + " bytes");
+  if (bytes < in.size())
+    fail_file(in.path(), "parameters",
+              std::to_string(in.size() - bytes) + " unexpected trailing bytes after the payload");
   return config;
 }
+
 }  // namespace
 
-GptConfig read_llmc_config(const std::string& path) {
-  BinaryReader in(path);
-  return read_checked_header(in, path);
+GptConfig read_llmc_config(const std::string& path) { return read_checked_header(PositionedFile(path)); }
+
+void read_llmc_shard(const std::string& path, const ParameterLayout& layout, std::span<float> values) {
+  const PositionedFile in(path);
+  const GptConfig config = read_checked_header(in);
+  if (!(config == layout.config()))
+    fail_file(path, "header", "holds the model " + to_string(config) + ", the run's is " + to_string(layout.config()));
+  read_shard(in, kPayload, llmc_sources(config), layout, values);
 }
 
 LlmcCheckpoint read_llmc_checkpoint(const std::string& path) {
-  BinaryReader in(path);
-  LlmcCheckpoint ckpt;
-  ckpt.config = read_checked_header(in, path);
-  std::vector<float> llmc(static_cast<std::size_t>(parameter_count(ckpt.config)));
-  in.read(llmc.data(), llmc.size(), "parameters");
-  in.expect_end("parameters");
-  ckpt.params = from_llmc_order(ckpt.config, llmc);
+  LlmcCheckpoint ckpt{read_llmc_config(path), {}};
+  const ParameterLayout full(ckpt.config, Shard::full(ckpt.config));
+  ckpt.params.resize(static_cast<std::size_t>(full.size()));
+  read_llmc_shard(path, full, ckpt.params);
   return ckpt;
 }
 

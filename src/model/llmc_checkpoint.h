@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/parameters.h"
 
 namespace ntp::model {
 
@@ -24,13 +25,20 @@ struct LlmcCheckpoint {
 
 // Throws std::runtime_error "<path>: <field>: <why>" for a malformed or truncated file.
 LlmcCheckpoint read_llmc_checkpoint(const std::string& path);
-// The header's model alone (the file's size checked against it): what a check
-// before the ranks start needs, without reading the parameters.
+// The header's model alone, the file's exact size checked against it (the
+// format has no checksum): what a check before the ranks start needs, without
+// reading the parameters.
 GptConfig read_llmc_config(const std::string& path);
+// One rank's values (laid out by `layout`, whose model must be the file's),
+// read straight from the file's byte ranges of the units it holds
+// (model/shard_read.h): no full-model buffer.
+void read_llmc_shard(const std::string& path, const ParameterLayout& layout, std::span<float> values);
 void write_llmc_checkpoint(const std::string& path, const GptConfig& config,
                            std::span<const float> full_params);
 
-// The permutations between llm.c's order and the full unit-major layout.
+// The permutations between llm.c's order and the full unit-major layout,
+// element by element: the writer's, and the reference the shard reader is
+// tested against.
 std::vector<float> to_llmc_order(const GptConfig& config, std::span<const float> full_params);
 std::vector<float> from_llmc_order(const GptConfig& config, std::span<const float> llmc_params);
 

@@ -13,6 +13,10 @@ namespace ntp::model {
 
 // Throws std::runtime_error naming the file and field when malformed.
 LlmcCheckpoint read_model_file(const std::string& path);
+// One rank's values out of the file of `layout`'s model, its family telling
+// the format (llm.c for GPT-2, llama2.c for Llama): only the byte ranges of
+// the units the layout holds are read. Throws as read_model_file.
+void read_model_shard(const std::string& path, const ParameterLayout& layout, std::span<float> values);
 // llm.c for GPT-2, llama2.c for Llama.
 void write_model_file(const std::string& path, const GptConfig& config, std::span<const float> full_params);
 

@@ -30,11 +30,9 @@ LocalTrainer::LocalTrainer(const Config& config, const std::filesystem::path& ru
       ctx_(std::make_unique<tensor::Context>(train::thread_setup(config.model, 1))) {
   const model::Shard full = model::Shard::full(setup_.gpt);
   model_ = std::make_unique<model::Model>(setup_.gpt, full, *ctx_);
-  if (setup_.init_params.empty()) {
-    model_->init(static_cast<std::uint64_t>(config.train.seed));
-  } else {
-    std::copy(setup_.init_params.begin(), setup_.init_params.end(), model_->params().begin());
-  }
+  const double init_start = unix_time_s();
+  init_model(config.model, static_cast<std::uint64_t>(config.train.seed), *model_);
+  init_s_ = unix_time_s() - init_start;
   optimizer_ = std::make_unique<model::AdamW>(adamw_config(config.train), model_->layout());
 }
 
@@ -150,7 +148,8 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
                             {"parameters", model::parameter_count(trainer.setup().gpt)},
                             {"seq_len", trainer.setup().seq_len},
                             {"data_tokens", trainer.data().size()},
-                            {"threads", trainer.describe_threads()}});
+                            {"threads", trainer.describe_threads()},
+                            {"init_s", trainer.init_seconds()}});
   const SampleSchedule schedule(samples_in(trainer.data().size(), trainer.setup().seq_len),
                                 config.train.global_batch, config.data.order, config.train.seed);
   const BatchSplitInput split = split_input(config.parallel, config.train.global_batch);

@@ -45,6 +45,8 @@ class LocalTrainer {
   const model::TokenData& data() const { return data_; }
   std::span<const float> params() const { return model_->params(); }
   std::string describe_threads() const { return ctx_->describe(); }
+  // Seconds the parameters' first values took (model.init_from's read, or the random init).
+  double init_seconds() const { return init_s_; }
 
   // One optimizer step on `samples` (one list per replica). Fills loss, lr,
   // grad_norm, tokens, samples and step_time_s; spans go to `trace` if given.
@@ -71,6 +73,7 @@ class LocalTrainer {
   std::unique_ptr<tensor::Context> ctx_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<model::AdamW> optimizer_;
+  double init_s_ = 0;
   std::vector<std::int32_t> inputs_;
   std::vector<std::int32_t> targets_;
   std::function<void(std::int64_t)> before_update_;

@@ -8,6 +8,7 @@
 
 #include "model/llama2c_checkpoint.h"
 #include "model/llmc_checkpoint.h"
+#include "model/model_file.h"
 
 namespace ntp::train {
 namespace {
@@ -26,31 +27,22 @@ void apply(std::int64_t value, std::int64_t& field) {
 
 }  // namespace
 
-ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token, CheckpointRead read) {
+ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token) {
   ModelSetup setup;
   if (!keys.init_from.empty()) {
-    model::LlmcCheckpoint checkpoint;
     // The family says the format: llm.c for GPT-2, llama2.c for Llama.
-    const bool llama = keys.family == model::Family::kLlama;
     try {
-      if (read == CheckpointRead::kParameters) {
-        checkpoint = llama ? model::read_llama2c_checkpoint(keys.init_from)
-                           : model::read_llmc_checkpoint(keys.init_from);
-      } else {
-        checkpoint.config = llama ? model::read_llama2c_config(keys.init_from)
-                                  : model::read_llmc_config(keys.init_from);
-      }
+      setup.gpt = keys.family == model::Family::kLlama ? model::read_llama2c_config(keys.init_from)
+                                                       : model::read_llmc_config(keys.init_from);
     } catch (const std::runtime_error& e) {
       throw ConfigError(fmt::format("model.init_from: {}", e.what()));
     }
-    setup.gpt = checkpoint.config;
     agree("model.vocab", keys.vocab, setup.gpt.vocab, keys.init_from);
     agree("model.layers", keys.layers, setup.gpt.layers, keys.init_from);
     agree("model.d_model", keys.d_model, setup.gpt.d_model, keys.init_from);
     agree("model.heads", keys.heads, setup.gpt.heads, keys.init_from);
     agree("model.kv_heads", keys.kv_heads, setup.gpt.kv_heads, keys.init_from);
     agree("model.ffn_hidden", keys.ffn_hidden, setup.gpt.ffn_hidden, keys.init_from);
-    setup.init_params = std::move(checkpoint.params);
   } else {
     try {
       setup.gpt = model::preset(keys.preset, keys.family);
@@ -83,6 +75,18 @@ ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token, C
                                   data_max_token, setup.gpt.vocab));
   }
   return setup;
+}
+
+void init_model(const ModelConfig& keys, std::uint64_t seed, model::Model& model) {
+  if (keys.init_from.empty()) {
+    model.init(seed);
+    return;
+  }
+  try {
+    model::read_model_shard(keys.init_from, model.layout(), model.params());
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(fmt::format("model.init_from: {}", e.what()));
+  }
 }
 
 model::AdamWConfig adamw_config(const OptimConfig& t) {

@@ -4,9 +4,9 @@
 // GPT-2, llama2.c for Llama; the set keys must then agree with it), checked
 // against the data.
 #include <cstdint>
-#include <vector>
 
 #include "model/config.h"
+#include "model/model.h"
 #include "model/optimizer.h"
 #include "tensor/context.h"
 #include "train/config.h"
@@ -15,19 +15,19 @@ namespace ntp::train {
 
 struct ModelSetup {
   model::GptConfig gpt;
-  std::int64_t seq_len = 0;        // T of every sample (<= gpt.max_seq)
-  std::vector<float> init_params;  // full unit-major values from init_from; empty = random init
+  std::int64_t seq_len = 0;  // T of every sample (<= gpt.max_seq)
 };
-
-// Whether resolve_model reads an init_from checkpoint's parameters or only its
-// header (a check before the ranks start, which read the parameters themselves).
-enum class CheckpointRead { kParameters, kHeaderOnly };
 
 // Throws ConfigError naming the key (model.preset, model.vocab, model.seq_len,
 // model.init_from, ...) when the model does not fit the keys or the data:
-// every token id of the data must be below the vocabulary.
-ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token,
-                         CheckpointRead read = CheckpointRead::kParameters);
+// every token id of the data must be below the vocabulary. Of an init_from
+// checkpoint it reads the header alone (and checks the file's size).
+ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token);
+
+// The model's first values: the units it holds read straight from
+// model.init_from (model::read_model_shard: no full-model buffer), or the
+// random init of `seed`. Throws ConfigError naming model.init_from.
+void init_model(const ModelConfig& keys, std::uint64_t seed, model::Model& model);
 
 // AdamW settings from the [train] keys.
 model::AdamWConfig adamw_config(const OptimConfig& train);

@@ -316,13 +316,9 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
   store_ = comm::open_store(options_.store);
   x.ctx = std::make_unique<tensor::Context>(thread_setup(config.model, static_cast<int>(places_.size())));
   x.model = std::make_unique<model::Model>(x.setup.gpt, x.layout.shard, *x.ctx, &x.tp);
-  if (x.setup.init_params.empty()) {
-    x.model->init(static_cast<std::uint64_t>(config.train.seed));
-  } else {
-    const model::ParameterLayout full(x.setup.gpt, model::Shard::full(x.setup.gpt));
-    model::scatter_from_full(full, x.setup.init_params, x.model->layout(), x.model->params());
-    std::vector<float>().swap(x.setup.init_params);  // the full model's values are not needed again
-  }
+  const double init_start = unix_time_s();
+  init_model(config.model, static_cast<std::uint64_t>(config.train.seed), *x.model);
+  const double init_s = unix_time_s() - init_start;
   x.optimizer = std::make_unique<model::AdamW>(adamw_config(config.train), x.model->layout());
   if (mutation_ == Mutation::kLnFrozen) x.optimizer->freeze_for_test("h0.ln1_w");
   x.full = std::make_unique<model::ParameterLayout>(x.setup.gpt, model::Shard::full(x.setup.gpt));
@@ -336,7 +332,8 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
                              {"neurons", x.layout.shard.neurons.to_string()},
                              {"vocab", x.layout.shard.vocab.to_string()},
                              {"sync_group", x.layout.views.heads.sync_group},
-                             {"threads", x.ctx->describe()}});
+                             {"threads", x.ctx->describe()},
+                             {"init_s", init_s}});
 }
 
 NtpTrainer::~NtpTrainer() = default;
@@ -816,7 +813,7 @@ void check_resume(const Config& config, const ModelSetup& setup) {
 
 void check_job(const Config& config, const std::filesystem::path& run_dir) {
   const model::TokenData data = open_dataset(config.data, run_dir);
-  const ModelSetup setup = resolve_model(config.model, data.max_token(), CheckpointRead::kHeaderOnly);
+  const ModelSetup setup = resolve_model(config.model, data.max_token());
   if (const auto val = open_val_dataset(config.data)) check_val_data(*val, setup.seq_len, setup.gpt.vocab);
   const std::int64_t samples = samples_in(data.size(), setup.seq_len);
   if (samples < config.train.global_batch) {

@@ -164,6 +164,39 @@ TEST_F(TrainCliTest, ABinOfNoTokenFormatIsRejected) {
   EXPECT_NE(text_of(run).find("magic"), std::string::npos) << text_of(run);
 }
 
+// A run's model.bin (an llm.c checkpoint) as model.init_from: every rank of a
+// degraded dp 2 x tp 3 job reads only its units from it, and --verify's
+// single-process replay (which reads the whole file) ends with the same
+// parameters. A truncated or longer copy is refused before any worker
+// starts, naming the file and the field.
+TEST_F(TrainCliTest, InitFromIsReadByEveryRankAndABrokenFileIsRefusedBeforeWorkers) {
+  auto run = ntp("train " + kSmall + "--set train.steps=1 --run-dir " + (dir_ / "first").string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  const fs::path model = dir_ / "first" / "model.bin";
+  run = ntp("train --set model.init_from=" + model.string() +
+            " --set train.global_batch=6 --set train.micro_batch=1 --set train.steps=2 --set parallel.dp=2"
+            " --set parallel.tp=3 --set 'parallel.failed={0=[1]}' --verify --run-dir " + (dir_ / "tp3").string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  EXPECT_NE(text_of(run).find("\"verify\":\"pass\""), std::string::npos) << text_of(run);
+  int timed = 0;  // every rank says how long its read took
+  for (const auto& e : read_lines(dir_ / "tp3" / "events.jsonl")) {
+    timed += e["event"] == "rank_ready" && e.contains("init_s") && e["init_s"].get<double>() >= 0.0 ? 1 : 0;
+  }
+  EXPECT_EQ(timed, 5);
+  const auto size = fs::file_size(model);
+  for (const auto& [name, bytes] : {std::pair{"short.bin", size - 4}, std::pair{"long.bin", size + 1}}) {
+    fs::copy_file(model, dir_ / name);
+    fs::resize_file(dir_ / name, bytes);
+    const fs::path run_dir = dir_ / (std::string(name) + ".run");
+    run = ntp("train --set model.init_from=" + (dir_ / name).string() +
+              " --set parallel.tp=2 --run-dir " + run_dir.string());
+    EXPECT_EQ(run.exit_code, 2) << text_of(run);
+    EXPECT_NE(text_of(run).find((dir_ / name).string() + ": parameters"), std::string::npos) << text_of(run);
+    EXPECT_EQ(text_of(run).find("worker"), std::string::npos) << text_of(run);
+    EXPECT_FALSE(fs::exists(run_dir)) << "a refused run leaves nothing behind";
+  }
+}
+
 // The validation losses of a run, by step.
 std::map<std::int64_t, double> val_losses(const fs::path& run_dir) {
   std::map<std::int64_t, double> out;
