@@ -31,6 +31,7 @@
 #include "bench/support/host_load.h"
 #include "model/model.h"
 #include "model/optimizer.h"
+#include "tensor/attention.h"
 #include "tensor/buffer.h"
 #include "tensor/context.h"
 #include "tensor/matmul.h"
@@ -161,6 +162,68 @@ void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBacke
   state.counters["loss"] = loss;
 }
 
+// The attention kernels alone, forward and backward of one micro-batch, on
+// each path side by side (alternating within each iteration, so both see the
+// same machine load): milliseconds per training step (times the model's
+// layers) on each, and the ratio. The model shapes, and GPT-2's heads over a
+// range of sequence lengths (the rule of attention_path_for).
+struct AttentionCase {
+  std::string name;
+  tensor::AttentionShape shape;
+  std::int64_t layers = 1;
+};
+
+void BM_Attention(benchmark::State& state, const AttentionCase& ac, tensor::GemmBackend backend) {
+  const tensor::AttentionShape& s = ac.shape;
+  tensor::Context ctx({g_threads, backend});
+  const std::int64_t rows = s.batch * s.seq;
+  tensor::Buffer qkv(rows * s.qkv_row()), dqkv(rows * s.qkv_row()), out(rows * s.heads * s.head_dim),
+      dout(rows * s.heads * s.head_dim), att(s.batch * s.heads * s.seq * s.seq);
+  std::uint32_t lcg = 12345;  // inputs in [-2, 2)
+  const auto fill = [&](tensor::Buffer& b) {
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      lcg = lcg * 1664525u + 1013904223u;
+      b.data()[i] = 4.0f * static_cast<float>(lcg >> 8) / 16777216.0f - 2.0f;
+    }
+  };
+  fill(qkv);
+  fill(dout);
+  const tensor::AttentionPath paths[] = {tensor::AttentionPath::kLoops, tensor::AttentionPath::kGemm};
+  const auto pass = [&](tensor::AttentionPath path) {
+    const auto start = std::chrono::steady_clock::now();
+    tensor::attention_forward(ctx, out.data(), att.data(), qkv.data(), s, path);
+    dqkv.zero();  // as the model does before the backward
+    tensor::attention_backward(ctx, dqkv.data(), dout.data(), qkv.data(), att.data(), s, path);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (const auto path : paths) pass(path);  // warm up: first touch, scratch buffers
+  double seconds[2] = {0.0, 0.0};
+  for (auto _ : state)
+    for (int p = 0; p < 2; ++p) seconds[p] += pass(paths[p]);
+  const double ms_per_step = static_cast<double>(ac.layers) * 1e3 / static_cast<double>(state.iterations());
+  state.counters["loops_ms/step"] = seconds[0] * ms_per_step;
+  state.counters["gemm_ms/step"] = seconds[1] * ms_per_step;
+  state.counters["gemm_speedup"] = seconds[0] / seconds[1];
+}
+
+void register_attention_benchmarks() {
+  const auto gpt2_heads = [](std::int64_t seq) { return tensor::AttentionShape{4, seq, 12, 64, 1}; };
+  std::vector<AttentionCase> cases = {{"gpt2/B4xT64", gpt2_heads(64), 12},
+                                      {"llama-small/B4xT128", {4, 128, 8, 32, 2}, 4}};
+  for (std::int64_t seq : {4, 8, 16, 32, 128, 256})
+    cases.push_back({"gpt2-heads/B4xT" + std::to_string(seq), gpt2_heads(seq), 12});
+  for (const AttentionCase& ac : cases) {
+    for (const auto backend : {tensor::GemmBackend::kOneDnn, tensor::GemmBackend::kOpenBlas}) {
+      benchmark::RegisterBenchmark(("attention/" + ac.name + "/" + std::string(tensor::gemm_backend_name(backend)))
+                                       .c_str(),
+                                   BM_Attention, ac, backend)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(ac.shape.seq >= 128 ? 20 : 60)
+          ->UseRealTime();
+    }
+  }
+}
+
 // "fraction of sgemm" = model_GFLOP/s / sgemm_GFLOP/s, printed after the table
 // from the same measurements.
 class FractionReporter : public benchmark::ConsoleReporter {
@@ -168,6 +231,13 @@ class FractionReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {
+      const auto speedup = run.counters.find("gemm_speedup");
+      if (speedup != run.counters.end()) {
+        std::printf("  %s: attention %.2f ms/step on the loops, %.2f ms/step through GEMM (%.2fx)\n",
+                    run.benchmark_name().c_str(), static_cast<double>(run.counters.at("loops_ms/step")),
+                    static_cast<double>(run.counters.at("gemm_ms/step")), static_cast<double>(speedup->second));
+        continue;
+      }
       const auto model_rate = run.counters.find("model_GFLOP/s");
       const auto peak = run.counters.find("sgemm_GFLOP/s");
       if (model_rate == run.counters.end() || peak == run.counters.end()) continue;
@@ -237,6 +307,7 @@ int main(int argc, char** argv) {
         ->Iterations(sc.preset == "llama-1b" ? 2 : 4)
         ->UseRealTime();
   }
+  register_attention_benchmarks();
   FractionReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   std::printf("load average at end: %s\n", load_average().c_str());

@@ -10,11 +10,13 @@
 // term or a wrong transpose changes gradients by O(1)).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "model/model.h"
 #include "model/optimizer.h"
+#include "tensor/attention.h"
 #include "model_test_util.h"
 
 namespace ntp::model {
@@ -26,9 +28,15 @@ GptConfig test_config(Family family) {
   return family == Family::kLlama ? testing::llama_test_config() : testing::small_test_config();
 }
 
+GptConfig with_positions(GptConfig c, std::int64_t seq) {
+  c.max_seq = std::max(c.max_seq, seq);
+  return c;
+}
+
 class GradientCheck : public ::testing::TestWithParam<Family> {
  protected:
-  GradientCheck() : config_(test_config(GetParam())), model_(config_, Shard::full(config_), ctx_) {
+  explicit GradientCheck(std::int64_t seq = 5)
+      : config_(with_positions(test_config(GetParam()), seq)), model_(config_, Shard::full(config_), ctx_) {
     model_.init(11);
     // GPT-2's 0.02 init makes most gradients tiny; widen the weights so every
     // path carries signal.
@@ -38,7 +46,7 @@ class GradientCheck : public ::testing::TestWithParam<Family> {
       std::normal_distribution<float> noise(0.0f, 0.1f);
       for (float& x : p) x = x + noise(rng);
     }
-    batch_ = testing::random_batch(config_, 2, 5, 3);
+    batch_ = testing::random_batch(config_, 2, seq, 3);
     model_.zero_grad();
     model_.forward(batch_.view());
     model_.backward();
@@ -54,6 +62,8 @@ class GradientCheck : public ::testing::TestWithParam<Family> {
     p[i] = saved;
     return (plus - minus) / (2.0 * h);
   }
+
+  void expect_directional_derivatives_match();
 
   tensor::Context ctx_{{2}};
   GptConfig config_;
@@ -81,7 +91,7 @@ TEST_P(GradientCheck, ElementsMatchFiniteDifferences) {
   }
 }
 
-TEST_P(GradientCheck, DirectionalDerivativesMatchPerTensor) {
+void GradientCheck::expect_directional_derivatives_match() {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
   for (const TensorSpec& t : model_.layout().tensors()) {
@@ -108,6 +118,8 @@ TEST_P(GradientCheck, DirectionalDerivativesMatchPerTensor) {
   }
 }
 
+TEST_P(GradientCheck, DirectionalDerivativesMatchPerTensor) { expect_directional_derivatives_match(); }
+
 TEST_P(GradientCheck, PaddingRowsGetNoGradient) {
   for (const char* name : {"wte", "lm_head"}) {
     const TensorSpec* t = model_.layout().find(name);
@@ -119,6 +131,22 @@ TEST_P(GradientCheck, PaddingRowsGetNoGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GradientCheck, ::testing::Values(Family::kGpt2, Family::kLlama),
+                         [](const auto& family) { return std::string(to_string(family.param)); });
+
+// At 36 positions attention runs through GEMM per head (attention_path_for),
+// in two row blocks; at 5 it runs its loops.
+class GemmAttentionGradientCheck : public GradientCheck {
+ protected:
+  GemmAttentionGradientCheck() : GradientCheck(36) {}
+};
+
+TEST_P(GemmAttentionGradientCheck, DirectionalDerivativesMatchPerTensor) {
+  ASSERT_EQ(tensor::attention_path_for({2, 36, 1, 4, 1}), tensor::AttentionPath::kGemm);
+  ASSERT_EQ(tensor::attention_path_for({2, 5, 1, 4, 1}), tensor::AttentionPath::kLoops);
+  expect_directional_derivatives_match();
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GemmAttentionGradientCheck, ::testing::Values(Family::kGpt2, Family::kLlama),
                          [](const auto& family) { return std::string(to_string(family.param)); });
 
 class Training : public ::testing::TestWithParam<Family> {};

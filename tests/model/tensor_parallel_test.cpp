@@ -13,6 +13,7 @@
 
 #include "model/optimizer.h"
 #include "model/parameters.h"
+#include "tensor/attention.h"
 #include "model_test_util.h"
 #include "tests/comm/thread_ranks.h"
 
@@ -100,9 +101,9 @@ Reference single_rank(const GptConfig& c, const testing::TokenBatch& batch, floa
   return ref;
 }
 
-void expect_tp_matches_one_rank(const GptConfig& c, int tp) {
+void expect_tp_matches_one_rank(const GptConfig& c, int tp, std::int64_t seq = 8) {
   openblas_set_num_threads(1);  // ranks are threads of this process
-  const auto batch = testing::random_batch(c, 2, 8, 17);
+  const auto batch = testing::random_batch(c, 2, seq, 17);
   const float loss_scale = 1.0f / 48.0f;  // as if the global batch had 48 tokens
   const Reference ref = single_rank(c, batch, loss_scale);
   const ParameterLayout full(c, Shard::full(c));
@@ -186,6 +187,27 @@ TEST_P(LlamaTensorParallel, MatchesOneRankElementByElement) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Degrees, LlamaTensorParallel, ::testing::Values(1, 2, 3, 5, 7),
+                         [](const auto& param_info) { return "tp" + std::to_string(param_info.param); });
+
+// The same at 40 positions, where attention runs through GEMM per head (the
+// tests above, at 8 positions, run its loops), in two row blocks.
+constexpr std::int64_t kGemmSeq = 40;
+
+GptConfig with_positions(GptConfig c, std::int64_t seq) {
+  c.max_seq = seq;
+  return c;
+}
+
+class GemmAttentionTensorParallel : public ::testing::TestWithParam<int> {};
+
+TEST_P(GemmAttentionTensorParallel, MatchesOneRankElementByElement) {
+  ASSERT_EQ(tensor::attention_path_for({2, kGemmSeq, 1, 4, 1}), tensor::AttentionPath::kGemm);
+  ASSERT_EQ(tensor::attention_path_for({2, 8, 1, 4, 1}), tensor::AttentionPath::kLoops);
+  expect_tp_matches_one_rank(with_positions(testing::small_test_config(), kGemmSeq), GetParam(), kGemmSeq);
+  expect_tp_matches_one_rank(with_positions(testing::llama_test_config(), kGemmSeq), GetParam(), kGemmSeq);
+}
+
+INSTANTIATE_TEST_SUITE_P(Degrees, GemmAttentionTensorParallel, ::testing::Values(3, 7),
                          [](const auto& param_info) { return "tp" + std::to_string(param_info.param); });
 
 TEST(TensorParallelShards, RandomShardsAreNonContiguousAndCoverEveryUnit) {

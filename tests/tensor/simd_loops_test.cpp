@@ -44,6 +44,9 @@ std::vector<float> run_all(const Loops& l) {
     l.axpy(y.data(), 0.375f, a.data(), n);
     l.scale(y.data(), 1.5f, n);
     append(y);
+    auto d = b;
+    l.softmax_backward(d.data(), c.data(), 0.125f, 0.7f, n);
+    append(d);
     std::vector<float> g(size);
     l.gelu_forward(g.data(), c.data(), n);
     append(g);

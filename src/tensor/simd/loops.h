@@ -30,6 +30,9 @@ struct Loops {
   float (*max)(const float* x, std::int64_t count);                      // -inf when empty
   float (*exp_shifted_sum)(float* x, float shift, std::int64_t count);  // x = exp(x - shift)
   void (*scale)(float* x, float factor, std::int64_t count);
+  // Softmax backward of one row, in place: d[i] = p[i] (d[i] - weighted) factor,
+  // weighted = sum p d (the row's dot product), factor the score scale.
+  void (*softmax_backward)(float* d, const float* p, float weighted, float factor, std::int64_t count);
   // out[i] = silu(gate_up[2i]) * gate_up[2i+1]; the backward accumulates (+=).
   void (*swiglu_forward)(float* out, const float* gate_up, std::int64_t count);
   void (*swiglu_backward)(float* dgate_up, const float* gate_up, const float* dout, std::int64_t count);
