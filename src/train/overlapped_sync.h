@@ -43,8 +43,8 @@
 #include <thread>
 #include <vector>
 
-#include "model/vocab_parallel.h"
 #include "comm/work.h"
+#include "model/vocab_parallel.h"
 #include "train/grad_sync.h"
 #include "train/trace.h"
 
