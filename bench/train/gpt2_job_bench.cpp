@@ -6,13 +6,16 @@
 // the whole job (user + system, every process) per step, and the peak RSS of
 // the largest process of the job. Start-up is given twice: launch to the last
 // rank ready, and launch to the start of the first step (its metrics line's
-// time less its step time). dp 2 runs twice: with the tied wte gradient
-// synced in two parts (the default) and whole after the embedding backward
-// (sync.split_embedding = false). Cases alternate, so repetitions see the
-// same machine load; the load average is printed.
+// time less its step time). dp 2 runs three times: the defaults (tied wte
+// gradient synced in two parts, buckets pipelined), with the buckets' stages
+// in series (sync.pipeline = false), and with wte synced whole after the
+// embedding backward (sync.split_embedding = false). A nonuniform job, tp 2
+// with replica 1 at tp 1 (so every bucket is resharded), runs pipelined and
+// serial. Cases alternate, so repetitions see the same machine load; the load
+// average is printed.
 //
 //   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH (written when missing)] [--ntp PATH] [--against PATH] [--only TEXT]
-// (--only: the cases whose name contains TEXT, e.g. "dp2"; --against: a
+// (--only: the cases whose name contains TEXT, e.g. "dp2" or "tp2+tp1"; --against: a
 // second `ntp`, e.g. an older build, run right after each case with the same
 // keys, so that both see the same load, and each figure's ratio printed).
 #include <fcntl.h>
@@ -166,8 +169,13 @@ int main(int argc, char** argv) {
   const std::vector<Case> cases = {
       {"dp1 x tp1, 2 threads", {"model.threads=2", "train.micro_batch=4"}},
       {"dp2 x tp1, 1 thread/rank", {"parallel.dp=2", "model.threads=1", "train.micro_batch=2"}},
+      {"dp2, serial buckets", {"parallel.dp=2", "model.threads=1", "train.micro_batch=2", "sync.pipeline=false"}},
       {"dp2, wte synced whole", {"parallel.dp=2", "model.threads=1", "train.micro_batch=2",
-                                 "sync.split_embedding=false"}}};
+                                 "sync.split_embedding=false"}},
+      {"tp2+tp1, pipelined", {"parallel.dp=2", "parallel.tp=2", "parallel.failed={1=[1]}", "model.threads=1",
+                              "train.micro_batch=2"}},
+      {"tp2+tp1, serial buckets", {"parallel.dp=2", "parallel.tp=2", "parallel.failed={1=[1]}",
+                                   "model.threads=1", "train.micro_batch=2", "sync.pipeline=false"}}};
   std::printf("ntp: %s\n", ntp.c_str());
   if (!against.empty()) std::printf("against: %s (printed as \"other\")\n", against.c_str());
   std::printf("checkpoint: %s\nload average at start: %s\n", checkpoint.c_str(), load_average().c_str());

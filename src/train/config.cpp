@@ -303,6 +303,8 @@ const std::vector<KeyDef>& schema() {
       bool_key("sync.split_embedding",
                "sync the tied wte gradient's LM-head part as soon as the LM head's backward ends",
                NTP_FIELD(sync.split_embedding)),
+      bool_key("sync.pipeline", "all-reduce a bucket while the next one's pre-sync runs",
+               NTP_FIELD(sync.pipeline)),
       float_key("deadline.collective_s", "deadline of every collective",
                 NTP_FIELD(deadline.collective_s)),
       float_key("deadline.rendezvous_s", "deadline of rendezvous and group creation",

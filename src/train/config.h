@@ -106,6 +106,7 @@ struct ParallelConfig {
 struct SyncConfig {
   double bucket_mb = 4.0;
   bool split_embedding = true;  // sync wte's LM-head part before the embedding backward
+  bool pipeline = true;         // a bucket's all-reduce overlaps the next one's pre-sync
   bool operator==(const SyncConfig&) const = default;
 };
 

@@ -205,27 +205,48 @@ void GradSync::replicated_broadcast(std::span<float> grads) {
   }
 }
 
-SyncBytes GradSync::run(std::span<float> grads) {
+// The DP group has something to sum: a core slot with peers and elements.
+bool GradSync::reduces() const { return dp_ != nullptr && dp_->size() > 1 && sync_size_ > 0; }
+
+// The bucket goes through the sync buffer: it is reduced and the sync layout
+// is not the rank's own, or the test mispairing is to show in the buffer.
+// Alone in the DP group the round trip through the buffer is the identity and
+// is skipped.
+bool GradSync::via_buffer() const {
+  return dp_ != nullptr && (mispair_ || (reduces() && !in_place_));
+}
+
+SyncBytes GradSync::pre_sync(std::span<float> grads) {
   SyncBytes bytes;
   for (Transfer& t : outgoing_) pack(t, grads, t.buffer);
   bytes.reshard += exchange(outgoing_, incoming_, 0);  // pre-sync: extra -> core
-  if (dp_ != nullptr) {
-    // Alone in the DP group the round trip through the sync buffer is the
-    // identity: skip it (unless the test mispairing is to show in it).
-    const bool reduce = dp_->size() > 1 && sync_size_ > 0;
-    if (reduce && in_place_ && !mispair_) {
-      dp_->all_reduce(grads.data() + tensors().front().offset, sync_size_);
-    } else if (reduce || mispair_) {
-      if (sync_buffer_.size() != sync_size_) sync_buffer_.resize(sync_size_);  // mispairing in place
-      sync_buffer_copy(grads, true);
-      if (reduce) dp_->all_reduce(sync_buffer_.data(), sync_buffer_.size());
-      sync_buffer_copy(grads, false);
-    }
-    bytes.allreduce += static_cast<std::int64_t>(sync_size_ * sizeof(float));
+  if (via_buffer()) {
+    if (sync_buffer_.size() != sync_size_) sync_buffer_.resize(sync_size_);  // mispairing in place
+    sync_buffer_copy(grads, true);
   }
+  if (dp_ != nullptr) bytes.allreduce += static_cast<std::int64_t>(sync_size_ * sizeof(float));
+  return bytes;
+}
+
+std::span<float> GradSync::reduce_span(std::span<float> grads) {
+  if (!reduces()) return {};
+  if (via_buffer()) return sync_buffer_;
+  return grads.subspan(static_cast<std::size_t>(tensors().front().offset), sync_size_);
+}
+
+SyncBytes GradSync::post_sync(std::span<float> grads) {
+  SyncBytes bytes;
+  if (via_buffer()) sync_buffer_copy(grads, false);
   bytes.reshard += exchange(incoming_, outgoing_, 1);  // post-sync: core -> extra
   for (const Transfer& t : outgoing_) unpack(t, t.buffer, grads);
   replicated_broadcast(grads);
+  return bytes;
+}
+
+SyncBytes GradSync::run(std::span<float> grads) {
+  SyncBytes bytes = pre_sync(grads);
+  if (const std::span<float> sum = reduce_span(grads); !sum.empty()) dp_->all_reduce(sum.data(), sum.size());
+  bytes += post_sync(grads);
   return bytes;
 }
 

@@ -33,6 +33,11 @@ struct KindViews {
 struct SyncBytes {
   std::int64_t reshard = 0;    // pre-sync + post-sync bytes this rank sent
   std::int64_t allreduce = 0;  // bytes this rank all-reduced in its DP group
+  SyncBytes& operator+=(const SyncBytes& o) {
+    reshard += o.reshard;
+    allreduce += o.allreduce;
+    return *this;
+  }
 };
 
 class GradSync {
@@ -46,6 +51,19 @@ class GradSync {
 
   // Synchronizes `grads` (laid out by `layout`) in place. Blocking.
   SyncBytes run(std::span<float> grads);
+
+  // run() in its three stages, for a caller that pipelines buckets
+  // (OverlappedSync): pre_sync (TP group, then the copy into the sync
+  // buffer), the DP all-reduce of reduce_span() in place, post_sync (the copy
+  // back, then TP group). The all-reduce is the stages' only DP call and is
+  // left to the caller, which may run it on another thread while this or
+  // another bucket's TP stages go on. Every rank of the replica must issue the
+  // TP stages of all buckets in the same order.
+  SyncBytes pre_sync(std::span<float> grads);
+  // What the DP group sums, after pre_sync: the sync buffer, or the rank's
+  // own gradients of the range in place; empty when there is nothing to sum.
+  std::span<float> reduce_span(std::span<float> grads);
+  SyncBytes post_sync(std::span<float> grads);
 
   // Test hook: swap two units of the sync layout on this rank (mis-pairing the
   // reshard), to show that --verify catches it. Off by default.
@@ -68,6 +86,8 @@ class GradSync {
   void unpack(const Transfer& t, const std::vector<float>& buffer, std::span<float> grads) const;
   std::int64_t exchange(std::vector<Transfer>& sends, std::vector<Transfer>& receives, std::uint32_t phase);
   void sync_buffer_copy(std::span<float> grads, bool into_buffer);
+  bool reduces() const;
+  bool via_buffer() const;
   void replicated_broadcast(std::span<float> grads);
 
   std::span<const model::TensorSpec> tensors() const;

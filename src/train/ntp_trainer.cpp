@@ -393,9 +393,10 @@ void NtpTrainer::connect() {
     x.dp = comm::create_group(
         store_, rank_group_options(config_, options_, epoch_, members, fmt::format("dp/core{}", j), false));
   }
+  const SyncOptions sync{config_.sync.bucket_mb, config_.sync.split_embedding && x.layout.vocab_split_ok,
+                         config_.sync.pipeline};
   x.sync = std::make_unique<OverlappedSync>(x.model->layout(), *x.full, x.layout.views, x.layout.active,
-                                            *x.tp_sync, x.dp.get(), config_.sync.bucket_mb,
-                                            config_.sync.split_embedding && x.layout.vocab_split_ok);
+                                            *x.tp_sync, x.dp.get(), sync);
   x.sync->mispair_for_test(options_.mispair_rank == options_.rank);
   x.sync->keep_replicated_for_test(mutation_ == Mutation::kReplicatedUnsynced);
 }

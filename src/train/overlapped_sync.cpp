@@ -11,15 +11,16 @@ namespace ntp::train {
 OverlappedSync::OverlappedSync(const model::ParameterLayout& layout,
                                const model::ParameterLayout& full, KindViews views,
                                std::vector<int> active, comm::Group& tp_sync, comm::Group* dp,
-                               double bucket_mb, bool split_embedding)
+                               SyncOptions options)
     : layout_(layout),
       full_(full),
       views_(std::move(views)),
       active_(std::move(active)),
       tp_(tp_sync),
       dp_(dp),
-      bucket_bytes_(bucket_mb * 1024 * 1024),
-      split_embedding_(split_embedding) {
+      bucket_bytes_(options.bucket_mb * 1024 * 1024),
+      split_embedding_(options.split_embedding),
+      pipeline_(options.pipeline) {
   const layout::SlotView& vocab = views_.vocab;
   if (split_embedding_ && (dp_ == nullptr || !vocab.pre_sync_sends.empty() || !vocab.pre_sync_receives.empty() ||
                            !(vocab.sync_units == layout_["wte"].units))) {
@@ -41,9 +42,9 @@ OverlappedSync::~OverlappedSync() {
 
 void OverlappedSync::begin(std::span<float> grads, std::int64_t step) {
   grads_ = grads;
-  step_ = step;
   pending_bytes_ = 0;
   std::lock_guard<std::mutex> lock(mutex_);
+  step_ = step;
   totals_ = {};
 }
 
@@ -82,8 +83,7 @@ void OverlappedSync::grads_ready(std::size_t first, std::size_t last) {
 }
 
 void OverlappedSync::enqueue(Range range) {
-  GradSync& sync = bucket(range);
-  enqueue({"sync bucket", [this, &sync] { return sync.run(grads_); }});
+  enqueue({"sync bucket", {}, &bucket(range)});
 }
 
 void OverlappedSync::enqueue(Task task) {
@@ -133,6 +133,7 @@ SyncTotals OverlappedSync::finish() {
     pending_bytes_ = 0;
   }
   if (std::exchange(rows_pending_, false)) enqueue({"sync embedding rows", [this] { return sync_embedding_rows(); }});
+  if (pipeline_) enqueue({"settle", {}, nullptr});  // the last bucket's post-sync
   const double start = unix_time_s();
   std::unique_lock<std::mutex> lock(mutex_);
   // Bounded: each group call fails by its deadline, which ends the bucket.
@@ -149,29 +150,107 @@ void OverlappedSync::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
+      if (queue_.empty()) break;
       task = std::move(queue_.front());
       queue_.pop_front();
       failed_before = error_ != nullptr;
     }
-    const double start = unix_time_s();
     SyncBytes bytes;
     std::exception_ptr error;
     try {
-      if (!failed_before) bytes = task.run();
+      if (!failed_before) bytes = run(task);
     } catch (...) {
       error = std::current_exception();
+      abandon();
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (error && !error_) error_ = error;
-      totals_.bytes.reshard += bytes.reshard;
-      totals_.bytes.allreduce += bytes.allreduce;
-      totals_.spans.push_back({task.name, Track::kComm, start, unix_time_s() - start, step_});
+      totals_.bytes += bytes;
       --in_flight_;
     }
     cv_.notify_all();
   }
+  abandon();  // a step given up before finish(): its all-reduce must end before the buffers go
+}
+
+// Without the pipeline a bucket runs its stages in series. With it, the
+// bucket's pre-sync, then its all-reduce handed to the DP group's thread,
+// then the previous bucket's post-sync: the fixed order every rank issues.
+// Any other task first settles the bucket in flight (the embedding rows add
+// to wte's synced gradient; the last task of a step settles the last bucket).
+SyncBytes OverlappedSync::run(const Task& task) {
+  if (task.bucket == nullptr) {
+    SyncBytes bytes = settle();
+    if (!task.run) return bytes;
+    const double start = unix_time_s();
+    bytes += task.run();
+    add_span(task.name, Track::kComm, start);
+    return bytes;
+  }
+  GradSync& sync = *task.bucket;
+  if (!pipeline_) {
+    const double start = unix_time_s();
+    const SyncBytes bytes = sync.run(grads_);
+    add_span(task.name, Track::kComm, start);
+    return bytes;
+  }
+  SyncBytes bytes = pre_sync(sync);
+  const std::optional<Reducing> previous = std::exchange(reducing_, Reducing{&sync, all_reduce_async(sync)});
+  if (previous) bytes += post_sync(*previous);
+  return bytes;
+}
+
+SyncBytes OverlappedSync::pre_sync(GradSync& sync) {
+  const double start = unix_time_s();
+  const SyncBytes bytes = sync.pre_sync(grads_);
+  add_span("pre-sync", Track::kComm, start);
+  return bytes;
+}
+
+std::shared_ptr<comm::Work> OverlappedSync::all_reduce_async(GradSync& sync) {
+  const std::span<float> sum = sync.reduce_span(grads_);
+  if (sum.empty()) return comm::Work::completed();
+  // The call takes the group's deadline when it starts, as a blocking one does.
+  return dp_->run_async([this, sum](comm::Group& dp) {
+    const double start = unix_time_s();
+    dp.all_reduce(sum.data(), sum.size());
+    add_span("all-reduce", Track::kReduce, start);
+  });
+}
+
+// Waits for the bucket's all-reduce (bounded by its deadline; rethrows its
+// error), then sends the reduced pieces back.
+SyncBytes OverlappedSync::post_sync(const Reducing& r) {
+  r.work->wait();
+  const double start = unix_time_s();
+  const SyncBytes bytes = r.bucket->post_sync(grads_);
+  add_span("post-sync", Track::kComm, start);
+  return bytes;
+}
+
+SyncBytes OverlappedSync::settle() {
+  if (!reducing_) return {};
+  const Reducing r = *std::exchange(reducing_, std::nullopt);
+  return post_sync(r);
+}
+
+// After an error: the all-reduce in flight still writes into the gradients or
+// the sync buffer, so wait for it (its own error, if any, is a consequence of
+// the first one) and skip its post-sync.
+void OverlappedSync::abandon() {
+  if (!reducing_) return;
+  const Reducing r = *std::exchange(reducing_, std::nullopt);
+  try {
+    r.work->wait();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the step already failed
+  }
+}
+
+void OverlappedSync::add_span(const char* name, Track track, double start) {
+  const double end = unix_time_s();
+  std::lock_guard<std::mutex> lock(mutex_);
+  totals_.spans.push_back({name, track, start, end - start, step_});
 }
 
 }  // namespace ntp::train

@@ -20,6 +20,16 @@
 // The communication thread uses its own TP group: the model's TP collectives
 // run on the compute thread at the same time, and two threads must never
 // share a group.
+//
+// With pipeline (the default), a bucket's DP all-reduce runs on the DP
+// group's own thread (Group::run_async) while the communication thread goes
+// on with the TP stages: bucket i+1's pre-sync, then bucket i's post-sync and
+// broadcast once its all-reduce ended. Every rank issues its TP stages in
+// that one fixed order (pre 0, pre 1, post 0, pre 2, post 1, ..., post n-1),
+// whatever the timing, so the TP group's call sequences match; the DP group
+// sees the buckets' all-reduces in bucket order as before. Each bucket sums
+// the same elements in the same calls as without the pipeline, so the result
+// is bit-identical.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -28,10 +38,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
 
+#include "comm/work.h"
 #include "model/vocab_parallel.h"
 #include "train/grad_sync.h"
 #include "train/trace.h"
@@ -41,14 +53,20 @@ namespace ntp::train {
 struct SyncTotals {
   SyncBytes bytes;
   double exposed_s = 0;             // time finish() waited
-  std::vector<TraceSpan> spans;     // one per bucket (comm track)
+  std::vector<TraceSpan> spans;     // per bucket: its TP stages (comm) and its all-reduce (reduce)
+};
+
+struct SyncOptions {
+  double bucket_mb = 4.0;        // every rank of the job must use the same
+  bool split_embedding = false;  // see above; needs the vocabulary at the sync layout
+  bool pipeline = true;          // all-reduces overlap the TP stages; every rank alike
 };
 
 class OverlappedSync {
  public:
   OverlappedSync(const model::ParameterLayout& layout, const model::ParameterLayout& full,
                  KindViews views, std::vector<int> active, comm::Group& tp_sync, comm::Group* dp,
-                 double bucket_mb, bool split_embedding = false);
+                 SyncOptions options);
   ~OverlappedSync();
   OverlappedSync(const OverlappedSync&) = delete;
   OverlappedSync& operator=(const OverlappedSync&) = delete;
@@ -72,13 +90,27 @@ class OverlappedSync {
   using Range = std::pair<std::size_t, std::size_t>;
   struct Task {
     const char* name;
-    std::function<SyncBytes()> run;
+    std::function<SyncBytes()> run;  // unset for a bucket, and for the task that only settles
+    GradSync* bucket = nullptr;
+  };
+  // A pipelined bucket between pre-sync and post-sync: its all-reduce queued
+  // or running on the DP group's thread.
+  struct Reducing {
+    GradSync* bucket;
+    std::shared_ptr<comm::Work> work;
   };
   void enqueue(Range range);
   void enqueue(Task task);
   GradSync& bucket(Range range);
   SyncBytes sync_embedding_rows();
   void loop();
+  SyncBytes run(const Task& task);
+  SyncBytes pre_sync(GradSync& sync);
+  std::shared_ptr<comm::Work> all_reduce_async(GradSync& sync);
+  SyncBytes post_sync(const Reducing& r);
+  SyncBytes settle();
+  void abandon();
+  void add_span(const char* name, Track track, double start);
 
   const model::ParameterLayout& layout_;
   const model::ParameterLayout& full_;
@@ -88,6 +120,7 @@ class OverlappedSync {
   comm::Group* dp_;
   double bucket_bytes_;
   bool split_embedding_;
+  bool pipeline_;
   bool mispair_ = false;
   bool keep_replicated_ = false;
 
@@ -107,6 +140,7 @@ class OverlappedSync {
   bool stop_ = false;
   std::exception_ptr error_;
   SyncTotals totals_;
+  std::optional<Reducing> reducing_;  // communication thread only
   std::thread thread_;
 };
 

@@ -27,6 +27,7 @@ nlohmann::json TraceRecorder::events() const {
   out.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank_}, {"args", {{"sort_index", rank_}}}});
   out.push_back(metadata("thread_name", rank_, static_cast<int>(Track::kCompute), "compute"));
   out.push_back(metadata("thread_name", rank_, static_cast<int>(Track::kComm), "comm"));
+  out.push_back(metadata("thread_name", rank_, static_cast<int>(Track::kReduce), "reduce"));
   for (const TraceSpan& span : spans_) {
     out.push_back({{"name", span.name},
                    {"cat", span.track == Track::kCompute ? "compute" : "comm"},

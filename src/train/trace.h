@@ -1,6 +1,6 @@
 #pragma once
 // Chrome / Perfetto trace of a few steps: each rank is a process ("rank 5:
-// replica 1 slot 1") with two tracks, compute and comm, so that a reader sees
+// replica 1 slot 1") with tracks compute, comm and reduce, so that a reader sees
 // which communication backward hid and which the step waited on. Each worker
 // writes its spans to trace/rank-N.json; merge_traces() joins them into
 // trace.json (load it in ui.perfetto.dev or chrome://tracing).
@@ -16,7 +16,8 @@
 
 namespace ntp::train {
 
-enum class Track { kCompute = 0, kComm = 1 };
+// kReduce: the DP all-reduces of a pipelined sync, on the DP group's thread.
+enum class Track { kCompute = 0, kComm = 1, kReduce = 2 };
 
 struct TraceSpan {
   std::string name;   // "forward", "backward", "pre-sync b3", "all-reduce b3", "optimizer"

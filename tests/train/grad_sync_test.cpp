@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -22,6 +24,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -56,14 +59,17 @@ struct SyncCase {
   int mispair_rank = -1;            // this rank mis-pairs its sync buffer (negative tests)
   bool split_embedding = false;     // wte's embedding rows handed apart (OverlappedSync only)
   int misplace_rows_rank = -1;      // this rank hands its embedding rows one column off (negative test)
+  bool pipeline = true;             // OverlappedSync's buckets pipelined
+  bool exact_values = true;         // false: full-mantissa values whose sums round (bit-identity tests)
 };
 
 std::string describe(const SyncCase& c) {
   return fmt::format("seed {}: model {}; tp {}, {} replicas, failed '{}', min_tp {}; {}", c.seed,
                      model::to_string(c.gpt), c.job.tp, c.job.replicas,
                      layout::format_failed_slots(c.job.failed), c.job.min_tp,
-                     c.bucket_mb ? fmt::format("OverlappedSync, buckets of {} MB{}", *c.bucket_mb,
-                                               c.split_embedding ? ", split wte" : "")
+                     c.bucket_mb ? fmt::format("OverlappedSync, buckets of {} MB{}{}", *c.bucket_mb,
+                                               c.split_embedding ? ", split wte" : "",
+                                               c.pipeline ? "" : ", not pipelined")
                                  : std::string("GradSync"));
 }
 
@@ -256,9 +262,9 @@ class RankSync {
            const KindViews& views, std::vector<int> active, RankGroups& groups, bool mispair)
       : mine_(mine), split_(c.split_embedding) {
     if (c.bucket_mb) {
-      overlapped_ = std::make_unique<OverlappedSync>(mine, full, views, std::move(active),
-                                                     *groups.tp, groups.dp.get(), *c.bucket_mb,
-                                                     c.split_embedding);
+      overlapped_ = std::make_unique<OverlappedSync>(
+          mine, full, views, std::move(active), *groups.tp, groups.dp.get(),
+          SyncOptions{*c.bucket_mb, c.split_embedding, c.pipeline});
       overlapped_->mispair_for_test(mispair);
     } else {
       blocking_ =
@@ -295,14 +301,23 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
 }
 
 // Replica `replica`'s gradient of every element of the full model at `step`.
-// Multiples of 1/8 in [-64, 64): 10 significant bits, so sums of up to 2^14
-// of them are exact in float whatever the order of addition.
-std::vector<float> replica_grads(std::uint64_t seed, int step, int replica, std::int64_t size) {
+// Exact: multiples of 1/8 in [-64, 64), 10 significant bits, so sums of up to
+// 2^14 of them are exact in float whatever the order of addition. Otherwise:
+// 24 significant bits at exponents spread over 2^-23 .. 2^8, so nearly every
+// sum rounds and a different order of addition shows in the bits.
+std::vector<float> replica_grads(std::uint64_t seed, int step, int replica, std::int64_t size,
+                                 bool exact) {
   std::vector<float> grads(static_cast<std::size_t>(size));
   const std::uint64_t salt = mix(
       seed ^ mix((static_cast<std::uint64_t>(step) << 32) + static_cast<std::uint64_t>(replica)));
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    grads[i] = static_cast<float>(static_cast<std::int64_t>(mix(salt + i) % 1024) - 512) / 8.0f;
+    const std::uint64_t bits = mix(salt + i);
+    if (exact) {
+      grads[i] = static_cast<float>(static_cast<std::int64_t>(bits % 1024) - 512) / 8.0f;
+    } else {
+      const auto mantissa = static_cast<std::int64_t>(bits >> 40) - (std::int64_t{1} << 23);
+      grads[i] = std::ldexp(static_cast<float>(mantissa), -23 + static_cast<int>(bits % 9));
+    }
   }
   return grads;
 }
@@ -317,18 +332,20 @@ StepValues step_values(const SyncCase& c, const JobRanks& job, const ParameterLa
                        int step) {
   StepValues v{{}, std::vector<float>(static_cast<std::size_t>(full.size()), 0.0f)};
   for (int r = 0; r < c.job.replicas; ++r) {
-    v.per_replica.push_back(replica_grads(c.seed, step, r, full.size()));
+    v.per_replica.push_back(replica_grads(c.seed, step, r, full.size(), c.exact_values));
     if (job.heads.replica(r).dropped) continue;
     for (std::size_t i = 0; i < v.sum.size(); ++i) v.sum[i] += v.per_replica.back()[i];
   }
   return v;
 }
 
-// Differing elements of one rank: how many, and the first few by name.
+// Differing elements of one rank: how many, and the first few by name; and
+// what the rank's sync made of its gradients, every step in turn.
 struct Mismatches {
   std::string rank;  // "rank 3 (replica 1 slot 2)"
   std::int64_t count = 0;
   std::vector<std::string> first;
+  std::vector<float> synced;
 };
 
 std::string element_name(const ParameterLayout& layout, std::size_t i) {
@@ -388,6 +405,7 @@ std::vector<Mismatches> run_case(const SyncCase& c) {
                                         rank == c.misplace_rows_rank);
           }
           sync.run(grads, s, rows);
+          out.synced.insert(out.synced.end(), grads.begin(), grads.end());
           model::scatter_from_full(full, v.sum, mine, want);
           compare(mine, grads, want, s, out);
         }
@@ -531,6 +549,155 @@ TEST(SplitEmbeddingCheck, CatchesMisplacedRows) {
   }
   EXPECT_GT(differing, 0) << "embedding rows added to the wrong column went unnoticed";
 }
+
+// ---- the pipeline changes when, never what ----
+
+// The same job, inputs and buckets with the pipeline on and off, on values
+// whose sums round: every rank must end with the same bits, every step.
+SyncCase inexact_case(std::uint64_t seed, layout::JobConfig job, Buckets buckets, bool split) {
+  std::mt19937_64 rng(seed);
+  SyncCase c;
+  c.seed = seed;
+  c.job = std::move(job);
+  c.gpt = random_gpt(rng, c.job.tp);
+  c.bucket_mb = bucket_mb(buckets, c.gpt, rng);
+  c.split_embedding = split;
+  c.exact_values = false;
+  return c;
+}
+
+// Elements whose bits differ between two runs, over every rank and step, and
+// the first few by name.
+struct BitDiff {
+  std::int64_t count = 0;
+  std::vector<std::string> first;
+};
+
+BitDiff differing_bits(const SyncCase& a, const SyncCase& b) {
+  const std::vector<Mismatches> x = run_case(a), y = run_case(b);
+  const JobRanks job(a);
+  const ParameterLayout full(a.gpt, model::Shard::full(a.gpt));
+  BitDiff diff;
+  for (std::size_t r = 0; r < x.size(); ++r) {
+    const KindViews views = job.views(job.places[r]);
+    const ParameterLayout mine(a.gpt, {views.heads.units, views.neurons.units, views.vocab.units});
+    for (std::size_t i = 0; i < x[r].synced.size(); ++i) {
+      if (std::memcmp(&x[r].synced[i], &y[r].synced[i], sizeof(float)) == 0) continue;
+      if (diff.first.size() < 5) {
+        diff.first.push_back(fmt::format("{}: {}", x[r].rank,
+                                         element_name(mine, i % static_cast<std::size_t>(mine.size()))));
+      }
+      ++diff.count;
+    }
+  }
+  return diff;
+}
+
+layout::JobConfig job_of(int tp, int replicas, layout::FailedSlots failed = {}) {
+  layout::JobConfig job;
+  job.tp = tp;
+  job.replicas = replicas;
+  job.failed = std::move(failed);
+  return job;
+}
+
+// Uniform (split wte and whole) and nonuniform jobs: replicas at reduced TP
+// (extra slots reshard every bucket), a failed slot before an active one.
+std::vector<SyncCase> pipeline_cases() {
+  std::vector<SyncCase> cases;
+  std::uint64_t seed = kSeed + 3000;
+  for (Buckets b : {Buckets::kTiny, Buckets::kSome}) {
+    cases.push_back(inexact_case(++seed, job_of(2, 3), b, true));
+    cases.push_back(inexact_case(++seed, job_of(2, 2), b, false));
+    cases.push_back(inexact_case(++seed, job_of(3, 3, {{1, {0}}}), b, false));
+    cases.push_back(inexact_case(++seed, job_of(4, 2, {{0, {1}}, {1, {0, 3}}}), b, false));
+  }
+  return cases;
+}
+
+TEST(PipelinedSync, BitIdenticalToTheSerialSync) {
+  for (const SyncCase& pipelined : pipeline_cases()) {
+    SyncCase serial = pipelined;
+    serial.pipeline = false;
+    SCOPED_TRACE(describe(pipelined));
+    BitDiff diff;
+    ASSERT_NO_THROW(diff = differing_bits(pipelined, serial));
+    EXPECT_EQ(diff.count, 0) << fmt::format("{}", fmt::join(diff.first, "; "));
+  }
+}
+
+// The bit check sees a reassociated sum: the split wte adds (lm0 + lm1) +
+// (rows0 + rows1) where the whole one adds (lm0 + rows0) + (lm1 + rows1).
+// Two replicas, so that only wte differs (with three, Gloo's ring sums an
+// element in an order that depends on where the all-reduce's buffer starts,
+// and the split moves wpe to a bucket of its own).
+TEST(PipelinedSync, TheBitCheckSeesAReassociatedSum) {
+  const SyncCase split = inexact_case(kSeed + 3100, job_of(2, 2), Buckets::kTiny, true);
+  SyncCase whole = split;
+  whole.split_embedding = false;
+  SCOPED_TRACE(describe(split));
+  BitDiff diff;
+  ASSERT_NO_THROW(diff = differing_bits(split, whole));
+  EXPECT_GT(diff.count, 0) << "a reassociated wte sum went unnoticed";
+  for (const std::string& what : diff.first) EXPECT_NE(what.find("wte"), std::string::npos) << what;
+}
+
+// A rank that dies while the buckets are in flight: every other rank's
+// finish() throws the CommError that recovery handles, with or without the
+// pipeline, and no rank hangs (a survivor aborts its groups on the error, as
+// the trainer does, so that its peers fail fast too).
+void expect_comm_errors_on_death(bool pipeline) {
+  SyncCase c;
+  c.seed = kSeed;
+  c.gpt = {13, 13, 1, 10, 5, 2};
+  c.job = job_of(3, 2, {{1, {0}}});  // replica 0: a core pair and an extra slot; replica 1: two cores
+  c.bucket_mb = kTinyBucketMb;
+  c.pipeline = pipeline;
+  SCOPED_TRACE(describe(c));
+  const JobRanks job(c);
+  const ParameterLayout full(c.gpt, model::Shard::full(c.gpt));
+  const int dying = job.rank_of(1, 1);  // core slot 0 of replica 1
+  comm::testing::TempStoreDir dir;
+  const std::shared_ptr<comm::Store> store = comm::open_store(dir.spec());
+  const auto errors = comm::testing::run_threads(static_cast<int>(job.places.size()), [&](int rank) {
+    const Place me = job.places[static_cast<std::size_t>(rank)];
+    const KindViews views = job.views(me);
+    const ParameterLayout mine(c.gpt, {views.heads.units, views.neurons.units, views.vocab.units});
+    RankGroups groups(job, store, rank);
+    OverlappedSync sync(mine, full, views, job.heads.replica(me.replica).active, *groups.tp,
+                        groups.dp.get(), SyncOptions{*c.bucket_mb, false, c.pipeline});
+    std::vector<float> grads(static_cast<std::size_t>(mine.size()), 1.0f);
+    const auto ranges = backward_ranges(mine, false);
+    const auto abort_all = [&] {
+      for (comm::Group* g : {groups.tp.get(), groups.dp.get()})
+        if (g != nullptr) g->abort("a member failed");
+    };
+    sync.begin(grads, 0);
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      if (rank == dying && i == ranges.size() / 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // peers' buckets in flight
+        abort_all();
+        throw std::runtime_error("died");
+      }
+      sync.grads_ready(ranges[i].first, ranges[i].second);
+    }
+    try {
+      sync.finish();
+    } catch (const comm::CommError&) {
+      abort_all();
+      throw;
+    }
+  });
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    SCOPED_TRACE(fmt::format("rank {}", r));
+    ASSERT_TRUE(errors[r] != nullptr) << "finished a sync with a dead peer";
+    if (static_cast<int>(r) == dying) continue;
+    EXPECT_THROW(std::rethrow_exception(errors[r]), comm::CommError);
+  }
+}
+
+TEST(PipelinedSync, APeerDeathIsACommError) { expect_comm_errors_on_death(true); }
+TEST(SerialSync, APeerDeathIsACommError) { expect_comm_errors_on_death(false); }
 
 }  // namespace
 }  // namespace ntp::train
