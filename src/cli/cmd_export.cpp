@@ -2,7 +2,9 @@
 // (Llama): write a checkpoint's parameters as the llm.c or llama2.c checkpoint
 // (fp32; the formats model.init_from reads).
 // CHECKPOINT is a checkpoint folder or a run directory (its newest). Exit 0,
-// 1 on an I/O failure, 2 on a bad or incomplete checkpoint (named).
+// 1 on an I/O failure, 2 on a bad or incomplete checkpoint (named), 3 when the
+// format cannot hold the model (llama2.c: a non-default RoPE base or RMSNorm
+// epsilon).
 #include <cstdio>
 #include <vector>
 
@@ -41,6 +43,15 @@ int run_export(int argc, char** argv) {
     const ntp::train::Checkpoint checkpoint = ntp::train::Checkpoint::open(ntp::train::resolve_checkpoint(source));
     if (check) checkpoint.verify_checksums();
     const ntp::model::GptConfig& gpt = checkpoint.info().model;
+    if (!llama2c.empty() && gpt.llama()) {
+      try {
+        ntp::model::require_llama2c_defaults(gpt);
+      } catch (const std::invalid_argument& e) {
+        spdlog::error("ntp export: --llama2c: {} (model.rope_theta and model.norm_eps must keep their defaults "
+                      "to export this format)", e.what());
+        return ntp::cli::kExitImpossible;
+      }
+    }
     const ntp::model::ParameterLayout full(gpt, ntp::model::Shard::full(gpt));
     std::vector<float> params(static_cast<std::size_t>(full.size()));
     std::vector<float> m(params.size());

@@ -21,6 +21,7 @@
 #include "model/shard.h"
 #include "model/tokenizer.h"
 #include "tensor/context.h"
+#include "train/config.h"
 
 namespace {
 
@@ -46,6 +47,18 @@ std::vector<std::int32_t> parse_ids(const std::string& text, std::int64_t vocab)
     ids.push_back(static_cast<std::int32_t>(id));
   }
   return ids;
+}
+
+// A run's model.bin of a Llama is a llama2.c file, which has no field for the
+// RoPE base and RMSNorm epsilon: the run's config.toml holds them (a lone
+// llama2.c file gets the defaults every reader of the format assumes).
+void apply_run_settings(const std::filesystem::path& run_dir, ntp::model::GptConfig& model) {
+  const std::filesystem::path config = run_dir / "config.toml";
+  if (!std::filesystem::is_regular_file(config)) return;
+  const ntp::train::Config run = ntp::train::read_config_file(config.string());
+  model.rope_theta = static_cast<float>(run.model.rope_theta);
+  model.norm_eps = static_cast<float>(run.model.norm_eps);
+  model.validate();
 }
 
 int run_sample(int argc, char** argv) {
@@ -82,6 +95,7 @@ int run_sample(int argc, char** argv) {
   std::vector<std::int32_t> prompt_ids;
   try {
     loaded = ntp::model::read_model_file(checkpoint.string());
+    if (loaded.config.llama() && std::filesystem::is_directory(source)) apply_run_settings(source, loaded.config);
     if (!tokenizer_path.empty()) tokenizer = ntp::model::Tokenizer::read(tokenizer_path);
     const bool bytes = loaded.config.vocab <= kByteVocab && !tokenizer;
     if (bytes) {

@@ -1,8 +1,16 @@
 #include "model/config.h"
 
+#include <charconv>
+#include <cmath>
 #include <stdexcept>
 
 namespace ntp::model {
+
+std::string float_text(float value) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+  return std::string(text, end);
+}
 
 namespace {
 void require(bool ok, const char* field, const std::string& why) {
@@ -31,8 +39,10 @@ void GptConfig::validate() const {
             "must be > 0 and divide heads (" + std::to_string(heads) + ")");
     require(ffn_hidden > 0, "ffn_hidden", "must be > 0");
     require(head_dim() % 2 == 0, "d_model", "/ heads must be even (RoPE rotates pairs)");
-    require(rope_theta > 0.0f, "rope_theta", "must be > 0");
-    require(norm_eps > 0.0f, "norm_eps", "must be > 0");
+    require(std::isfinite(rope_theta) && rope_theta > 0.0f, "rope_theta",
+            "is " + float_text(rope_theta) + ", must be finite and > 0");
+    require(std::isfinite(norm_eps) && norm_eps > 0.0f, "norm_eps",
+            "is " + float_text(norm_eps) + ", must be finite and > 0");
   } else {
     require(kv_heads == 0 && ffn_hidden == 0, "kv_heads",
             "and ffn_hidden are Llama fields (0 for GPT-2)");
@@ -98,8 +108,11 @@ std::string to_string(const GptConfig& c) {
                   " (padded " + std::to_string(c.padded_vocab) + "), layers " +
                   std::to_string(c.layers) + ", d_model " + std::to_string(c.d_model) + ", heads " +
                   std::to_string(c.heads) + ", max_seq " + std::to_string(c.max_seq);
-  if (c.llama())
+  if (c.llama()) {
     s += ", kv_heads " + std::to_string(c.kv_heads) + ", ffn_hidden " + std::to_string(c.ffn_hidden);
+    if (c.rope_theta != kDefaultRopeTheta) s += ", rope_theta " + float_text(c.rope_theta);
+    if (c.norm_eps != kDefaultNormEps) s += ", norm_eps " + float_text(c.norm_eps);
+  }
   return s;
 }
 

@@ -14,6 +14,11 @@ const char* to_string(Family family);
 // "gpt2" or "llama"; throws std::invalid_argument naming the other spellings.
 Family family_from_string(std::string_view name);
 
+// Llama's RoPE base and RMSNorm epsilon unless configured (Llama 2's values;
+// llama2.c's format has no field for them, so its readers assume these).
+inline constexpr float kDefaultRopeTheta = 10000.0f;
+inline constexpr float kDefaultNormEps = 1e-5f;
+
 struct GptConfig {
   std::int64_t vocab = 0;         // real vocabulary (50257 for GPT-2)
   std::int64_t padded_vocab = 0;  // embedding rows, >= vocab (50304: a multiple of 128)
@@ -25,8 +30,8 @@ struct GptConfig {
   // Llama only (0 for GPT-2):
   std::int64_t kv_heads = 0;      // key/value heads; divides heads
   std::int64_t ffn_hidden = 0;    // SwiGLU neurons per layer
-  float rope_theta = 10000.0f;    // RoPE base
-  float norm_eps = 1e-5f;         // RMSNorm epsilon
+  float rope_theta = kDefaultRopeTheta;  // RoPE base
+  float norm_eps = kDefaultNormEps;      // RMSNorm epsilon
 
   bool llama() const { return family == Family::kLlama; }
   std::int64_t head_dim() const { return d_model / heads; }
@@ -52,5 +57,7 @@ constexpr std::int64_t kMaxParameters = std::int64_t{1} << 60;
 std::int64_t parameter_count(const GptConfig& config);
 
 std::string to_string(const GptConfig& config);
+// The shortest text that reads back as the same float: "1e-05", "5e+05".
+std::string float_text(float value);
 
 }  // namespace ntp::model

@@ -186,6 +186,17 @@ LlmcCheckpoint read_llama2c_checkpoint(const std::string& path) {
   return out;
 }
 
+void require_llama2c_defaults(const GptConfig& c) {
+  const auto require = [](const char* key, float value, float assumed) {
+    if (value != assumed)
+      throw std::invalid_argument(std::string("llama2.c's format has no field for ") + key + ": the model's is " +
+                                  float_text(value) + ", every reader of the file would assume " +
+                                  float_text(assumed));
+  };
+  require("rope_theta", c.rope_theta, kDefaultRopeTheta);
+  require("norm_eps", c.norm_eps, kDefaultNormEps);
+}
+
 void write_llama2c_checkpoint(const std::string& path, const GptConfig& c,
                               std::span<const float> full_params) {
   c.validate();

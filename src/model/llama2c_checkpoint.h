@@ -33,9 +33,16 @@ GptConfig read_llama2c_config(const std::string& path);
 // One rank's values (laid out by `layout`, whose model must be the file's),
 // read straight from the byte ranges of the units it holds (model/shard_read.h).
 void read_llama2c_shard(const std::string& path, const ParameterLayout& layout, std::span<float> values);
+// The format has no field for rope_theta and norm_eps: a reader (run.c, and
+// read_llama2c_checkpoint here) assumes kDefaultRopeTheta and kDefaultNormEps.
+// Throws std::invalid_argument naming the first that `config` sets otherwise,
+// for a writer whose file must stand on its own (`ntp export --llama2c`).
+void require_llama2c_defaults(const GptConfig& config);
 // Writes a shared classifier (positive vocab_size) when lm_head equals wte
 // bit for bit, a separate wcls otherwise. The config must be a Llama whose
-// padded_vocab is its vocab (the format has no padding rows).
+// padded_vocab is its vocab (the format has no padding rows). Writes whatever
+// rope_theta and norm_eps are (a run's model.bin, whose config.toml holds
+// them); require_llama2c_defaults first where the file must say it all.
 void write_llama2c_checkpoint(const std::string& path, const GptConfig& config,
                               std::span<const float> full_params);
 

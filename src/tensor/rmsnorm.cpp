@@ -8,7 +8,33 @@ namespace ntp::tensor {
 
 namespace {
 constexpr std::int64_t kRowGrain = 16;
+constexpr std::int64_t kColumnGrain = 64;
 }  // namespace
+
+void rmsnorm_forward(Context& ctx, float* out, float* rstd, const float* inp, const float* weight,
+                     std::int64_t n, std::int64_t dim, float eps) {
+  const simd::Loops& loops = simd::loops();
+  ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) rstd[i] = loops.rmsnorm_row(out + i * dim, inp + i * dim, weight, eps, dim);
+  });
+}
+
+void rmsnorm_backward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, std::int64_t n, std::int64_t dim) {
+  const simd::Loops& loops = simd::loops();
+  ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i)
+      loops.rmsnorm_backward_row(dinp + i * dim, dout + i * dim, inp + i * dim, weight, rstd[i], dim);
+  });
+  // Weight gradient split by column: the row order of each sum (hence the
+  // result) does not depend on the thread count.
+  ctx.pool().parallel_for(dim, kColumnGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = 0; i < n; ++i)
+      loops.scaled_product_add(dweight + begin, inp + i * dim + begin, rstd[i], dout + i * dim + begin, end - begin);
+  });
+}
+
+namespace reference {
 
 void rmsnorm_forward(Context& ctx, float* out, float* rstd, const float* inp, const float* weight,
                      std::int64_t n, std::int64_t dim, float eps) {
@@ -41,9 +67,7 @@ void rmsnorm_backward(Context& ctx, float* dinp, float* dweight, const float* do
         dx[j] += (weight[j] * dy[j] - x[j] * s * dnorm_norm_mean) * s;
     }
   });
-  // Weight gradient split by column: the row order of each sum (hence the
-  // result) does not depend on the thread count.
-  ctx.pool().parallel_for(dim, 64, [&](std::int64_t begin, std::int64_t end) {
+  ctx.pool().parallel_for(dim, kColumnGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = 0; i < n; ++i) {
       const float* x = inp + i * dim;
       const float* dy = dout + i * dim;
@@ -51,5 +75,7 @@ void rmsnorm_backward(Context& ctx, float* dinp, float* dweight, const float* do
     }
   });
 }
+
+}  // namespace reference
 
 }  // namespace ntp::tensor

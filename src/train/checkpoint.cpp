@@ -418,10 +418,18 @@ void Checkpoint::check_model(const model::GptConfig& gpt) const {
       {"layers", {saved.layers, gpt.layers}},    {"d_model", {saved.d_model, gpt.d_model}},
       {"heads", {saved.heads, gpt.heads}},       {"max_seq", {saved.max_seq, gpt.max_seq}},
       {"kv_heads", {saved.kv_heads, gpt.kv_heads}}, {"ffn_hidden", {saved.ffn_hidden, gpt.ffn_hidden}}};
+  const auto refuse = [&](const char* name, const std::string& saved_value, const std::string& configured) {
+    throw CheckpointError(fmt::format("{}: model {} is {}, the configured model has {}",
+                                      (dir_ / "manifest.json").string(), name, saved_value, configured));
+  };
   for (const auto& [name, values] : fields) {
+    if (values.first != values.second) refuse(name, std::to_string(values.first), std::to_string(values.second));
+  }
+  const std::pair<const char*, std::pair<float, float>> settings[] = {
+      {"rope_theta", {saved.rope_theta, gpt.rope_theta}}, {"norm_eps", {saved.norm_eps, gpt.norm_eps}}};
+  for (const auto& [name, values] : settings) {
     if (values.first != values.second) {
-      throw CheckpointError(fmt::format("{}: model {} is {}, the configured model has {}",
-                                        (dir_ / "manifest.json").string(), name, values.first, values.second));
+      refuse(name, model::float_text(values.first), model::float_text(values.second));
     }
   }
 }

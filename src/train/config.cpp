@@ -242,6 +242,9 @@ const std::vector<KeyDef>& schema() {
       int_key("model.kv_heads", "Llama key/value heads (KV groups); 0 = the preset's", NTP_FIELD(model.kv_heads)),
       int_key("model.ffn_hidden", "Llama SwiGLU neurons per layer; 0 = the preset's",
               NTP_FIELD(model.ffn_hidden)),
+      float_key("model.rope_theta", "Llama RoPE base (pair j turns by t theta^(-2j/head_dim))",
+                NTP_FIELD(model.rope_theta)),
+      float_key("model.norm_eps", "Llama RMSNorm epsilon", NTP_FIELD(model.norm_eps)),
       string_key("model.init_from",
                  "checkpoint to start from (gpt2: llm.c; llama: llama2.c); empty = random init",
                  NTP_FIELD(model.init_from)),
@@ -442,6 +445,12 @@ void validate_model(const ModelConfig& m) {
   require(m.kv_heads >= 0, "model.kv_heads", "must be >= 0");
   require(m.ffn_hidden >= 0, "model.ffn_hidden", "must be >= 0");
   require(m.threads >= 0, "model.threads", "must be >= 0");
+  // The kernels run in float: the value must stay finite and positive there.
+  for (const auto& [key, value] : {std::pair{"model.rope_theta", m.rope_theta}, std::pair{"model.norm_eps", m.norm_eps}}) {
+    const float as_float = static_cast<float>(value);
+    require(std::isfinite(as_float) && as_float > 0.0f, key,
+            fmt::format("is {}, must be finite and > 0 (as a float)", value));
+  }
   if (m.d_model > 0 && m.heads > 0) {
     require(m.d_model % m.heads == 0, "model.d_model",
             fmt::format("{} is not divisible by model.heads = {}", m.d_model, m.heads));
@@ -602,6 +611,10 @@ void reject_unused(const Config& c) {
        "needs model.family = \"llama\""},
       {"model.ffn_hidden", c.model.ffn_hidden != d.model.ffn_hidden, c.model.family == model::Family::kLlama,
        "needs model.family = \"llama\""},
+      {"model.rope_theta", c.model.rope_theta != d.model.rope_theta, c.model.family == model::Family::kLlama,
+       "needs model.family = \"llama\""},
+      {"model.norm_eps", c.model.norm_eps != d.model.norm_eps, c.model.family == model::Family::kLlama,
+       "needs model.family = \"llama\""},
       {"test.kill_at_step", c.test.kill_at_step != d.test.kill_at_step, c.test.kill_rank >= 0,
        "needs test.kill_rank"},
       {"test.chaos_seed", c.test.chaos_seed != d.test.chaos_seed, c.test.chaos > 0, "needs test.chaos > 0"},
@@ -701,16 +714,19 @@ void validate(const Config& config) {
   reject_unused(config);
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config read_config_file(const std::string& path) {
   Config config;
-  if (!path.empty()) {
-    if (std::filesystem::is_directory(path)) throw ConfigError(fmt::format("{}: is a folder, not a config file", path));
-    std::ifstream in(path);
-    if (!in) throw ConfigError(fmt::format("{}: cannot open config file", path));
-    std::stringstream text;
-    text << in.rdbuf();
-    apply_toml(config, text.str(), path);
-  }
+  if (std::filesystem::is_directory(path)) throw ConfigError(fmt::format("{}: is a folder, not a config file", path));
+  std::ifstream in(path);
+  if (!in) throw ConfigError(fmt::format("{}: cannot open config file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  apply_toml(config, text.str(), path);
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config config = path.empty() ? Config{} : read_config_file(path);
   for (const std::string& assignment : overrides) apply_override(config, assignment);
   try {
     validate(config);

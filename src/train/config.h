@@ -50,6 +50,8 @@ struct ModelConfig {
   std::int64_t seq_len = 0;
   std::int64_t kv_heads = 0;    // Llama only
   std::int64_t ffn_hidden = 0;  // Llama only
+  double rope_theta = 10000.0;  // Llama only: RoPE base (model::kDefaultRopeTheta)
+  double norm_eps = 1e-5;       // Llama only: RMSNorm epsilon (model::kDefaultNormEps)
   std::string init_from;  // llm.c checkpoint; empty = random init from train.seed
   std::int64_t threads = 0;  // kernel threads per rank; 0 = cores / ranks on this host
   tensor::GemmBackend gemm = tensor::GemmBackend::kOneDnn;  // every rank of a job uses the same
@@ -216,6 +218,9 @@ void validate(const Config& config);
 
 // Defaults <- file (if not empty) <- overrides, then validate.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// Defaults <- file, every key type-checked but nothing validated (no file
+// need exist): the settings a finished run recorded, for tools that read it.
+Config read_config_file(const std::string& path);
 
 // The fully resolved configuration as TOML (every key, in schema order).
 std::string to_toml(const Config& config);

@@ -65,6 +65,12 @@ ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token) {
       throw ConfigError(fmt::format("model: {}", e.what()));
     }
   }
+  if (setup.gpt.llama()) {
+    // Keys, not the checkpoint: llama2.c's format has no field for them (its
+    // readers assume the defaults, which are also the keys' defaults).
+    setup.gpt.rope_theta = static_cast<float>(keys.rope_theta);
+    setup.gpt.norm_eps = static_cast<float>(keys.norm_eps);
+  }
   setup.seq_len = keys.seq_len != 0 ? keys.seq_len : setup.gpt.max_seq;
   if (setup.seq_len > setup.gpt.max_seq) {
     throw ConfigError(fmt::format("model.seq_len = {} exceeds the model's {} positions",

@@ -5,6 +5,7 @@
 // init_from.
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -112,6 +113,86 @@ TEST_F(LlamaCliTest, RecoversFromAKilledWorker) {
   EXPECT_TRUE(verified(r)) << r.output;
   EXPECT_FALSE(ntp::testing::events_named(run, "failure_injected").empty()) << r.output;
   EXPECT_FALSE(ntp::testing::events_named(run, "step_resumed").empty()) << r.output;
+}
+
+// power.mode = "simulated" on the nonuniform job: the plan boosts the
+// degraded replica (TP 3 of 4) above the default limit and gives it the
+// larger share that buys, its ranks apply that limit, the healthy replica's
+// keep the default, and --verify passes.
+TEST_F(LlamaCliTest, SimulatedPowerBoostsTheDegradedReplica) {
+  const fs::path run = dir_ / "run";
+  const Result r = ntp("train --run-dir " + run.string() + kLlama +
+                       " --set train.steps=2 --set train.global_batch=16 --set parallel.dp=2 --set parallel.tp=4"
+                       " --set 'parallel.failed={0=[2]}' --set power.mode=simulated --set power.tdp_w=700"
+                       " --set power.max_frac=1.5 --set power.headroom_w=200 --set power.need=modelled --verify");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(verified(r)) << r.output;
+  const std::vector<nlohmann::json> plans = ntp::testing::events_named(run, "power_plan");
+  ASSERT_EQ(plans.size(), 1u) << r.output;
+  const nlohmann::json& degraded = plans[0]["replicas"][0];
+  const nlohmann::json& healthy = plans[0]["replicas"][1];
+  EXPECT_EQ(degraded["active"], 3);
+  EXPECT_GT(degraded["need"].get<double>(), 4.0 / 3.0 - 1e-9) << degraded;  // 4 KV groups on 3 GPUs: 2 on one
+  EXPECT_GT(degraded["limit_w"].get<double>(), 700.0) << degraded;
+  EXPECT_GT(degraded["speedup"].get<double>(), 1.0) << degraded;
+  EXPECT_DOUBLE_EQ(healthy["limit_w"].get<double>(), 700.0) << healthy;
+  // Unboosted, proportional shares would be 16 * 3/7 = 6.9 for the degraded replica.
+  EXPECT_GE(degraded["share"].get<int>(), 7) << degraded;
+  std::set<int> boosted, at_default;
+  for (const nlohmann::json& e : ntp::testing::events_named(run, "power_applied")) {
+    const double limit = e["device_limit_w"].get<double>();
+    (e["replica"] == 0 ? boosted : at_default).insert(e["rank"].get<int>());
+    EXPECT_DOUBLE_EQ(limit, e["replica"] == 0 ? degraded["limit_w"].get<double>() : 700.0) << e;
+  }
+  EXPECT_EQ(boosted, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(at_default, (std::set<int>{3, 4, 5, 6}));
+  for (const nlohmann::json& m : ntp::testing::read_jsonl_lines(run / "metrics.jsonl")) {
+    EXPECT_EQ(m["samples"][0], degraded["share"]) << m;
+  }
+}
+
+// model.rope_theta and model.norm_eps: a run with other values verifies and
+// samples with them; a resume must keep them; llama2.c's format cannot carry
+// them, so exporting one is refused (exit 3).
+TEST_F(LlamaCliTest, TheRopeBaseAndNormEpsilonAreKeptOrRefused) {
+  const fs::path run = dir_ / "run";
+  const std::string settings = " --set model.rope_theta=500.0 --set model.norm_eps=1e-3";
+  const Result trained = ntp("train --run-dir " + run.string() + kLlama + settings +
+                             " --set train.steps=2 --set train.checkpoint_every=1 --set parallel.tp=2 --verify");
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  EXPECT_TRUE(verified(trained)) << trained.output;
+  const nlohmann::json manifest =
+      nlohmann::json::parse(std::ifstream(run / "checkpoints" / "step-1" / "manifest.json"));
+  EXPECT_FLOAT_EQ(manifest["model"]["rope_theta"].get<float>(), 500.0f) << manifest.dump();
+  EXPECT_FLOAT_EQ(manifest["model"]["norm_eps"].get<float>(), 1e-3f) << manifest.dump();
+
+  const std::string step1 = (run / "checkpoints" / "step-1").string();
+  const Result rebased = ntp("train --resume " + step1 + " --set model.rope_theta=10000.0");
+  EXPECT_EQ(rebased.code, 2) << rebased.output;
+  EXPECT_NE(rebased.output.find("model.rope_theta cannot change"), std::string::npos) << rebased.output;
+  const Result renormed = ntp("train --resume " + step1 + " --set model.norm_eps=1e-5");
+  EXPECT_EQ(renormed.code, 2) << renormed.output;
+  EXPECT_NE(renormed.output.find("model.norm_eps cannot change"), std::string::npos) << renormed.output;
+  const Result resumed = ntp("train --resume " + step1 + " --set parallel.tp=1 --verify");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_TRUE(verified(resumed)) << resumed.output;
+
+  const Result exp = ntp("export " + run.string() + " --llama2c " + (dir_ / "x.bin").string());
+  EXPECT_EQ(exp.code, 3) << exp.output;
+  EXPECT_NE(exp.output.find("no field for rope_theta"), std::string::npos) << exp.output;
+  EXPECT_FALSE(fs::exists(dir_ / "x.bin"));
+
+  // The run's model.bin (parameters only) samples with the run's settings:
+  // the same text twice, and not the text of the same file read with the
+  // defaults (seeded draws: eps 1e-3 instead of 1e-5 halves the final norm's
+  // output, so every next-token distribution differs by several percent).
+  const std::string sample = " --prompt 'The ' --tokens 24 --temperature 1 --seed 7";
+  const Result first = ntp("sample " + run.string() + sample), second = ntp("sample " + run.string() + sample);
+  const Result as_file = ntp("sample " + (run / "model.bin").string() + sample);
+  ASSERT_EQ(first.code, 0) << first.output;
+  ASSERT_EQ(as_file.code, 0) << as_file.output;
+  EXPECT_EQ(first.output, second.output);
+  EXPECT_NE(first.output, as_file.output) << "the run's settings were not applied";
 }
 
 }  // namespace

@@ -24,8 +24,11 @@ namespace {
 
 double loss_of(Model& m, const Batch& b) { return m.forward(b).mean(); }
 
-GptConfig test_config(Family family) {
-  return family == Family::kLlama ? testing::llama_test_config() : testing::small_test_config();
+// "gpt2", "llama", or "llama_settings" (a non-default RoPE base and RMSNorm epsilon).
+GptConfig test_config(const std::string& name) {
+  if (name == "llama") return testing::llama_test_config();
+  if (name == "llama_settings") return testing::llama_settings_test_config();
+  return testing::small_test_config();
 }
 
 GptConfig with_positions(GptConfig c, std::int64_t seq) {
@@ -33,7 +36,7 @@ GptConfig with_positions(GptConfig c, std::int64_t seq) {
   return c;
 }
 
-class GradientCheck : public ::testing::TestWithParam<Family> {
+class GradientCheck : public ::testing::TestWithParam<std::string> {
  protected:
   explicit GradientCheck(std::int64_t seq = 5)
       : config_(with_positions(test_config(GetParam()), seq)), model_(config_, Shard::full(config_), ctx_) {
@@ -130,8 +133,24 @@ TEST_P(GradientCheck, PaddingRowsGetNoGradient) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, GradientCheck, ::testing::Values(Family::kGpt2, Family::kLlama),
-                         [](const auto& family) { return std::string(to_string(family.param)); });
+INSTANTIATE_TEST_SUITE_P(Families, GradientCheck, ::testing::Values("gpt2", "llama", "llama_settings"),
+                         [](const auto& name) { return name.param; });
+
+// The settings reach the kernels: the same weights give another loss.
+TEST(LlamaSettings, ChangeTheLoss) {
+  tensor::Context ctx({1});
+  const auto loss = [&](const GptConfig& c) {
+    Model m(c, Shard::full(c), ctx);
+    m.init(3);
+    return loss_of(m, testing::random_batch(c, 2, 8, 4).view());
+  };
+  GptConfig theta_only = testing::llama_test_config(), eps_only = theta_only;
+  theta_only.rope_theta = testing::llama_settings_test_config().rope_theta;
+  eps_only.norm_eps = testing::llama_settings_test_config().norm_eps;
+  const double base = loss(testing::llama_test_config());
+  EXPECT_NE(loss(theta_only), base);
+  EXPECT_NE(loss(eps_only), base);
+}
 
 // At 36 positions attention runs through GEMM per head (attention_path_for),
 // in two row blocks; at 5 it runs its loops.
@@ -146,14 +165,14 @@ TEST_P(GemmAttentionGradientCheck, DirectionalDerivativesMatchPerTensor) {
   expect_directional_derivatives_match();
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, GemmAttentionGradientCheck, ::testing::Values(Family::kGpt2, Family::kLlama),
-                         [](const auto& family) { return std::string(to_string(family.param)); });
+INSTANTIATE_TEST_SUITE_P(Families, GemmAttentionGradientCheck, ::testing::Values("gpt2", "llama"),
+                         [](const auto& name) { return name.param; });
 
 class Training : public ::testing::TestWithParam<Family> {};
 
 TEST_P(Training, LossFallsOnARepeatedBatch) {
   tensor::Context ctx({2});
-  const GptConfig c = test_config(GetParam());
+  const GptConfig c = test_config(to_string(GetParam()));
   Model m(c, Shard::full(c), ctx);
   m.init(1);
   AdamWConfig opt_config;

@@ -75,6 +75,33 @@ TEST_F(Llama2cCheckpoint, WriteReadWriteRoundTripsBitExactly) {
   }
 }
 
+// The RoPE base and RMSNorm epsilon have no field: a file reads back with
+// the defaults, and a writer that needs a self-contained file is refused.
+TEST_F(Llama2cCheckpoint, TheFormatHasNoFieldForTheRopeBaseOrTheNormEpsilon) {
+  GptConfig rebased = config_;
+  rebased.rope_theta = 500000.0f;
+  GptConfig renormed = config_;
+  renormed.norm_eps = 1e-6f;
+  write_llama2c_checkpoint(path("s.bin"), rebased, params_);  // a run's model.bin: its config.toml has the rest
+  const auto back = read_llama2c_checkpoint(path("s.bin"));
+  EXPECT_EQ(back.config.rope_theta, kDefaultRopeTheta);
+  EXPECT_EQ(back.config.norm_eps, kDefaultNormEps);
+  EXPECT_EQ(back.params, params_);
+  EXPECT_NO_THROW(require_llama2c_defaults(config_));
+  const auto refusal = [](const GptConfig& c) {
+    try {
+      require_llama2c_defaults(c);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal(rebased).find("no field for rope_theta: the model's is 5e+05, every reader of the file "
+                                  "would assume 10000"), std::string::npos) << refusal(rebased);
+  EXPECT_NE(refusal(renormed).find("no field for norm_eps: the model's is 1e-06"), std::string::npos)
+      << refusal(renormed);
+}
+
 TEST_F(Llama2cCheckpoint, MalformedFilesAreRejectedNamingTheField) {
   write_llama2c_checkpoint(path("good.bin"), config_, params_);
   const auto good = bytes(path("good.bin"));

@@ -26,6 +26,17 @@ inline GptConfig llama_test_config() {
   return c;
 }
 
+// The same Llama with a RoPE base and an RMSNorm epsilon far from the
+// defaults (10000, 1e-5), large enough to change every activation: theta 50
+// turns the slowest pair 1/50 of the fastest's rate, and eps 0.05 is a tenth of
+// the mean square of the normalised inputs (weights ~0.1, d_model 48).
+inline GptConfig llama_settings_test_config() {
+  GptConfig c = llama_test_config();
+  c.rope_theta = 50.0f;
+  c.norm_eps = 0.05f;
+  return c;
+}
+
 struct TokenBatch {
   std::vector<std::int32_t> inputs, targets;
   std::int64_t batch = 0, seq = 0;

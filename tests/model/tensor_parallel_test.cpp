@@ -210,6 +210,16 @@ TEST_P(GemmAttentionTensorParallel, MatchesOneRankElementByElement) {
 INSTANTIATE_TEST_SUITE_P(Degrees, GemmAttentionTensorParallel, ::testing::Values(3, 7),
                          [](const auto& param_info) { return "tp" + std::to_string(param_info.param); });
 
+// A non-default RoPE base and RMSNorm epsilon (every rank uses the config's).
+class LlamaSettingsTensorParallel : public ::testing::TestWithParam<int> {};
+
+TEST_P(LlamaSettingsTensorParallel, MatchesOneRankElementByElement) {
+  expect_tp_matches_one_rank(testing::llama_settings_test_config(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Degrees, LlamaSettingsTensorParallel, ::testing::Values(2, 3, 7),
+                         [](const auto& param_info) { return "tp" + std::to_string(param_info.param); });
+
 TEST(TensorParallelShards, RandomShardsAreNonContiguousAndCoverEveryUnit) {
   const GptConfig c = testing::small_test_config();
   for (int tp : {2, 3, 4, 5, 7, 8}) {

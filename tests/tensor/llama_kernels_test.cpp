@@ -6,7 +6,9 @@
 // wrong backward and must fail there.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <random>
 #include <vector>
@@ -183,6 +185,110 @@ TEST(Rope, RotatesInterleavedPairsByPositionTimesFrequency) {
   EXPECT_NEAR(qkv[25], std::sin(2.0f), 1e-6);
   EXPECT_NEAR(qkv[26], std::cos(0.2f), 1e-6);
   EXPECT_NEAR(qkv[27], std::sin(0.2f), 1e-6);
+}
+
+// ---- the SIMD kernels against the plain loops they replaced (tensor::reference)
+
+std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
+
+// Positions where `got` and `want` differ in any bit.
+int differing_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) bad += bits(got[i]) != bits(want[i]);
+  return bad;
+}
+
+// Row sizes around the 16 lanes, odd, and llama-small's d_model.
+const std::int64_t kDims[] = {1, 7, 16, 33, 256, 1001};
+
+struct RmsRows {
+  std::int64_t n, dim;
+  std::vector<float> x, w, dy, out, rstd;
+  RmsRows(std::int64_t rows, std::int64_t d)
+      : n(rows), dim(d), x(random_vector(static_cast<std::size_t>(rows * d), 11)),
+        w(random_vector(static_cast<std::size_t>(d), 12, 1.0f)), dy(random_vector(x.size(), 13)),
+        out(x.size()), rstd(static_cast<std::size_t>(rows)) {}
+};
+
+TEST(RmsNormKernels, ForwardAndWeightGradientGiveTheReferenceBits) {
+  Context ctx({2});
+  for (const std::int64_t dim : kDims) {
+    RmsRows r(5, dim);
+    std::vector<float> ref_out(r.out.size()), ref_rstd(r.rstd.size());
+    rmsnorm_forward(ctx, r.out.data(), r.rstd.data(), r.x.data(), r.w.data(), r.n, dim, 1e-5f);
+    reference::rmsnorm_forward(ctx, ref_out.data(), ref_rstd.data(), r.x.data(), r.w.data(), r.n, dim, 1e-5f);
+    EXPECT_EQ(differing_bits(r.out, ref_out), 0) << dim;
+    EXPECT_EQ(differing_bits(r.rstd, ref_rstd), 0) << dim;
+    std::vector<float> dx(r.x.size()), dw = random_vector(static_cast<std::size_t>(dim), 14), ref_dx = dx, ref_dw = dw;
+    rmsnorm_backward(ctx, dx.data(), dw.data(), r.dy.data(), r.x.data(), r.w.data(), r.rstd.data(), r.n, dim);
+    reference::rmsnorm_backward(ctx, ref_dx.data(), ref_dw.data(), r.dy.data(), r.x.data(), r.w.data(),
+                                r.rstd.data(), r.n, dim);
+    EXPECT_EQ(differing_bits(dw, ref_dw), 0) << dim;
+    // The check sees one ulp.
+    dw[0] = std::nextafter(dw[0], 1e30f);
+    EXPECT_EQ(differing_bits(dw, ref_dw), 1) << dim;
+  }
+}
+
+// The input gradient's row sum m = mean(w dy x s) runs in 16 lanes instead of
+// one chain. The terms t_k are computed alike; any order of a float sum of N
+// terms is within gamma(N-1) sum|t_k| of the exact sum (gamma(n) = n u /
+// (1 - n u), u = 2^-24), so the two m differ by at most
+//   dm = 2 gamma(N-1) sum|t_k| / N + 2 u |m|   (the division rounds once each).
+// dx_j = (w_j dy_j - x_j s m) s then differs by s |x_j s| dm, plus the
+// roundings of the products and difference that now see another m: at most
+// 4 u s (|w_j dy_j| + 2 |x_j s m|). The two bounds add up to the tolerance.
+// Returns the elements of `fast` outside it (dx accumulated from zero).
+int outside_sum_order_bound(const RmsRows& r, const std::vector<float>& fast, const std::vector<float>& ref) {
+  constexpr double u = 0x1p-24;
+  int bad = 0;
+  for (std::int64_t i = 0; i < r.n; ++i) {
+    const double s = r.rstd[static_cast<std::size_t>(i)], N = static_cast<double>(r.dim);
+    double abs_terms = 0.0, m = 0.0;
+    for (std::int64_t k = 0; k < r.dim; ++k) {
+      const auto at = static_cast<std::size_t>(i * r.dim + k);
+      const double t = static_cast<double>(r.w[static_cast<std::size_t>(k)]) * r.dy[at] * r.x[at] * s;
+      abs_terms += std::abs(t);
+      m += t / N;
+    }
+    const double gamma = (N - 1.0) * u / (1.0 - (N - 1.0) * u);
+    const double dm = 2.0 * gamma * abs_terms / N + 2.0 * u * std::abs(m);
+    for (std::int64_t j = 0; j < r.dim; ++j) {
+      const auto at = static_cast<std::size_t>(i * r.dim + j);
+      const double xs = std::abs(static_cast<double>(r.x[at]) * s);
+      const double wdy = std::abs(static_cast<double>(r.w[static_cast<std::size_t>(j)]) * r.dy[at]);
+      const double tolerance = s * xs * dm + 4.0 * u * s * (wdy + 2.0 * xs * std::abs(m));
+      bad += std::abs(static_cast<double>(fast[at]) - ref[at]) > tolerance;
+    }
+  }
+  return bad;
+}
+
+TEST(RmsNormKernels, InputGradientIsTheReferenceUpToTheOrderOfItsRowSum) {
+  Context ctx({2});
+  for (const std::int64_t dim : kDims) {
+    RmsRows r(5, dim);
+    rmsnorm_forward(ctx, r.out.data(), r.rstd.data(), r.x.data(), r.w.data(), r.n, dim, 1e-5f);
+    std::vector<float> dx(r.x.size(), 0.0f), ref_dx = dx, dw(static_cast<std::size_t>(dim)), ref_dw = dw;
+    rmsnorm_backward(ctx, dx.data(), dw.data(), r.dy.data(), r.x.data(), r.w.data(), r.rstd.data(), r.n, dim);
+    reference::rmsnorm_backward(ctx, ref_dx.data(), ref_dw.data(), r.dy.data(), r.x.data(), r.w.data(),
+                                r.rstd.data(), r.n, dim);
+    EXPECT_EQ(outside_sum_order_bound(r, dx, ref_dx), 0) << dim;
+    // Broken: the row sum missing its last term (what a lane loop that drops
+    // the tail would give) moves the elements with a large x_j s outside.
+    if (dim < 16) continue;
+    std::vector<float> broken = ref_dx;
+    for (std::int64_t i = 0; i < r.n; ++i) {
+      const auto last = static_cast<std::size_t>(i * dim + dim - 1);
+      const float s = r.rstd[static_cast<std::size_t>(i)];
+      const float dropped = r.w[static_cast<std::size_t>(dim - 1)] * r.dy[last] * r.x[last] * s / static_cast<float>(dim);
+      for (std::int64_t j = 0; j < dim; ++j) {
+        const auto at = static_cast<std::size_t>(i * dim + j);
+        broken[at] += r.x[at] * s * dropped * s;
+      }
+    }
+    EXPECT_GT(outside_sum_order_bound(r, broken, ref_dx), 0) << dim;
+  }
 }
 
 TEST(GroupedQueryAttention, BackwardMatchesFiniteDifferences) {

@@ -63,6 +63,15 @@ std::vector<float> run_all(const Loops& l) {
     auto dpairs = pairs;
     l.swiglu_backward(dpairs.data(), pairs.data(), b.data(), n);
     append(dpairs);
+    std::vector<float> normed(size);
+    out.push_back(l.rmsnorm_row(normed.data(), a.data(), c.data(), 1e-5f, n));
+    append(normed);
+    auto dnormed = b;
+    l.rmsnorm_backward_row(dnormed.data(), c.data(), a.data(), b.data(), 0.75f, n);
+    append(dnormed);
+    auto product = c;
+    l.scaled_product_add(product.data(), a.data(), 0.625f, b.data(), n);
+    append(product);
     auto param = a, m = b, v = random_vector(size, 4);
     for (auto& x : v) x = x * x;
     AdamWStep step;

@@ -182,6 +182,8 @@ TEST_F(CheckpointTest, ALlamaCheckpointRecordsItsFamilyAndShape) {
   c.family = ntp::model::Family::kLlama;
   c.kv_heads = 2;
   c.ffn_hidden = 37;
+  c.rope_theta = 500000.0f;  // not the defaults: the manifest must carry them
+  c.norm_eps = 1e-6f;
   const ParameterLayout full(c, Shard::full(c));
   std::mt19937_64 rng(11);
   const FullState state = random_state(full, 9);
@@ -203,6 +205,12 @@ TEST_F(CheckpointTest, ALlamaCheckpointRecordsItsFamilyAndShape) {
   ntp::model::GptConfig regrouped = c;
   regrouped.kv_heads = 4;
   expect_error([&] { checkpoint.check_model(regrouped); }, "kv_heads is 2");
+  ntp::model::GptConfig rebased = c;
+  rebased.rope_theta = 10000.0f;
+  expect_error([&] { checkpoint.check_model(rebased); }, "rope_theta is 5e+05, the configured model has 10000");
+  ntp::model::GptConfig renormed = c;
+  renormed.norm_eps = 1e-5f;
+  expect_error([&] { checkpoint.check_model(renormed); }, "norm_eps is 1e-06, the configured model has 1e-05");
 }
 
 TEST_F(CheckpointTest, AManifestThatLosesOrDoublesUnitsIsRejected) {

@@ -143,6 +143,8 @@ TEST(Config, ASettingNothingReadsIsRefused) {
       {"[power]\nheadroom_w = 10\n", "power.headroom_w"},
       {"[power]\nalpha = 0.7\n", "power.alpha"},
       {"[train]\neval_batches = 2\n", "train.eval_batches"},
+      {"[model]\nrope_theta = 500000.0\n", "model.rope_theta"},
+      {"[model]\nnorm_eps = 1e-6\n", "model.norm_eps"},
       {"[test]\nkill_rank = 99\nkill_at_step = 1\n", "test.kill_rank"},
   };
   for (const auto& [text, key] : unused) {
@@ -156,6 +158,7 @@ TEST(Config, ASettingNothingReadsIsRefused) {
       "[elastic]\nrecover = true\nrejoin = true\nrejoin_after_s = 2.0\nsettle_s = 0.25\nmax_recoveries = 2\n"
       "[test]\nrepair_at_step = 1\n",
       "[power]\nmode = \"simulated\"\ntdp_w = 700\nmax_frac = 1.2\nheadroom_w = 10\nalpha = 0.7\n",
+      "[model]\nfamily = \"llama\"\npreset = \"llama-tiny\"\nrope_theta = 500000.0\nnorm_eps = 1e-6\n",
   };
   for (const std::string& text : used) EXPECT_NO_THROW(validate(parsed(text))) << text;
 }
@@ -202,6 +205,13 @@ TEST(Config, CrossKeyValidationNamesTheKey) {
       {"[model]\nd_model = 100\nheads = 3", "model.d_model"},
       {"[model]\nlayers = -1", "model.layers"},
       {"[model]\nthreads = -1", "model.threads"},
+      {"[model]\nfamily = \"llama\"\nrope_theta = 0", "model.rope_theta"},
+      {"[model]\nfamily = \"llama\"\nrope_theta = -10000.0", "model.rope_theta"},
+      {"[model]\nfamily = \"llama\"\nrope_theta = inf", "model.rope_theta"},
+      {"[model]\nfamily = \"llama\"\nrope_theta = 1e39", "model.rope_theta"},  // inf as a float
+      {"[model]\nfamily = \"llama\"\nnorm_eps = nan", "model.norm_eps"},
+      {"[model]\nfamily = \"llama\"\nnorm_eps = 0.0", "model.norm_eps"},
+      {"[model]\nfamily = \"llama\"\nnorm_eps = 1e-50", "model.norm_eps"},  // 0 as a float
       {"[model]\npreset = \"\"", "model.preset"},
       {"[model]\ninit_from = \"/nonexistent/gpt2.bin\"", "model.init_from"},
       {"[data]\npath = \"/nonexistent/corpus.txt\"", "data.path"},

@@ -36,6 +36,13 @@ struct Loops {
   // out[i] = silu(gate_up[2i]) * gate_up[2i+1]; the backward accumulates (+=).
   void (*swiglu_forward)(float* out, const float* gate_up, std::int64_t count);
   void (*swiglu_backward)(float* dgate_up, const float* gate_up, const float* dout, std::int64_t count);
+  // One RMSNorm row: y = x * s * w with s = 1 / sqrt(mean(x^2) + eps); returns s.
+  float (*rmsnorm_row)(float* y, const float* x, const float* w, float eps, std::int64_t dim);
+  // Its input gradient, accumulating: dx += (w dy - x s m) s, m = mean(w dy x s).
+  void (*rmsnorm_backward_row)(float* dx, const float* dy, const float* x, const float* w, float s,
+                               std::int64_t dim);
+  // y += x * a * z (RMSNorm's weight gradient, one row at a time).
+  void (*scaled_product_add)(float* y, const float* x, float a, const float* z, std::int64_t count);
 };
 
 enum class Isa { kScalar, kSse2, kAvx2, kAvx512 };
