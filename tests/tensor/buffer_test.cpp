@@ -1,0 +1,25 @@
+// Buffer: zeroed, 64-byte aligned storage.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "tensor/buffer.h"
+
+namespace ntp::tensor {
+namespace {
+
+TEST(Buffer, IsZeroAndAlignedSmallOrLarge) {
+  for (std::size_t count : {std::size_t{1}, std::size_t{17}, std::size_t{1} << 20, (std::size_t{1} << 22) + 3}) {
+    Buffer b(count);
+    ASSERT_EQ(b.size(), count);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % 64, 0u) << count;
+    EXPECT_TRUE(std::all_of(b.data(), b.data() + count, [](float x) { return x == 0.0f; })) << count;
+    b.data()[count - 1] = 1.0f;  // the whole span is writable
+    b.zero();
+    EXPECT_EQ(b.data()[count - 1], 0.0f);
+  }
+}
+
+}  // namespace
+}  // namespace ntp::tensor
