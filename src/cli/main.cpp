@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "cli/logging.h"
 #include "comm/signal_thread.h"
+#include "elastic/crash_report.h"
 
 namespace ntp::cli {
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   // Before any thread starts: a signal handler must never run on a thread
   // that computes (see comm/signal_thread.h).
   ntp::comm::route_signals_to_one_thread();
+  ntp::elastic::install_crash_report();  // a crash says what and where, in every command
   if (argc < 2) {
     print_usage(stderr);
     return kExitBadInput;

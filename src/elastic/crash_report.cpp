@@ -47,15 +47,25 @@ void write_backtrace() {
   ::backtrace_symbols_fd(frames, n, STDERR_FILENO);
 }
 
+// "rank R (pid P)" for a worker, "ntp (pid P)" for any other ntp process.
+void write_who() {
+  if (g_rank >= 0) {
+    write_str("\nrank ");
+    write_int(g_rank);
+    write_str(" (pid ");
+  } else {
+    write_str("\nntp (pid ");
+  }
+  write_int(::getpid());
+  write_str(")");
+}
+
 void on_fatal_signal(int sig) {
   // A second fault while reporting (or a second thread) does not loop.
   if (g_reporting == 0) {
     g_reporting = 1;
-    write_str("\nrank ");
-    write_int(g_rank);
-    write_str(" (pid ");
-    write_int(::getpid());
-    write_str("): fatal signal ");
+    write_who();
+    write_str(": fatal signal ");
     write_int(sig);
     write_str(" (");
     const char* name = sigdescr_np(sig);  // a static string: safe here, unlike strsignal
@@ -69,8 +79,7 @@ void on_fatal_signal(int sig) {
 }
 
 void on_terminate() {
-  write_str("\nrank ");
-  write_int(g_rank);
+  write_who();
   write_str(": std::terminate called");
   if (const std::exception_ptr current = std::current_exception()) {
     try {

@@ -8,8 +8,9 @@
 namespace ntp::elastic {
 
 // Installs the handlers for the life of the process (SIGSEGV, SIGBUS,
-// SIGFPE, SIGILL, SIGABRT, and std::terminate). `rank` names the process in
-// what is written. Safe to call once per process.
-void install_crash_report(int rank);
+// SIGFPE, SIGILL, SIGABRT, and std::terminate). `rank` names a worker in
+// what is written; -1 (any other ntp process) names it by pid only. A second
+// call (a worker, after main's) only renames the process.
+void install_crash_report(int rank = -1);
 
 }  // namespace ntp::elastic

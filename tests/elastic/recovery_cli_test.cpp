@@ -4,11 +4,17 @@
 // limit that names what stalled — either trained and verified against the
 // single-process replay, with one log row per step and the replicas proven
 // identical, or stopped cleanly with a message.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -176,6 +182,34 @@ TEST_F(RecoveryCliTest, ACrashedRankIsRecoveredAndItsLogHoldsABacktrace) {
   EXPECT_NE(log.find("fatal signal 11 (Segmentation fault)"), std::string::npos) << log;
   EXPECT_NE(log.find("backtrace"), std::string::npos) << log;
   EXPECT_NE(run.output.find("killed by signal 11"), std::string::npos) << run.output;
+}
+
+// The same report from a run with no workers (dp 1 x tp 1 trains inside
+// `ntp train` itself), sent SIGSEGV from outside.
+TEST_F(RecoveryCliTest, ASingleProcessRunThatCrashesSaysWhereOnItsStderr) {
+  const fs::path out = dir_.string() + ".out";
+  const pid_t pid = ntp::testing::spawn_logged(
+      {NTP_BINARY, "train", "--run-dir", dir_.string(), "--set", "model.layers=1", "--set", "model.seq_len=32",
+       "--set", "train.steps=100000", "--set", "run.trace_steps=0"},
+      out);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_lines(dir_ / "metrics.jsonl").empty() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const bool stepped = !read_lines(dir_ / "metrics.jsonl").empty();
+  ::kill(pid, stepped ? SIGSEGV : SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove(out);
+  ASSERT_TRUE(stepped) << "no step within 60 s\n" << text;
+  ASSERT_TRUE(WIFSIGNALED(status)) << text;
+  EXPECT_EQ(WTERMSIG(status), SIGSEGV) << text;
+  EXPECT_NE(text.find("ntp (pid " + std::to_string(pid) + "): fatal signal 11 (Segmentation fault)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("backtrace"), std::string::npos) << text;
 }
 
 TEST_F(RecoveryCliTest, AFailureWhereNoHolderIsLeftStopsWithExit3NamingTheUnits) {
