@@ -173,9 +173,7 @@ GptConfig read_llama2c_config(const std::string& path) { return read_checked_hea
 void read_llama2c_shard(const std::string& path, const ParameterLayout& layout, std::span<float> values) {
   const PositionedFile in(path);
   const Header h = read_checked_header(in);
-  if (!(h.config == layout.config()))
-    fail_file(path, "header", "holds the model " + to_string(h.config) + ", the run's is " + to_string(layout.config()));
-  read_shard(in, kPayload, llama2c_sources(h), layout, values);
+  read_shard(in, h.config, kPayload, llama2c_sources(h), layout, values);
 }
 
 LlmcCheckpoint read_llama2c_checkpoint(const std::string& path) {

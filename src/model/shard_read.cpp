@@ -127,8 +127,12 @@ void read_transposed(const PositionedFile& file, std::uint64_t payload, const Te
 
 }  // namespace
 
-void read_shard(const PositionedFile& file, std::uint64_t payload, const std::vector<TensorSource>& sources,
-                const ParameterLayout& layout, std::span<float> values) {
+void read_shard(const PositionedFile& file, const GptConfig& file_model, std::uint64_t payload,
+                const std::vector<TensorSource>& sources, const ParameterLayout& layout, std::span<float> values) {
+  if (!(file_model == layout.config())) {
+    fail_file(file.path(), "header",
+              "holds the model " + to_string(file_model) + ", the run's is " + to_string(layout.config()));
+  }
   if (values.size() != static_cast<std::size_t>(layout.size()) || sources.size() != layout.tensors().size())
     throw std::invalid_argument("read_shard: buffer or sources do not match the layout");
   for (std::size_t i = 0; i < sources.size(); ++i) {

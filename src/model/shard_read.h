@@ -64,9 +64,11 @@ class PositionedFile {
   std::uint64_t size_ = 0;
 };
 
-// Fills `values` (laid out by `layout`) from `file`, whose payload starts at
-// byte `payload`; `sources[i]` describes layout.tensors()[i] of the full model.
-void read_shard(const PositionedFile& file, std::uint64_t payload, const std::vector<TensorSource>& sources,
-                const ParameterLayout& layout, std::span<float> values);
+// Fills `values` (laid out by `layout`) from `file`, whose header says it
+// holds `file_model` and whose payload starts at byte `payload`; `sources[i]`
+// describes layout.tensors()[i] of the full model. A file of another model
+// than the layout's is refused, naming the file's header.
+void read_shard(const PositionedFile& file, const GptConfig& file_model, std::uint64_t payload,
+                const std::vector<TensorSource>& sources, const ParameterLayout& layout, std::span<float> values);
 
 }  // namespace ntp::model
