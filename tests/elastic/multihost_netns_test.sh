@@ -17,7 +17,8 @@
 #
 # Usage: multihost_netns_test.sh NTP_BINARY [CASE...]   (cases: train kill kill0 partition redis)
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
-# Every namespace, process and file it made is removed on any exit.
+# Every namespace, process and file it made is removed on any exit (NTP_NETNS_KEEP=1 keeps the files:
+# the run directories and outputs, for a failure to be looked at).
 set -u
 
 NTP=$(realpath "${1:?usage: multihost_netns_test.sh NTP_BINARY [CASE...]}")
@@ -45,7 +46,7 @@ cleanup() {
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
   done
   for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "$TMP"
+  [[ -n ${NTP_NETNS_KEEP:-} ]] && echo "kept $TMP" || rm -rf "$TMP"
   echo "cleanup: removed namespaces ${NAMESPACES[*]:-none} and $TMP"
 }
 trap cleanup EXIT
@@ -155,6 +156,14 @@ wait_steps() {
   return 1
 }
 
+# Kills host $2 whole: its launcher's process group (pid $3), workers with it.
+kill_host() {
+  local name=$1 node=$2 pid=$3 run=$4
+  kill -9 -- "-$pid" || fail "$name: could not kill node $node's process group"
+  { wait "$pid"; } 2>/dev/null  # reaped here, without the shell's job notice
+  echo "$name: killed node $node's launcher process group (pid $pid) after $(steps_logged "$run") steps"
+}
+
 # A run of the two hosts, with `$2` done to it after step 4 (none, kill, kill0, redis).
 run_case() {
   local name=$1 action=$2
@@ -169,16 +178,8 @@ run_case() {
     wait_steps "$run" 4 || fail "$name: no 4 steps logged"
   fi
   case $action in
-    kill)
-      kill -9 -- "-$NODE1" || fail "$name: could not kill node 1's process group"
-      { wait "$NODE1"; } 2>/dev/null  # reaped here, without the shell's job notice
-      echo "$name: killed node 1's launcher process group (pid $NODE1) after $(steps_logged "$run") steps"
-      ;;
-    kill0)
-      kill -9 -- "-$NODE0" || fail "$name: could not kill node 0's process group"
-      { wait "$NODE0"; } 2>/dev/null
-      echo "$name: killed node 0's launcher process group (pid $NODE0) after $(steps_logged "$run") steps"
-      ;;
+    kill) kill_host "$name" 1 "$NODE1" "$run" ;;
+    kill0) kill_host "$name" 0 "$NODE0" "$run" ;;
     partition)
       local at=$(steps_logged "$run")
       ip -n "$SW" link set p1 down || fail "$name: could not cut host 1's link"
