@@ -101,14 +101,19 @@ void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* lo
   float* row_max = scratch;
   float* sums = scratch + rows;  // [sum_exp | target_logit | holders]
   float* holders = sums + 2 * rows;
+  for (std::size_t i = 0; i < rows; ++i) holders[i] = target_col[i] >= 0 ? 1.0f : 0.0f;
+  if (tp == nullptr || tp->size() == 1) {  // the whole vocabulary here: one pass per row
+    check_target_holders(holders, rows);
+    tensor::crossentropy_local(ctx, losses, logits, target_col.data(), sums, dloss_scale, shape);
+    return;
+  }
   tensor::crossentropy_local_max(ctx, row_max, logits, shape);
-  if (tp != nullptr) tp->all_reduce(row_max, rows, comm::ReduceOp::kMax);
+  tp->all_reduce(row_max, rows, comm::ReduceOp::kMax);
   tensor::crossentropy_local_sums(ctx, sums, logits, target_col.data(), row_max, shape);
   // Counting the holders of each target in the same all-reduce costs `rows`
   // floats and turns shards that miss (or repeat) a row from a silently wrong
   // loss into the same error on every rank.
-  for (std::size_t i = 0; i < rows; ++i) holders[i] = target_col[i] >= 0 ? 1.0f : 0.0f;
-  if (tp != nullptr) tp->all_reduce(sums, 3 * rows, comm::ReduceOp::kSum);
+  tp->all_reduce(sums, 3 * rows, comm::ReduceOp::kSum);
   check_target_holders(holders, rows);
   tensor::crossentropy_finish(ctx, losses, logits, target_col.data(), row_max, sums, dloss_scale,
                               shape);

@@ -34,4 +34,11 @@ void crossentropy_finish(Context& ctx, float* losses, float* logits,
                          const std::int64_t* target_col, const float* row_max, const float* sums,
                          float dloss_scale, const LogitShape& shape);
 
+// The three passes in one, row by row, for a rank that holds the whole
+// vocabulary (no all-reduce between them): each row is read from memory once
+// and finished while it is in cache. Bit for bit the passes' result; scratch
+// holds 2 * rows floats.
+void crossentropy_local(Context& ctx, float* losses, float* logits, const std::int64_t* target_col,
+                        float* scratch, float dloss_scale, const LogitShape& shape);
+
 }  // namespace ntp::tensor

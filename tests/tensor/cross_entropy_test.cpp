@@ -51,5 +51,30 @@ TEST(CrossEntropy, TargetHeldElsewhereContributesNothingLocally) {
   EXPECT_EQ(sums[1], 0.0f);
 }
 
+// The one-pass form for a rank with the whole vocabulary gives the three
+// passes' bits: same ops per row, only the order over rows differs.
+TEST(CrossEntropy, OnePassPerRowEqualsThePassesBitForBit) {
+  Context ctx({2});
+  const LogitShape shape{37, 1040, 1001};  // rows split unevenly over the pool; padding columns
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.0f, 4.0f);
+  std::vector<float> passes(static_cast<std::size_t>(shape.rows * shape.cols));
+  for (auto& x : passes) x = d(rng);
+  std::vector<std::int64_t> target(static_cast<std::size_t>(shape.rows));
+  for (std::size_t i = 0; i < target.size(); ++i) target[i] = static_cast<std::int64_t>(i * 131 % 1001);
+  std::vector<float> one_pass = passes;
+
+  std::vector<float> row_max(shape.rows), sums(2 * shape.rows), losses(shape.rows);
+  crossentropy_local_max(ctx, row_max.data(), passes.data(), shape);
+  crossentropy_local_sums(ctx, sums.data(), passes.data(), target.data(), row_max.data(), shape);
+  crossentropy_finish(ctx, losses.data(), passes.data(), target.data(), row_max.data(), sums.data(),
+                      0.125f, shape);
+  std::vector<float> scratch(2 * shape.rows), losses_one(shape.rows);
+  crossentropy_local(ctx, losses_one.data(), one_pass.data(), target.data(), scratch.data(), 0.125f, shape);
+  EXPECT_EQ(losses_one, losses);
+  EXPECT_EQ(one_pass, passes);
+  EXPECT_EQ(scratch, sums);
+}
+
 }  // namespace
 }  // namespace ntp::tensor
