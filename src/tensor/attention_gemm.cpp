@@ -34,6 +34,8 @@
 // difference seen; a wrong mask, scale, head or transpose exceeds it by
 // orders of magnitude.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -58,25 +60,45 @@ struct View {
 };
 
 // The sgemm of the Context's library on the calling thread:
-// c = alpha · op(a) · op(b) + beta · c, c [m, n].
+// c = alpha · op(a) · op(b) + beta · c, c [m, n]. It adds its time to
+// thread_ns, summed over the pool's threads (see GemmTime).
 struct Sgemm {
   GemmBackend backend;
+  std::atomic<std::int64_t>* thread_ns;
   void operator()(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, View a,
                   View b, float beta, float* c, std::int64_t ldc) const {
+    const auto start = std::chrono::steady_clock::now();
     backend_sgemm(backend, ta, tb, m, n, k, alpha, a.p, a.ld, b.p, b.ld, beta, c, ldc);
+    thread_ns->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count(),
+                         std::memory_order_relaxed);
   }
+};
+
+// The per-head sgemm calls run on every pool thread at once, between the
+// softmax loops: their thread-seconds over the pool's threads is the wall
+// time they take, which the Context counts as GEMM time (its non-GEMM share
+// is then the softmax and the framework, not the attention's GEMMs).
+struct GemmTime {
+  explicit GemmTime(Context& context) : ctx(context) {}
+  ~GemmTime() { ctx.add_gemm_seconds(1e-9 * static_cast<double>(thread_ns.load()) / ctx.pool().threads()); }
+  GemmTime(const GemmTime&) = delete;
+  GemmTime& operator=(const GemmTime&) = delete;
+  Context& ctx;
+  std::atomic<std::int64_t> thread_ns{0};
 };
 
 // What the forward and the backward both read.
 struct Setup {
-  Setup(Context& ctx, const AttentionShape& shape)
+  Setup(Context& ctx, const AttentionShape& shape, GemmTime& time)
       : sl{shape},
         T(shape.seq),
         hd(shape.head_dim),
         row(shape.qkv_row()),
         scale(1.0f / std::sqrt(static_cast<float>(shape.head_dim))),
         L(simd::loops()),
-        sgemm{ctx.gemm_backend()} {}
+        sgemm{ctx.gemm_backend(), &time.thread_ns} {}
   Slice sl;
   std::int64_t T, hd, row;  // positions, head size, floats per qkv row
   float scale;              // of the scores, 1/sqrt(hd)
@@ -87,7 +109,8 @@ struct Setup {
 }  // namespace
 
 void gemm_forward(Context& ctx, float* out, float* att, const float* qkv, const AttentionShape& shape) {
-  const Setup setup(ctx, shape);
+  GemmTime time(ctx);
+  const Setup setup(ctx, shape, time);
   const auto& [sl, T, hd, row, scale, L, sgemm] = setup;
   for_each_group(ctx, shape, [&](std::int64_t b, std::int64_t first) {
     const View k{qkv + sl.k_at(b, 0, first), row}, v{qkv + sl.v_at(b, 0, first), row};
@@ -112,7 +135,8 @@ void gemm_forward(Context& ctx, float* out, float* att, const float* qkv, const 
 
 void gemm_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv, const float* att,
                    const AttentionShape& shape) {
-  const Setup setup(ctx, shape);
+  GemmTime time(ctx);
+  const Setup setup(ctx, shape, time);
   const auto& [sl, T, hd, row, scale, L, sgemm] = setup;
   for_each_group(ctx, shape, [&](std::int64_t b, std::int64_t first) {
     thread_local std::vector<float> score_grad;  // [T, T]: dP, then dS in place

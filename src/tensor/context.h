@@ -23,8 +23,10 @@ class Context {
   ThreadPool& pool() { return pool_; }
   const ThreadSetup& setup() const { return setup_; }
   GemmBackend gemm_backend() const { return setup_.gemm; }
-  // Wall-clock seconds spent in gemm() on this context so far (the rest of a
-  // step is the non-GEMM kernels, the sync and the framework).
+  // Wall-clock seconds spent in gemm() on this context so far, and in the
+  // attention's per-head sgemm calls (their thread-seconds over the pool's
+  // threads); the rest of a step is the non-GEMM kernels, the sync and the
+  // framework.
   double gemm_seconds() const { return gemm_seconds_; }
   void add_gemm_seconds(double seconds) { gemm_seconds_ += seconds; }
   // "gemm oneDNN 2.6.3, avx512_core_bf16, one call per pool thread; pool 2 threads; cores online 2"

@@ -10,6 +10,8 @@
 // shown to reject a perturbed output.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -309,6 +311,23 @@ TEST(AttentionPaths, GemmBitsDoNotDependOnTheThreadCount) {
   EXPECT_EQ(a.out, b.out);
   EXPECT_EQ(a.att, b.att);
   EXPECT_EQ(a.dqkv, b.dqkv);
+}
+
+// The context's GEMM time takes the per-head sgemm calls (their thread-seconds
+// over the pool's threads), never more than the attention's wall time; the
+// loops path adds none.
+TEST(AttentionPaths, ThePerHeadGemmsCountAsGemmTime) {
+  Context ctx({2});
+  const Case c = make_case({4, 128, 8, 32, 2}, 9);
+  const double before = ctx.gemm_seconds();
+  run(ctx, c, AttentionPath::kLoops);
+  EXPECT_EQ(ctx.gemm_seconds(), before);
+  const auto start = std::chrono::steady_clock::now();
+  run(ctx, c, AttentionPath::kGemm);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double gemm = ctx.gemm_seconds() - before;
+  EXPECT_GT(gemm, 0.0);
+  EXPECT_LE(gemm, wall);
 }
 
 TEST(AttentionPaths, TheRuleDependsOnTheSequenceOnly) {
