@@ -59,6 +59,7 @@ nlohmann::json to_json(const StepMetrics& m) {
           {"tp", m.tp},
           {"step_time_s", m.step_time_s},
           {"exposed_sync_s", m.exposed_sync_s},
+          {"sync_wait_max_s", m.sync_wait_max_s},
           {"reshard_bytes", m.reshard_bytes},
           {"allreduce_bytes", m.allreduce_bytes}};
   if (m.skipped) j["skipped"] = true;
@@ -82,6 +83,7 @@ StepMetrics step_metrics_from_json(const nlohmann::json& j) {
   m.tp = field<std::vector<std::int64_t>>(j, "tp");
   m.step_time_s = field<double>(j, "step_time_s");
   m.exposed_sync_s = field<double>(j, "exposed_sync_s");
+  m.sync_wait_max_s = j.value("sync_wait_max_s", 0.0);  // absent in runs logged before it existed
   m.reshard_bytes = field<std::int64_t>(j, "reshard_bytes");
   m.allreduce_bytes = field<std::int64_t>(j, "allreduce_bytes");
   m.skipped = j.value("skipped", false);
@@ -101,6 +103,7 @@ nlohmann::json summarize(const std::vector<StepMetrics>& steps, double wall_s) {
   const std::size_t first = steps.size() > 1 ? 1 : 0;
   double time = 0;
   double exposed = 0;
+  double wait_max = 0;
   double reshard = 0;
   double allreduce = 0;
   std::int64_t timed_tokens = 0;
@@ -112,6 +115,7 @@ nlohmann::json summarize(const std::vector<StepMetrics>& steps, double wall_s) {
     if (i < first) continue;
     time += steps[i].step_time_s;
     exposed += steps[i].exposed_sync_s;
+    wait_max += steps[i].sync_wait_max_s;
     reshard += static_cast<double>(steps[i].reshard_bytes);
     allreduce += static_cast<double>(steps[i].allreduce_bytes);
     timed_tokens += steps[i].tokens;
@@ -124,6 +128,7 @@ nlohmann::json summarize(const std::vector<StepMetrics>& steps, double wall_s) {
   s["mean_step_time_s"] = time / timed;
   s["tokens_per_s"] = time > 0 ? static_cast<double>(timed_tokens) / time : 0.0;
   s["exposed_sync_fraction"] = time > 0 ? exposed / time : 0.0;
+  s["sync_wait_max_fraction"] = time > 0 ? wait_max / time : 0.0;
   s["reshard_bytes_per_step"] = reshard / timed;
   s["allreduce_bytes_per_step"] = allreduce / timed;
   s["final_tp"] = steps.back().tp;

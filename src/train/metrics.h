@@ -28,7 +28,8 @@ struct StepMetrics {
   std::vector<std::int64_t> samples;       // sequences per replica
   std::vector<std::int64_t> tp;            // active slots per replica
   double step_time_s = 0.0;                // the job's wall time of the step (StepClock)
-  double exposed_sync_s = 0.0;             // wait on communication backward did not hide
+  double exposed_sync_s = 0.0;             // wait on communication backward did not hide (last backward's rank)
+  double sync_wait_max_s = 0.0;            // the longest wait of any rank: exposed sync plus skew between ranks
   std::int64_t reshard_bytes = 0;          // pre-sync + post-sync bytes, whole job
   std::int64_t allreduce_bytes = 0;        // DP all-reduce payload, whole job
   std::vector<ReplicaPower> power;         // per replica; empty when power.mode = off

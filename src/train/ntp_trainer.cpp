@@ -22,6 +22,7 @@
 #include "train/dataset.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_saver.h"
+#include "train/commit_record.h"
 #include "train/evaluate.h"
 #include "train/grad_norm.h"
 #include "train/group_handle.h"
@@ -85,98 +86,6 @@ comm::GroupOptions rank_group_options(const Config& c, const WorkerOptions& w, s
   o.hostname = w.gloo_host;
   o.interface = w.gloo_iface;
   return o;
-}
-
-// What each rank contributes to the commit collective, as int64 words.
-struct CommitRecord {
-  double loss_sum = 0;  // this rank's loss sum if it is TP rank 0 of its replica, else 0
-  std::int64_t reshard_bytes = 0;
-  std::int64_t allreduce_bytes = 0;
-  double exposed_sync_s = 0;
-  double elapsed_s = 0;
-  NormPart norm;
-  std::int64_t replica = 0;
-  bool join_pending = false;
-  bool checkpoint_due = false;  // the writer's clock says train.checkpoint_every_s passed
-  bool stop = false;            // this rank received SIGINT or SIGTERM
-  // This rank's forward passes of the step: its compute alone, which no other
-  // replica can delay (the gradient sync runs only from the backward pass on).
-  double forward_s = 0;
-
-  static constexpr int kWords = 10 + NormPart::kWords;
-  void write(std::int64_t* out) const {
-    std::memcpy(out + 0, &loss_sum, 8);
-    out[1] = reshard_bytes;
-    out[2] = allreduce_bytes;
-    std::memcpy(out + 3, &exposed_sync_s, 8);
-    std::memcpy(out + 4, &elapsed_s, 8);
-    out[5] = replica;
-    out[6] = join_pending ? 1 : 0;
-    out[7] = checkpoint_due ? 1 : 0;
-    out[8] = stop ? 1 : 0;
-    std::memcpy(out + 9, &forward_s, 8);
-    norm.write(out + 10);
-  }
-  static CommitRecord read(const std::int64_t* in) {
-    CommitRecord r;
-    std::memcpy(&r.loss_sum, in + 0, 8);
-    r.reshard_bytes = in[1];
-    r.allreduce_bytes = in[2];
-    std::memcpy(&r.exposed_sync_s, in + 3, 8);
-    std::memcpy(&r.elapsed_s, in + 4, 8);
-    r.replica = in[5];
-    r.join_pending = in[6] != 0;
-    r.checkpoint_due = in[7] != 0;
-    r.stop = in[8] != 0;
-    std::memcpy(&r.forward_s, in + 9, 8);
-    r.norm = NormPart::read(in + 10);
-    return r;
-  }
-};
-
-// The job-wide figures of a step from every rank's record. Every rank sums
-// the same records in the same (rank) order, so every rank gets the same
-// bits; the norm is the first training replica's (all replicas agree
-// exactly, grad_norm.h).
-struct CommitTotals {
-  double loss_sum = 0;
-  std::int64_t reshard_bytes = 0;
-  std::int64_t allreduce_bytes = 0;
-  double exposed_sync_s = 0;
-  double elapsed_s = 0;
-  double grad_norm = 0;
-  bool join_pending = false;
-  bool checkpoint_due = false;
-  bool stop = false;
-  // Per replica: the forward passes (CommitRecord::forward_s) of its rank
-  // that took the least, i.e. waited least in the TP collectives: the pace of
-  // its busiest GPU, which the others wait for; 0 when it does not train.
-  std::vector<double> replica_compute_s;
-};
-
-CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t ranks, std::int64_t replicas) {
-  CommitTotals t;
-  t.replica_compute_s.assign(static_cast<std::size_t>(replicas), -1.0);
-  NormPart norm;
-  std::int64_t norm_replica = -1;
-  for (std::size_t r = 0; r < ranks; ++r) {
-    const CommitRecord rec = CommitRecord::read(words.data() + r * CommitRecord::kWords);
-    t.loss_sum += rec.loss_sum;
-    t.reshard_bytes += rec.reshard_bytes;
-    t.allreduce_bytes += rec.allreduce_bytes;
-    t.exposed_sync_s = std::max(t.exposed_sync_s, rec.exposed_sync_s);
-    t.elapsed_s = std::max(t.elapsed_s, rec.elapsed_s);
-    t.join_pending = t.join_pending || rec.join_pending;
-    t.checkpoint_due = t.checkpoint_due || rec.checkpoint_due;
-    t.stop = t.stop || rec.stop;
-    double& compute = t.replica_compute_s.at(static_cast<std::size_t>(rec.replica));
-    compute = compute < 0 ? rec.forward_s : std::min(compute, rec.forward_s);
-    if (norm_replica < 0) norm_replica = rec.replica;
-    if (rec.replica == norm_replica) norm.add(rec.norm);
-  }
-  t.grad_norm = norm.norm();
-  for (double& compute : t.replica_compute_s) compute = std::max(compute, 0.0);
-  return t;
 }
 
 // NTP_TEST_SLOW_UPDATE = "RANK:SECONDS", honoured only with
@@ -525,6 +434,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   m.samples = x.shares;
   m.tp = split_input(parallel_, config_.train.global_batch).active;
   m.exposed_sync_s = t.exposed_sync_s;
+  m.sync_wait_max_s = t.sync_wait_max_s;
   // From the previous commit (the slowest rank's previous update and this
   // step); a first step after a start or a new epoch has no previous commit:
   // the slowest rank to this commit, then this rank's update.

@@ -309,6 +309,7 @@ TEST_F(CliTest, TrainMetricsDescribeADegradedJob) {
     EXPECT_GT(m["reshard_bytes"].get<double>(), 0) << "replica 1 has an extra slot: " << line;
     EXPECT_GT(m["allreduce_bytes"].get<double>(), m["reshard_bytes"].get<double>()) << line;
     EXPECT_GE(m["step_time_s"].get<double>(), m["exposed_sync_s"].get<double>()) << line;
+    EXPECT_GE(m["sync_wait_max_s"].get<double>(), m["exposed_sync_s"].get<double>()) << line;
     ++steps;
   }
   EXPECT_EQ(steps, 3);

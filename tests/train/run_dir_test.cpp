@@ -44,6 +44,7 @@ StepMetrics sample_metrics(std::int64_t step) {
   m.tp = {3, 4};
   m.step_time_s = step == 0 ? 10.0 : 2.0;
   m.exposed_sync_s = step == 0 ? 5.0 : 0.1;
+  m.sync_wait_max_s = step == 0 ? 6.0 : 0.3;
   m.reshard_bytes = 1000;
   m.allreduce_bytes = 4000;
   return m;
@@ -53,7 +54,7 @@ TEST(Metrics, JsonRoundTripAndMissingFieldNamed) {
   const StepMetrics m = sample_metrics(3);
   nlohmann::json j = to_json(m);
   for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens", "samples", "tp",
-                          "step_time_s", "exposed_sync_s", "reshard_bytes"}) {
+                          "step_time_s", "exposed_sync_s", "sync_wait_max_s", "reshard_bytes"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(step_metrics_from_json(j), m);
@@ -90,6 +91,7 @@ TEST(Metrics, SummaryLeavesTheWarmUpStepOutOfRates) {
   EXPECT_DOUBLE_EQ(s["mean_step_time_s"].get<double>(), 2.0);
   EXPECT_DOUBLE_EQ(s["tokens_per_s"].get<double>(), 256.0);
   EXPECT_DOUBLE_EQ(s["exposed_sync_fraction"].get<double>(), 0.05);
+  EXPECT_DOUBLE_EQ(s["sync_wait_max_fraction"].get<double>(), 0.15);
   EXPECT_DOUBLE_EQ(s["reshard_bytes_per_step"].get<double>(), 1000.0);
   EXPECT_EQ(summarize({}, 1.0)["steps"], 0);
 }
