@@ -20,6 +20,13 @@ std::int64_t wall_ms() {
       .count();
 }
 
+// Why the survivors asked for a rank to be fenced, from its fence mark.
+std::string fence_reason(const std::vector<char>& mark) {
+  const std::string text = comm::to_text(mark);
+  if (text == kLostWithHost) return "declared lost with its host by another host (its heartbeat went stale there)";
+  return "declared lost by the survivors (" + text + ")";
+}
+
 }  // namespace
 
 Fencer::Fencer(const train::Config& config, const train::RunDir& run, std::shared_ptr<comm::Store> store)
@@ -29,6 +36,7 @@ Fencer::Fencer(const train::Config& config, const train::RunDir& run, std::share
 
 void Fencer::on_event(const std::string& event, const RankExit& r) {
   if (event == "worker_started") {
+    local_.insert(r.rank);
     pids_[r.rank] = r.pid;
     started_ms_[r.rank] = now_ms();
     fresh_cpu_.erase(r.rank);  // a restarted worker is a new process
@@ -84,8 +92,8 @@ void Fencer::tick() {
     const int rank = ranks[i];
     const std::int64_t age = ages ? (*ages)[i] : 0;
     if (ages && age >= 0) beaten_.insert(rank);
-    if (store_->try_get(fence_key(rank))) {
-      fence(rank, "declared lost by the survivors (silent in the agreement)", age);
+    if (const auto mark = store_->try_get(fence_key(rank))) {
+      fence(rank, fence_reason(*mark), age);
     } else if (!ages) {
       continue;
     } else if (age > max_age_ms_) {
@@ -115,7 +123,13 @@ void Fencer::tick_remote() {
     keys.push_back(starved_key(remote_[i]));
   }
   if (stale.empty()) return;
+  // This host's own fence marks too: a host whose ranks the others declared
+  // lost was the one cut off, and must declare nobody when it is back.
+  for (int rank : local_) keys.push_back(fence_key(rank));
   const auto marks = store_->get_many(keys);  // its own launcher may have reported it, or vouched for it
+  for (std::size_t i = 2 * stale.size(); i < marks.size(); ++i) {
+    if (marks[i] && comm::to_text(*marks[i]) == kLostWithHost) return;
+  }
   for (std::size_t i = 0; i < stale.size(); ++i) {
     if (vouched_starved(marks[2 * i + 1])) continue;
     declared_.insert(stale[i]);

@@ -72,6 +72,7 @@ class Fencer {
   std::map<int, std::int64_t> fresh_sampled_ms_;
   std::set<int> starved_;  // stale but getting CPU: reported once
   std::set<int> beaten_;   // local ranks seen beating
+  std::set<int> local_;  // every rank this launcher started
   std::vector<int> remote_;
   std::set<int> declared_;  // remote ranks found stale
   std::int64_t next_remote_ms_ = 0;

@@ -526,6 +526,19 @@ bool host_done(const LaunchResult& result, bool recover) {
   });
 }
 
+// The ranks of this host that another host's watcher declared lost with
+// their host (fence mark kLostWithHost): this host was cut off from the store.
+std::vector<int> declared_lost_with_host(comm::Store& store, const Host& host) {
+  std::vector<std::string> keys;
+  for (int r = host.place.first_rank; r < host.place.first_rank + host.place.ranks; ++r) keys.push_back(fence_key(r));
+  const auto marks = store.get_many(keys);
+  std::vector<int> lost;
+  for (std::size_t i = 0; i < marks.size(); ++i) {
+    if (marks[i] && comm::to_text(*marks[i]) == kLostWithHost) lost.push_back(host.place.first_rank + static_cast<int>(i));
+  }
+  return lost;
+}
+
 // The Gloo address of a worker: NTP_GLOO_IFACE names an interface of this
 // host or an address (host name); loopback without it.
 void set_gloo_address(train::WorkerOptions& options, const Environment& env) {
@@ -606,6 +619,14 @@ void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std
     throw std::runtime_error(fmt::format("node {} lost the job's store {}; it stopped its workers and leaves the job "
                                          "to the hosts that reach the store ({})",
                                          node.node_rank, comm::without_job(node.store), e.what()));
+  }
+  if (const std::vector<int> lost = declared_lost_with_host(*store, host); !lost.empty()) {
+    // Cut off for less than the store deadline: the others declared its
+    // ranks lost and went on; back on the network, it must not train again.
+    throw std::runtime_error(fmt::format("node {} was cut off from the job's store {} for longer than "
+                                         "deadline.heartbeat_s: the hosts that reach the store declared its ranks "
+                                         "[{}] lost and train on without them; it stopped them and leaves the job",
+                                         node.node_rank, comm::without_job(node.store), fmt::join(lost, ",")));
   }
   const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
     return r.exited && r.code == kExitUnitsLost;

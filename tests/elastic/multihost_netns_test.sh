@@ -8,14 +8,20 @@
 # Cases: 2 hosts x 4 ranks train and verify; host 1 cut off the network
 # (its bridge port down) for longer than deadline.collective_s: host 0 trains
 # on at DP 1 and verifies, host 1 stops naming the store it lost and leaves no
-# process behind, so no split brain; host 1 killed whole mid-run (its
+# process behind, so no split brain; the same with a partition that heals
+# before the store deadline (host 1's processes are alive when it is back: the
+# others declared its ranks lost, so it stops them and exits with an error,
+# and host 0 fences none of its own); host 1 killed whole mid-run (its
 # launcher's process group: its workers die with it and nobody on that host
 # reports the deaths) and the job goes on and verifies; host 0 killed whole
 # the same way (the job's first host: host 1 trains on, writes the summary in
 # its place, and the run verifies with `ntp verify`); Redis restarted mid-run
 # (down longer than deadline.heartbeat_s), no recovery.
 #
-# Usage: multihost_netns_test.sh NTP_BINARY [CASE...]   (cases: train kill kill0 partition redis)
+# Usage: multihost_netns_test.sh NTP_BINARY [CASE...]
+#   (cases: train kill kill0 partition partition-short redis)
+# NTP_PARTITION_S / NTP_SHORT_PARTITION_S: the cut of `partition` (25 s) and
+# `partition-short` (8 s).
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
 # Every namespace, process and file it made is removed on any exit (NTP_NETNS_KEEP=1 keeps the files:
 # the run directories and outputs, for a failure to be looked at).
@@ -24,7 +30,7 @@ set -u
 NTP=$(realpath "${1:?usage: multihost_netns_test.sh NTP_BINARY [CASE...]}")
 shift
 CASES=("$@")
-((${#CASES[@]})) || CASES=(train kill kill0 partition redis)
+((${#CASES[@]})) || CASES=(train kill kill0 partition partition-short redis)
 REDIS=$(command -v redis-server || true)
 
 skip() {
@@ -97,7 +103,11 @@ SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set "train.steps=$STEPS" --s
   --set elastic.recover=true --set deadline.heartbeat_s=2 --set deadline.collective_s=20
   --set deadline.rendezvous_s=30)
 STORE="redis://10.88.0.10:6379"
-PARTITION_S=25  # longer than deadline.collective_s: host 1 is lost to the others
+PARTITION_S=${NTP_PARTITION_S:-25}  # longer than deadline.collective_s and the store's 20 s deadline
+# Longer than deadline.heartbeat_s (host 1 is declared lost), shorter than
+# deadline.collective_s and the store deadline (host 1's processes live on).
+SHORT_PARTITION_S=${NTP_SHORT_PARTITION_S:-8}
+CUT_S=$PARTITION_S  # the cut of the case that runs
 
 # Starts node 0 (the job's first host) in the background, in a session of its
 # own (setsid) like node 1; NODE0 is its pid.
@@ -183,9 +193,9 @@ run_case() {
     partition)
       local at=$(steps_logged "$run")
       ip -n "$SW" link set p1 down || fail "$name: could not cut host 1's link"
-      sleep "$PARTITION_S"
+      sleep "$CUT_S"
       ip -n "$SW" link set p1 up || fail "$name: could not restore host 1's link"
-      echo "$name: cut host 1 off the network after $at steps for $PARTITION_S s; $(steps_logged "$run") steps by then"
+      echo "$name: cut host 1 off the network after $at steps for $CUT_S s; $(steps_logged "$run") steps by then"
       ;;
     redis)
       local at=$(steps_logged "$run")
@@ -238,6 +248,11 @@ run_case() {
         ((code1 != 0)) || fail "$name: node 1, cut off, exited 0"
         grep -q "redis://10.88.0.10:6379" "$out1" || fail "$name: node 1's error does not name the store"
         [[ -z $(ip netns pids "$ID-h1") ]] || fail "$name: processes left on host 1: $(ip netns pids "$ID-h1")"
+        # The side that holds the store keeps every rank: none of host 0's is
+        # declared lost or fenced.
+        local own
+        own=$(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" | grep -E '"rank": *[0-3][,}]')
+        [[ -z $own ]] || fail "$name: host 0 lost or fenced its own ranks: $own"
         echo "$name: node 1 stopped with $code1: $(grep error "$out1" | head -n 1)"
       fi
       ;;
@@ -254,7 +269,8 @@ for c in "${CASES[@]}"; do
     train) run_case train none ;;
     kill) run_case kill kill ;;
     kill0) run_case kill0 kill0 ;;
-    partition) run_case partition partition ;;
+    partition) CUT_S=$PARTITION_S run_case partition partition ;;
+    partition-short) CUT_S=$SHORT_PARTITION_S run_case partition-short partition ;;
     redis) run_case redis redis ;;
     *) fail "unknown case $c" ;;
   esac
