@@ -345,10 +345,13 @@ struct Host {
   NodeOptions node;
   HostPlacement place;
   int world = 0;
-  std::vector<int> remote() const {
-    std::vector<int> out;
-    for (int r = 0; r < world; ++r) {
-      if (r < place.first_rank || r >= place.first_rank + place.ranks) out.push_back(r);
+  std::vector<HostPlacement> all;  // every host's, by node rank
+  // The other hosts' ranks, by node rank.
+  std::map<int, std::vector<int>> remote() const {
+    std::map<int, std::vector<int>> out;
+    for (std::size_t h = 0; h < all.size(); ++h) {
+      if (static_cast<int>(h) == node.node_rank) continue;
+      for (int r = all[h].first_rank; r < all[h].first_rank + all[h].ranks; ++r) out[static_cast<int>(h)].push_back(r);
     }
     return out;
   }
@@ -357,7 +360,7 @@ struct Host {
 Host host_of(const train::Config& config, const NodeOptions& node) {
   const std::vector<HostPlacement> hosts = place_hosts(config.parallel, node.nnodes);
   return {node, hosts.at(static_cast<std::size_t>(node.node_rank)),
-          static_cast<int>(train::job_places(config.parallel).size())};
+          static_cast<int>(train::job_places(config.parallel).size()), hosts};
 }
 
 // One launch of the workers of `config`, through the launcher; the progress
@@ -391,7 +394,7 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
   if (config.elastic.recover) {
     options.tolerate_failures = true;
     fencer = std::make_unique<Fencer>(config, run, comm::open_store(options.store));
-    fencer->watch_remote(host.remote());
+    fencer->watch_remote(host.node.node_rank, host.remote());
     options.on_event = [&fencer](const std::string& event, const RankExit& r) { fencer->on_event(event, r); };
     options.on_tick = [&] {
       for (const nlohmann::json& line : tail.read_new()) {
