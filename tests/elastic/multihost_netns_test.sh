@@ -11,7 +11,8 @@
 # process behind, so no split brain; the same with a partition that heals
 # before the store deadline (host 1's processes are alive when it is back: the
 # others declared its ranks lost, so it stops them and exits with an error,
-# and host 0 fences none of its own); host 1 killed whole mid-run (its
+# and host 0 fences none of its own); a blip of 0.5 s, shorter than
+# deadline.heartbeat_s, that loses nobody; host 1 killed whole mid-run (its
 # launcher's process group: its workers die with it and nobody on that host
 # reports the deaths) and the job goes on and verifies; host 0 killed whole
 # the same way (the job's first host: host 1 trains on, writes the summary in
@@ -19,9 +20,9 @@
 # (down longer than deadline.heartbeat_s), no recovery.
 #
 # Usage: multihost_netns_test.sh NTP_BINARY [CASE...]
-#   (cases: train kill kill0 partition partition-short redis)
-# NTP_PARTITION_S / NTP_SHORT_PARTITION_S: the cut of `partition` (25 s) and
-# `partition-short` (8 s).
+#   (cases: train kill kill0 partition partition-short blip redis)
+# NTP_PARTITION_S / NTP_SHORT_PARTITION_S / NTP_BLIP_S: the cut of `partition`
+# (25 s), `partition-short` (8 s) and `blip` (0.5 s).
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
 # Every namespace, process and file it made is removed on any exit (NTP_NETNS_KEEP=1 keeps the files:
 # the run directories and outputs, for a failure to be looked at).
@@ -30,7 +31,7 @@ set -u
 NTP=$(realpath "${1:?usage: multihost_netns_test.sh NTP_BINARY [CASE...]}")
 shift
 CASES=("$@")
-((${#CASES[@]})) || CASES=(train kill kill0 partition partition-short redis)
+((${#CASES[@]})) || CASES=(train kill kill0 partition partition-short blip redis)
 REDIS=$(command -v redis-server || true)
 
 skip() {
@@ -107,6 +108,7 @@ PARTITION_S=${NTP_PARTITION_S:-25}  # longer than deadline.collective_s and the 
 # Longer than deadline.heartbeat_s (host 1 is declared lost), shorter than
 # deadline.collective_s and the store deadline (host 1's processes live on).
 SHORT_PARTITION_S=${NTP_SHORT_PARTITION_S:-8}
+BLIP_S=${NTP_BLIP_S:-0.5}  # shorter than deadline.heartbeat_s: nobody is lost
 CUT_S=$PARTITION_S  # the cut of the case that runs
 
 # Starts node 0 (the job's first host) in the background, in a session of its
@@ -174,7 +176,8 @@ kill_host() {
   echo "$name: killed node $node's launcher process group (pid $pid) after $(steps_logged "$run") steps"
 }
 
-# A run of the two hosts, with `$2` done to it after step 4 (none, kill, kill0, redis).
+# A run of the two hosts, with `$2` done to it after step 4 (none, kill, kill0,
+# partition, blip: a partition that loses nobody, redis).
 run_case() {
   local name=$1 action=$2
   local run="$TMP/run-$name-$RANDOM" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
@@ -190,7 +193,7 @@ run_case() {
   case $action in
     kill) kill_host "$name" 1 "$NODE1" "$run" ;;
     kill0) kill_host "$name" 0 "$NODE0" "$run" ;;
-    partition)
+    partition | blip)
       local at=$(steps_logged "$run")
       ip -n "$SW" link set p1 down || fail "$name: could not cut host 1's link"
       sleep "$CUT_S"
@@ -259,6 +262,8 @@ run_case() {
     *)
       ((code1 == 0)) || fail "$name: node 1 exited with $code1"
       ((recoveries == 0)) || fail "$name: $recoveries recoveries, want none"
+      ! grep -qE '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" ||
+        fail "$name: ranks declared lost or fenced: $(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl")"
       ;;
   esac
   echo "PASS $name ($((SECONDS - started)) s)"
@@ -271,6 +276,7 @@ for c in "${CASES[@]}"; do
     kill0) run_case kill0 kill0 ;;
     partition) CUT_S=$PARTITION_S run_case partition partition ;;
     partition-short) CUT_S=$SHORT_PARTITION_S run_case partition-short partition ;;
+    blip) CUT_S=$BLIP_S run_case blip blip ;;
     redis) run_case redis redis ;;
     *) fail "unknown case $c" ;;
   esac
