@@ -12,7 +12,8 @@
 # before the store deadline (host 1's processes are alive when it is back: the
 # others declared its ranks lost, so it stops them and exits with an error,
 # and host 0 fences none of its own); a blip of 0.5 s, shorter than
-# deadline.heartbeat_s, that loses nobody; host 1 killed whole mid-run (its
+# deadline.heartbeat_s, that loses nobody; three ranks of host 0 whose
+# heartbeats stop while they train (starved), which nobody may declare lost; host 1 killed whole mid-run (its
 # launcher's process group: its workers die with it and nobody on that host
 # reports the deaths) and the job goes on and verifies; host 0 killed whole
 # the same way (the job's first host: host 1 trains on, writes the summary in
@@ -20,7 +21,7 @@
 # (down longer than deadline.heartbeat_s), no recovery.
 #
 # Usage: multihost_netns_test.sh NTP_BINARY [CASE...]
-#   (cases: train kill kill0 partition partition-short blip redis)
+#   (cases: train kill kill0 partition partition-short blip starved redis)
 # NTP_PARTITION_S / NTP_SHORT_PARTITION_S / NTP_BLIP_S: the cut of `partition`
 # (25 s), `partition-short` (8 s) and `blip` (0.5 s).
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
@@ -31,7 +32,7 @@ set -u
 NTP=$(realpath "${1:?usage: multihost_netns_test.sh NTP_BINARY [CASE...]}")
 shift
 CASES=("$@")
-((${#CASES[@]})) || CASES=(train kill kill0 partition partition-short blip redis)
+((${#CASES[@]})) || CASES=(train kill kill0 partition partition-short blip starved redis)
 REDIS=$(command -v redis-server || true)
 
 skip() {
@@ -100,7 +101,7 @@ start_redis() {
 start_redis
 
 STEPS=36
-SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set "train.steps=$STEPS" --set train.global_batch=8
+SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set train.global_batch=8
   --set elastic.recover=true --set deadline.heartbeat_s=2 --set deadline.collective_s=20
   --set deadline.rendezvous_s=30)
 STORE="redis://10.88.0.10:6379"
@@ -110,12 +111,17 @@ PARTITION_S=${NTP_PARTITION_S:-25}  # longer than deadline.collective_s and the 
 SHORT_PARTITION_S=${NTP_SHORT_PARTITION_S:-8}
 BLIP_S=${NTP_BLIP_S:-0.5}  # shorter than deadline.heartbeat_s: nobody is lost
 CUT_S=$PARTITION_S  # the cut of the case that runs
+EXTRA=()  # settings of the case that runs
+# Three of host 0's ranks stop beating while they train on (test.failures
+# MUTE), as heartbeat threads starved on a loaded host do: their launcher
+# vouches for them, and host 1's watcher must not declare them lost.
+STARVED=(--set "test.failures=1@5:forward:MUTE;2@6:forward:MUTE;3@7:forward:MUTE")
 
 # Starts node 0 (the job's first host) in the background, in a session of its
 # own (setsid) like node 1; NODE0 is its pid.
 start_node0() {
   local run=$1 out=$2
-  ip netns exec "$ID-h0" setsid "$NTP" train "${SETTINGS[@]}" --run-dir "$run" --nnodes 2 --node-rank 0 --store "$STORE" \
+  ip netns exec "$ID-h0" setsid "$NTP" train "${SETTINGS[@]}" --set "train.steps=$STEPS" "${EXTRA[@]}" --run-dir "$run" --nnodes 2 --node-rank 0 --store "$STORE" \
     --iface 10.88.0.10 --verify >"$out" 2>&1 &
   NODE0=$!
 }
@@ -264,6 +270,9 @@ run_case() {
       ((recoveries == 0)) || fail "$name: $recoveries recoveries, want none"
       ! grep -qE '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" ||
         fail "$name: ranks declared lost or fenced: $(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl")"
+      if [[ $name == starved ]]; then  # the case did happen: their launcher saw them starved
+        grep -q '"event": *"rank_starved"' "$run/events.jsonl" || fail "$name: no rank_starved event"
+      fi
       ;;
   esac
   echo "PASS $name ($((SECONDS - started)) s)"
@@ -277,6 +286,11 @@ for c in "${CASES[@]}"; do
     partition) CUT_S=$PARTITION_S run_case partition partition ;;
     partition-short) CUT_S=$SHORT_PARTITION_S run_case partition-short partition ;;
     blip) CUT_S=$BLIP_S run_case blip blip ;;
+    starved)
+      EXTRA=("${STARVED[@]}")
+      STEPS=120 run_case starved none
+      EXTRA=()
+      ;;
     redis) run_case redis redis ;;
     *) fail "unknown case $c" ;;
   esac
