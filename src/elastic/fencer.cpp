@@ -20,6 +20,13 @@ std::int64_t wall_ms() {
       .count();
 }
 
+// Why the survivors asked for a rank to be fenced, from its fence mark.
+std::string fence_reason(const std::vector<char>& mark) {
+  const std::string text = comm::to_text(mark);
+  if (text == kLostWithHost) return "declared lost with its host by another host (its heartbeat went stale there)";
+  return "declared lost by the survivors (" + text + ")";
+}
+
 }  // namespace
 
 Fencer::Fencer(const train::Config& config, const train::RunDir& run, std::shared_ptr<comm::Store> store)
@@ -29,6 +36,7 @@ Fencer::Fencer(const train::Config& config, const train::RunDir& run, std::share
 
 void Fencer::on_event(const std::string& event, const RankExit& r) {
   if (event == "worker_started") {
+    local_.insert(r.rank);
     pids_[r.rank] = r.pid;
     started_ms_[r.rank] = now_ms();
     fresh_cpu_.erase(r.rank);  // a restarted worker is a new process
@@ -66,12 +74,34 @@ std::vector<int> Fencer::restarts(std::int64_t logged_steps) {
   return due;
 }
 
+std::string host_beat_key(int node) { return "ntp/host/" + std::to_string(node); }
+
+void Fencer::watch_remote(int node, const std::map<int, std::vector<int>>& hosts) {
+  node_ = node;
+  remote_.clear();
+  host_of_.clear();
+  for (const auto& [host, ranks] : hosts) {
+    for (int rank : ranks) {
+      remote_.push_back(rank);
+      host_of_[rank] = host;
+    }
+  }
+}
+
 void Fencer::poll() {
   const std::int64_t now = now_ms();
   if (poll_started_ms_ > 0 && now - poll_started_ms_ > kStoreHiccupMs) store_back_ms_ = now;
   poll_started_ms_ = now;
+  beat_host();
   tick();
   tick_remote();
+}
+
+// As often as the workers beat; only on several hosts (someone watches it).
+void Fencer::beat_host() {
+  if (remote_.empty() || now_ms() < next_host_beat_ms_) return;
+  next_host_beat_ms_ = now_ms() + std::max<std::int64_t>(100, max_age_ms_ / 5);
+  store_->set(host_beat_key(node_), comm::to_bytes(std::to_string(wall_ms())));
 }
 
 void Fencer::tick() {
@@ -84,8 +114,8 @@ void Fencer::tick() {
     const int rank = ranks[i];
     const std::int64_t age = ages ? (*ages)[i] : 0;
     if (ages && age >= 0) beaten_.insert(rank);
-    if (store_->try_get(fence_key(rank))) {
-      fence(rank, "declared lost by the survivors (silent in the agreement)", age);
+    if (const auto mark = store_->try_get(fence_key(rank))) {
+      fence(rank, fence_reason(*mark), age);
     } else if (!ages) {
       continue;
     } else if (age > max_age_ms_) {
@@ -107,19 +137,28 @@ void Fencer::tick_remote() {
   if (!read) return;
   const std::vector<std::int64_t>& ages = *read;
   std::vector<int> stale;
-  std::vector<std::string> keys;  // per stale rank: its dead mark, then its starved mark
+  // Per stale rank: its dead mark, its starved mark, its host's beat.
+  std::vector<std::string> keys;
   for (std::size_t i = 0; i < remote_.size(); ++i) {
     if (ages[i] <= max_age_ms_ || declared_.contains(remote_[i])) continue;
     stale.push_back(remote_[i]);
     keys.push_back(dead_key(remote_[i]));
     keys.push_back(starved_key(remote_[i]));
+    keys.push_back(host_beat_key(host_of_.at(remote_[i])));
   }
   if (stale.empty()) return;
-  const auto marks = store_->get_many(keys);  // its own launcher may have reported it, or vouched for it
+  // This host's own fence marks too: a host whose ranks the others declared
+  // lost was the one cut off, and must declare nobody when it is back.
+  for (int rank : local_) keys.push_back(fence_key(rank));
+  // Its own launcher may have reported it, or vouched for it, or be alive.
+  const auto marks = store_->get_many(keys);
+  for (std::size_t i = 3 * stale.size(); i < marks.size(); ++i) {
+    if (marks[i] && comm::to_text(*marks[i]) == kLostWithHost) return;
+  }
   for (std::size_t i = 0; i < stale.size(); ++i) {
-    if (vouched_starved(marks[2 * i + 1])) continue;
+    if (fresh_beat(marks[3 * i + 1]) || fresh_beat(marks[3 * i + 2])) continue;
     declared_.insert(stale[i]);
-    if (marks[2 * i]) continue;
+    if (marks[3 * i]) continue;
     store_->set(fence_key(stale[i]), comm::to_bytes(kLostWithHost));
     store_->set(dead_key(stale[i]), comm::to_bytes(kLostWithHost));
     run_.event("rank_lost", {{"rank", stale[i]},
@@ -154,9 +193,9 @@ bool Fencer::starved(int rank, std::int64_t age_ms) {
   return true;
 }
 
-// Whether the rank's launcher vouched, within deadline.heartbeat_s, that it
-// is starved rather than lost (its host is alive: it writes the mark).
-bool Fencer::vouched_starved(const std::optional<std::vector<char>>& mark) const {
+// Whether a "<wall ms>" mark was written within deadline.heartbeat_s: a
+// launcher vouching that its rank is starved rather than lost, or its own beat.
+bool Fencer::fresh_beat(const std::optional<std::vector<char>>& mark) const {
   if (!mark) return false;
   try {
     return wall_ms() - std::stoll(std::string(mark->begin(), mark->end())) <= max_age_ms_;

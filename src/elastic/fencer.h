@@ -29,6 +29,12 @@ namespace ntp::elastic {
 // stale with no launcher reporting it: its host is lost.
 inline constexpr const char* kLostWithHost = "lost with its host";
 
+// The beat of host `node`'s launcher ("<wall ms>"), while it watches its own
+// ranks. A live launcher answers for its ranks itself (it fences a stopped or
+// wedged one, and leaves a starved one alone), so another host's watcher
+// declares a rank lost with its host only when this beat is stale too.
+std::string host_beat_key(int node);
+
 class Fencer {
  public:
   Fencer(const train::Config& config, const train::RunDir& run, std::shared_ptr<comm::Store> store);
@@ -43,18 +49,20 @@ class Fencer {
   // Every launcher tick: the local ranks, then the other hosts'.
   void poll();
 
-  // The ranks of the other hosts. A whole host lost takes its launcher with
-  // it, so nobody there marks its ranks dead: a rank whose beat went stale is
+  // This host (`node`) and the ranks of the other hosts, by host. A whole
+  // host lost takes its launcher with it, so nobody there marks its ranks
+  // dead: a rank whose beat and whose launcher's beat both went stale is
   // marked here (dead_key, for the survivors' agreement) and fenced, should
-  // its host come back.
-  void watch_remote(std::vector<int> ranks) { remote_ = std::move(ranks); }
+  // its host come back. A host that finds its own ranks so marked was the
+  // one cut off from the store: it declares nobody lost.
+  void watch_remote(int node, const std::map<int, std::vector<int>>& hosts);
 
  private:
   void tick();
   void tick_remote();
   void note_fresh(int rank);
   bool starved(int rank, std::int64_t age_ms);
-  bool vouched_starved(const std::optional<std::vector<char>>& mark) const;
+  bool fresh_beat(const std::optional<std::vector<char>>& mark) const;
   std::optional<std::vector<std::int64_t>> ages_of(const std::vector<int>& ranks);
   void fence(int rank, const std::string& reason, std::int64_t age_ms);
 
@@ -72,7 +80,13 @@ class Fencer {
   std::map<int, std::int64_t> fresh_sampled_ms_;
   std::set<int> starved_;  // stale but getting CPU: reported once
   std::set<int> beaten_;   // local ranks seen beating
+  void beat_host();
+
+  std::set<int> local_;  // every rank this launcher started
+  int node_ = 0;
   std::vector<int> remote_;
+  std::map<int, int> host_of_;  // remote rank -> its host
+  std::int64_t next_host_beat_ms_ = 0;
   std::set<int> declared_;  // remote ranks found stale
   std::int64_t next_remote_ms_ = 0;
   static constexpr std::int64_t kStoreHiccupMs = 500;  // a batched read takes milliseconds

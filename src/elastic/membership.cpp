@@ -100,6 +100,8 @@ class Census {
     }
   }
 
+  bool dead(int rank) const { return dead_.count(rank) != 0; }
+
   // Members neither registered nor dead.
   std::vector<int> silent() const {
     std::vector<int> out;
@@ -183,9 +185,19 @@ void erase_finished_epoch(comm::Store& store, std::uint64_t epoch) {
   store.erase_prefix(alive_list_key(epoch - 2));
 }
 
+// A rank declared lost (a dead mark: fenced, or lost with its host while cut
+// off from the store) is out of the job for good. Come back after a network
+// partition, it must neither register nor take a census: it would count the
+// survivors, busy in a later epoch, as silent and have them fenced.
+LeftOutError declared_lost(const MembershipOptions& o, const std::vector<char>& mark) {
+  return LeftOutError(fmt::format("rank {}: declared lost ({}) before it could register in epoch {}", o.rank,
+                                  comm::to_text(mark), o.epoch));
+}
+
 }  // namespace
 
 Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
+  if (const auto mark = store.try_get(dead_key(o.rank))) throw declared_lost(o, *mark);
   const std::string members_key = members_list_key(o.epoch);
   Survivor me;
   me.applied = o.applied;
@@ -230,6 +242,10 @@ Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
       continue;
     }
     census.read_deaths(true);  // a member may have died after registering
+    if (census.dead(o.rank)) {
+      // Declared lost while it waited: it fences nobody and publishes nothing.
+      throw LeftOutError(fmt::format("rank {}: declared lost while it took the census of epoch {}", o.rank, o.epoch));
+    }
     // Members still silent are fenced before anyone goes on without them.
     for (int m : census.silent()) store.set(fence_key(m), comm::to_bytes("silent in the agreement"));
     if (store.append(members_key, comm::to_bytes(format_survivors(census.survivors()))) == 0) {

@@ -24,6 +24,12 @@
 // publish. The publisher then erases the store keys of epoch e-1 (its groups
 // and its registrations), which nobody reads any more.
 //
+// A rank declared lost (its dead mark is set: fenced, or lost with its host
+// while cut off from the store) never registers, and a census taker declared
+// lost while it waited fences nobody and publishes nothing: a host back from
+// a network partition cannot count the survivors, busy in a later epoch, as
+// silent and have them fenced. Both leave with LeftOutError.
+//
 // A repaired rank that wants to come back is a candidate: it registers like a
 // survivor (nothing applied, no layout), and the list includes it if it
 // registered in time; it is never waited for.

@@ -345,10 +345,13 @@ struct Host {
   NodeOptions node;
   HostPlacement place;
   int world = 0;
-  std::vector<int> remote() const {
-    std::vector<int> out;
-    for (int r = 0; r < world; ++r) {
-      if (r < place.first_rank || r >= place.first_rank + place.ranks) out.push_back(r);
+  std::vector<HostPlacement> all;  // every host's, by node rank
+  // The other hosts' ranks, by node rank.
+  std::map<int, std::vector<int>> remote() const {
+    std::map<int, std::vector<int>> out;
+    for (std::size_t h = 0; h < all.size(); ++h) {
+      if (static_cast<int>(h) == node.node_rank) continue;
+      for (int r = all[h].first_rank; r < all[h].first_rank + all[h].ranks; ++r) out[static_cast<int>(h)].push_back(r);
     }
     return out;
   }
@@ -357,7 +360,7 @@ struct Host {
 Host host_of(const train::Config& config, const NodeOptions& node) {
   const std::vector<HostPlacement> hosts = place_hosts(config.parallel, node.nnodes);
   return {node, hosts.at(static_cast<std::size_t>(node.node_rank)),
-          static_cast<int>(train::job_places(config.parallel).size())};
+          static_cast<int>(train::job_places(config.parallel).size()), hosts};
 }
 
 // One launch of the workers of `config`, through the launcher; the progress
@@ -391,7 +394,7 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
   if (config.elastic.recover) {
     options.tolerate_failures = true;
     fencer = std::make_unique<Fencer>(config, run, comm::open_store(options.store));
-    fencer->watch_remote(host.remote());
+    fencer->watch_remote(host.node.node_rank, host.remote());
     options.on_event = [&fencer](const std::string& event, const RankExit& r) { fencer->on_event(event, r); };
     options.on_tick = [&] {
       for (const nlohmann::json& line : tail.read_new()) {
@@ -526,6 +529,19 @@ bool host_done(const LaunchResult& result, bool recover) {
   });
 }
 
+// The ranks of this host that another host's watcher declared lost with
+// their host (fence mark kLostWithHost): this host was cut off from the store.
+std::vector<int> declared_lost_with_host(comm::Store& store, const Host& host) {
+  std::vector<std::string> keys;
+  for (int r = host.place.first_rank; r < host.place.first_rank + host.place.ranks; ++r) keys.push_back(fence_key(r));
+  const auto marks = store.get_many(keys);
+  std::vector<int> lost;
+  for (std::size_t i = 0; i < marks.size(); ++i) {
+    if (marks[i] && comm::to_text(*marks[i]) == kLostWithHost) lost.push_back(host.place.first_rank + static_cast<int>(i));
+  }
+  return lost;
+}
+
 // The Gloo address of a worker: NTP_GLOO_IFACE names an interface of this
 // host or an address (host name); loopback without it.
 void set_gloo_address(train::WorkerOptions& options, const Environment& env) {
@@ -606,6 +622,14 @@ void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std
     throw std::runtime_error(fmt::format("node {} lost the job's store {}; it stopped its workers and leaves the job "
                                          "to the hosts that reach the store ({})",
                                          node.node_rank, comm::without_job(node.store), e.what()));
+  }
+  if (const std::vector<int> lost = declared_lost_with_host(*store, host); !lost.empty()) {
+    // Cut off for less than the store deadline: the others declared its
+    // ranks lost and went on; back on the network, it must not train again.
+    throw std::runtime_error(fmt::format("node {} was cut off from the job's store {} for longer than "
+                                         "deadline.heartbeat_s: the hosts that reach the store declared its ranks "
+                                         "[{}] lost and train on without them; it stopped them and leaves the job",
+                                         node.node_rank, comm::without_job(node.store), fmt::join(lost, ",")));
   }
   const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
     return r.exited && r.code == kExitUnitsLost;

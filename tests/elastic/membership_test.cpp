@@ -85,6 +85,32 @@ TEST_F(MembershipTest, AMemberSilentTooLongIsFencedAndLeftOut) {
   EXPECT_THROW(agree_membership(*store_, late), LeftOutError);
 }
 
+// A host cut off the network comes back after the others declared its ranks
+// lost: its ranks, busy recovering from the partition, must not register
+// (they would take the census of an epoch the survivors never enter) and must
+// fence nobody.
+TEST_F(MembershipTest, ARankDeclaredLostNeitherRegistersNorFencesTheSurvivors) {
+  store_->set(dead_key(4), comm::to_bytes("lost with its host"));
+  auto back = agree(4, {0, 1, 4, 5}, 4, milliseconds(200));
+  EXPECT_THROW(back.get(), LeftOutError);
+  EXPECT_TRUE(store_->items(alive_list_key(1)).empty());
+  EXPECT_TRUE(store_->items(members_list_key(1)).empty());
+  for (int r : {0, 1, 5}) EXPECT_FALSE(store_->try_get(fence_key(r)).has_value()) << "rank " << r;
+}
+
+// The same rank declared lost only after it registered, the first, so it took
+// the census: the survivors it counts as silent are in another epoch, and it
+// must neither fence them nor publish.
+TEST_F(MembershipTest, ACensusTakerDeclaredLostMeanwhileFencesNobodyAndPublishesNothing) {
+  auto taker = agree(4, {0, 1, 4, 5}, 4, milliseconds(300));
+  std::this_thread::sleep_for(milliseconds(100));
+  store_->set(dead_key(4), comm::to_bytes("lost with its host"));
+  store_->set(dead_key(5), comm::to_bytes("lost with its host"));
+  EXPECT_THROW(taker.get(), LeftOutError);
+  EXPECT_TRUE(store_->items(members_list_key(1)).empty());
+  for (int r : {0, 1}) EXPECT_FALSE(store_->try_get(fence_key(r)).has_value()) << "rank " << r;
+}
+
 TEST_F(MembershipTest, ThePublicationIsCompareAndSetTheFirstOneWins) {
   // A survivor that thinks it decides alone cannot overwrite an earlier decision.
   store_->append(members_list_key(1), comm::to_bytes("0:4:0,2:4:0"));

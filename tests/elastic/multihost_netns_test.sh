@@ -8,14 +8,22 @@
 # Cases: 2 hosts x 4 ranks train and verify; host 1 cut off the network
 # (its bridge port down) for longer than deadline.collective_s: host 0 trains
 # on at DP 1 and verifies, host 1 stops naming the store it lost and leaves no
-# process behind, so no split brain; host 1 killed whole mid-run (its
+# process behind, so no split brain; the same with a partition that heals
+# before the store deadline (host 1's processes are alive when it is back: the
+# others declared its ranks lost, so it stops them and exits with an error,
+# and host 0 fences none of its own); a blip of 0.5 s, shorter than
+# deadline.heartbeat_s, that loses nobody; three ranks of host 0 whose
+# heartbeats stop while they train (starved), which nobody may declare lost; host 1 killed whole mid-run (its
 # launcher's process group: its workers die with it and nobody on that host
 # reports the deaths) and the job goes on and verifies; host 0 killed whole
 # the same way (the job's first host: host 1 trains on, writes the summary in
 # its place, and the run verifies with `ntp verify`); Redis restarted mid-run
 # (down longer than deadline.heartbeat_s), no recovery.
 #
-# Usage: multihost_netns_test.sh NTP_BINARY [CASE...]   (cases: train kill kill0 partition redis)
+# Usage: multihost_netns_test.sh NTP_BINARY [CASE...]
+#   (cases: train kill kill0 partition partition-short blip starved redis)
+# NTP_PARTITION_S / NTP_SHORT_PARTITION_S / NTP_BLIP_S: the cut of `partition`
+# (25 s), `partition-short` (8 s) and `blip` (0.5 s).
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
 # Every namespace, process and file it made is removed on any exit (NTP_NETNS_KEEP=1 keeps the files:
 # the run directories and outputs, for a failure to be looked at).
@@ -24,7 +32,7 @@ set -u
 NTP=$(realpath "${1:?usage: multihost_netns_test.sh NTP_BINARY [CASE...]}")
 shift
 CASES=("$@")
-((${#CASES[@]})) || CASES=(train kill kill0 partition redis)
+((${#CASES[@]})) || CASES=(train kill kill0 partition partition-short blip starved redis)
 REDIS=$(command -v redis-server || true)
 
 skip() {
@@ -93,17 +101,27 @@ start_redis() {
 start_redis
 
 STEPS=36
-SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set "train.steps=$STEPS" --set train.global_batch=8
+SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set train.global_batch=8
   --set elastic.recover=true --set deadline.heartbeat_s=2 --set deadline.collective_s=20
   --set deadline.rendezvous_s=30)
 STORE="redis://10.88.0.10:6379"
-PARTITION_S=25  # longer than deadline.collective_s: host 1 is lost to the others
+PARTITION_S=${NTP_PARTITION_S:-25}  # longer than deadline.collective_s and the store's 20 s deadline
+# Longer than deadline.heartbeat_s (host 1 is declared lost), shorter than
+# deadline.collective_s and the store deadline (host 1's processes live on).
+SHORT_PARTITION_S=${NTP_SHORT_PARTITION_S:-8}
+BLIP_S=${NTP_BLIP_S:-0.5}  # shorter than deadline.heartbeat_s: nobody is lost
+CUT_S=$PARTITION_S  # the cut of the case that runs
+EXTRA=()  # settings of the case that runs
+# Three of host 0's ranks stop beating while they train on (test.failures
+# MUTE), as heartbeat threads starved on a loaded host do: their launcher
+# vouches for them, and host 1's watcher must not declare them lost.
+STARVED=(--set "test.failures=1@5:forward:MUTE;2@6:forward:MUTE;3@7:forward:MUTE")
 
 # Starts node 0 (the job's first host) in the background, in a session of its
 # own (setsid) like node 1; NODE0 is its pid.
 start_node0() {
   local run=$1 out=$2
-  ip netns exec "$ID-h0" setsid "$NTP" train "${SETTINGS[@]}" --run-dir "$run" --nnodes 2 --node-rank 0 --store "$STORE" \
+  ip netns exec "$ID-h0" setsid "$NTP" train "${SETTINGS[@]}" --set "train.steps=$STEPS" "${EXTRA[@]}" --run-dir "$run" --nnodes 2 --node-rank 0 --store "$STORE" \
     --iface 10.88.0.10 --verify >"$out" 2>&1 &
   NODE0=$!
 }
@@ -164,7 +182,8 @@ kill_host() {
   echo "$name: killed node $node's launcher process group (pid $pid) after $(steps_logged "$run") steps"
 }
 
-# A run of the two hosts, with `$2` done to it after step 4 (none, kill, kill0, redis).
+# A run of the two hosts, with `$2` done to it after step 4 (none, kill, kill0,
+# partition, blip: a partition that loses nobody, redis).
 run_case() {
   local name=$1 action=$2
   local run="$TMP/run-$name-$RANDOM" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
@@ -180,12 +199,12 @@ run_case() {
   case $action in
     kill) kill_host "$name" 1 "$NODE1" "$run" ;;
     kill0) kill_host "$name" 0 "$NODE0" "$run" ;;
-    partition)
+    partition | blip)
       local at=$(steps_logged "$run")
       ip -n "$SW" link set p1 down || fail "$name: could not cut host 1's link"
-      sleep "$PARTITION_S"
+      sleep "$CUT_S"
       ip -n "$SW" link set p1 up || fail "$name: could not restore host 1's link"
-      echo "$name: cut host 1 off the network after $at steps for $PARTITION_S s; $(steps_logged "$run") steps by then"
+      echo "$name: cut host 1 off the network after $at steps for $CUT_S s; $(steps_logged "$run") steps by then"
       ;;
     redis)
       local at=$(steps_logged "$run")
@@ -238,12 +257,22 @@ run_case() {
         ((code1 != 0)) || fail "$name: node 1, cut off, exited 0"
         grep -q "redis://10.88.0.10:6379" "$out1" || fail "$name: node 1's error does not name the store"
         [[ -z $(ip netns pids "$ID-h1") ]] || fail "$name: processes left on host 1: $(ip netns pids "$ID-h1")"
+        # The side that holds the store keeps every rank: none of host 0's is
+        # declared lost or fenced.
+        local own
+        own=$(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" | grep -E '"rank": *[0-3][,}]')
+        [[ -z $own ]] || fail "$name: host 0 lost or fenced its own ranks: $own"
         echo "$name: node 1 stopped with $code1: $(grep error "$out1" | head -n 1)"
       fi
       ;;
     *)
       ((code1 == 0)) || fail "$name: node 1 exited with $code1"
       ((recoveries == 0)) || fail "$name: $recoveries recoveries, want none"
+      ! grep -qE '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" ||
+        fail "$name: ranks declared lost or fenced: $(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl")"
+      if [[ $name == starved ]]; then  # the case did happen: their launcher saw them starved
+        grep -q '"event": *"rank_starved"' "$run/events.jsonl" || fail "$name: no rank_starved event"
+      fi
       ;;
   esac
   echo "PASS $name ($((SECONDS - started)) s)"
@@ -254,7 +283,14 @@ for c in "${CASES[@]}"; do
     train) run_case train none ;;
     kill) run_case kill kill ;;
     kill0) run_case kill0 kill0 ;;
-    partition) run_case partition partition ;;
+    partition) CUT_S=$PARTITION_S run_case partition partition ;;
+    partition-short) CUT_S=$SHORT_PARTITION_S run_case partition-short partition ;;
+    blip) CUT_S=$BLIP_S run_case blip blip ;;
+    starved)
+      EXTRA=("${STARVED[@]}")
+      STEPS=120 run_case starved none
+      EXTRA=()
+      ;;
     redis) run_case redis redis ;;
     *) fail "unknown case $c" ;;
   esac

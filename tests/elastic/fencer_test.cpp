@@ -1,0 +1,122 @@
+// The launcher's watch over the other hosts' ranks (Fencer::watch_remote),
+// through a real file store: who may declare a rank lost with its host.
+#include "elastic/fencer.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "comm/heartbeat.h"
+#include "elastic/membership.h"
+
+namespace ntp::elastic {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::int64_t wall_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+class FencerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ntp_fencer_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "store");
+    store_ = comm::open_store("file:" + (dir_ / "store").string());
+    run_ = std::make_unique<train::RunDir>(train::RunDir::create(dir_ / "run"));
+    config_.deadline.heartbeat_s = 1.0;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A mark written `age_ms` ago: a rank's heartbeat or a launcher's.
+  void beat(const std::string& key, std::int64_t age_ms) {
+    store_->set(key, comm::to_bytes(std::to_string(wall_ms() - age_ms) + " 1"));
+  }
+  // Polls past the watcher's interval (deadline.heartbeat_s / 5).
+  void poll(Fencer& fencer) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    fencer.poll();
+  }
+  bool declared(int rank) {
+    const auto mark = store_->try_get(dead_key(rank));
+    return mark && comm::to_text(*mark) == kLostWithHost;
+  }
+
+  fs::path dir_;
+  std::shared_ptr<comm::Store> store_;
+  std::unique_ptr<train::RunDir> run_;
+  train::Config config_;
+};
+
+TEST_F(FencerTest, AHostWhoseLauncherStillBeatsAnswersForItsRanksItself) {
+  Fencer fencer(config_, *run_, store_);
+  fencer.watch_remote(0, {{1, {4, 5}}});
+  beat(comm::heartbeat_key(4), 5000);  // starved, say: its own launcher judges that
+  beat(comm::heartbeat_key(5), 0);
+  beat(host_beat_key(1), 0);
+  poll(fencer);
+  EXPECT_FALSE(store_->try_get(dead_key(4)));
+  EXPECT_FALSE(store_->try_get(fence_key(4)));
+  // Host 1 gone whole: its launcher's beat goes stale with its ranks'.
+  beat(host_beat_key(1), 5000);
+  poll(fencer);
+  EXPECT_TRUE(declared(4));
+  EXPECT_TRUE(store_->try_get(fence_key(4)));
+  EXPECT_FALSE(store_->try_get(dead_key(5)));  // its beat is fresh
+}
+
+TEST_F(FencerTest, ItWritesItsOwnBeatWhileOtherHostsWatch) {
+  Fencer fencer(config_, *run_, store_);
+  fencer.watch_remote(1, {{0, {0, 1}}});
+  fencer.poll();
+  const auto mark = store_->try_get(host_beat_key(1));
+  ASSERT_TRUE(mark);
+  EXPECT_LE(wall_ms() - std::stoll(comm::to_text(*mark)), 1000);
+  Fencer alone(config_, *run_, store_);  // one host: nobody watches, no beat
+  alone.poll();
+  EXPECT_FALSE(store_->try_get(host_beat_key(0)));
+}
+
+// Host 1 was cut off from the store; host 0 declared its ranks lost. Back on
+// the network, host 1 sees host 0's beats stale (they were, from where it
+// stood) but it is the one that was lost: it declares nobody.
+TEST_F(FencerTest, AHostCutOffDeclaresNobodyLostWhenItIsBack) {
+  const pid_t worker = ::fork();
+  ASSERT_GE(worker, 0);
+  if (worker == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ::setpgid(worker, worker);
+  Fencer fencer(config_, *run_, store_);
+  fencer.watch_remote(1, {{0, {0, 1}}});
+  RankExit started;
+  started.rank = 4;
+  started.pid = worker;
+  fencer.on_event("worker_started", started);
+  store_->set(fence_key(4), comm::to_bytes(kLostWithHost));
+  store_->set(dead_key(4), comm::to_bytes(kLostWithHost));
+  beat(comm::heartbeat_key(0), 5000);
+  beat(comm::heartbeat_key(1), 5000);
+  beat(host_beat_key(0), 5000);
+  poll(fencer);
+  EXPECT_FALSE(store_->try_get(dead_key(0)));
+  EXPECT_FALSE(store_->try_get(fence_key(1)));
+  // Its own rank, declared lost by the others, is fenced (killed) here.
+  int status = 0;
+  ASSERT_EQ(::waitpid(worker, &status, 0), worker);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+}  // namespace
+}  // namespace ntp::elastic
