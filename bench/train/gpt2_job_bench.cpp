@@ -52,7 +52,7 @@ struct Case {
 };
 
 struct Result {
-  double startup_s = 0, first_step_s = 0, median_step_s = 0, exposed = 0, peak_rss_mib = 0, cpu_s = 0;
+  double startup_s = 0, first_step_s = 0, median_step_s = 0, exposed = 0, wait_max = 0, peak_rss_mib = 0, cpu_s = 0;
 };
 
 double now_s() {
@@ -125,7 +125,9 @@ Result run_case(const std::string& ntp, const Case& c, const std::string& checkp
   std::sort(steps_s.begin(), steps_s.end());
   r.median_step_s = steps_s[steps_s.size() / 2];
   std::ifstream in(dir / "summary.json");
-  r.exposed = nlohmann::json::parse(in)["exposed_sync_fraction"].get<double>();
+  const nlohmann::json summary = nlohmann::json::parse(in);
+  r.exposed = summary["exposed_sync_fraction"].get<double>();
+  r.wait_max = summary.value("sync_wait_max_fraction", 0.0);  // an older --against build has none
   fs::remove_all(dir);
   fs::remove(out);
   return r;
@@ -141,8 +143,8 @@ using ntp::bench::load_average;
 
 void print(const char* name, const std::string& binary, int rep, int steps, const Result& r) {
   std::printf("%-26s %-6s rep %d: start-up %.2f s (to the first step %.2f s), median step %.3f s, exposed sync "
-              "%.1f%% of the step, job CPU %.1f s (%.2f CPU-s per step), peak RSS %.0f MiB\n",
-              name, binary.c_str(), rep, r.startup_s, r.first_step_s, r.median_step_s, 100 * r.exposed, r.cpu_s,
+              "%.1f%% of the step (longest wait of any rank %.1f%%), job CPU %.1f s (%.2f CPU-s per step), peak RSS %.0f MiB\n",
+              name, binary.c_str(), rep, r.startup_s, r.first_step_s, r.median_step_s, 100 * r.exposed, 100 * r.wait_max, r.cpu_s,
               r.cpu_s / steps, r.peak_rss_mib);
   std::fflush(stdout);
 }
