@@ -14,6 +14,7 @@
 
 #include "comm/heartbeat.h"
 #include "elastic/membership.h"
+#include "tests/support/test_dir.h"
 
 namespace ntp::elastic {
 namespace {
@@ -28,9 +29,7 @@ std::int64_t wall_ms() {
 class FencerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ntp_fencer_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = test::fresh_test_dir("ntp_fencer");
     fs::create_directories(dir_ / "store");
     store_ = comm::open_store("file:" + (dir_ / "store").string());
     run_ = std::make_unique<train::RunDir>(train::RunDir::create(dir_ / "run"));

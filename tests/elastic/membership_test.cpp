@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/group.h"
+#include "tests/support/test_dir.h"
 
 namespace ntp::elastic {
 namespace {
@@ -18,9 +19,7 @@ using std::chrono::milliseconds;
 class MembershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ntp_membership_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = test::fresh_test_dir("ntp_membership");
     store_ = comm::open_store("file:" + dir_.string());
   }
   void TearDown() override { fs::remove_all(dir_); }
