@@ -6,7 +6,8 @@
 // same run. Reports tokens/s, model FLOP/s (per token 6 * parameters + 6 *
 // layers * d_model * seq, llm.c's count; Llama's untied input embedding, a
 // lookup, not counted) as a fraction of the measured sgemm
-// FLOP/s, the non-GEMM share of the step and the process's peak RSS. Both
+// FLOP/s, the non-GEMM share of the step, the time of each phase (forward,
+// backward, gradient norm, AdamW) and the process's peak RSS. Both
 // rates are also given per second of process CPU time (all threads), which
 // stays meaningful when other jobs share the cores (the load average is printed).
 //
@@ -116,11 +117,23 @@ void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBacke
     targets[i] = static_cast<std::int32_t>((i * 104729 + 1) % config.vocab);
   }
   const model::Batch batch{inputs.data(), targets.data(), B, T};
+  // Wall seconds of each phase over the timed steps (the breakdown printed
+  // after the table): forward (with the loss), backward, the gradient norm,
+  // AdamW.
+  double phase[4] = {0.0, 0.0, 0.0, 0.0};
+  bool timing = false;
+  const auto timed = [&](int i, auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    if (timing) phase[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   const auto train_step = [&] {
     m.zero_grad();
-    const double loss = m.forward(batch).mean();
-    m.backward();
-    opt.step(m, opt_config.lr);
+    double loss = 0.0, norm = 0.0;
+    timed(0, [&] { loss = m.forward(batch).mean(); });
+    timed(1, [&] { m.backward(); });
+    timed(2, [&] { norm = model::AdamW::grad_norm(m); });
+    timed(3, [&] { opt.step_with_norm(m, opt_config.lr, norm); });
     return loss;
   };
   double loss = train_step();  // warm-up: first-touch of the activations
@@ -128,6 +141,7 @@ void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBacke
   // two rates are measured interleaved, under the same machine load.
   double step_cpu = 0.0, step_wall = 0.0, sgemm_flop = 0.0, sgemm_wall = 0.0, sgemm_cpu = 0.0;
   const double gemm_before = ctx.gemm_seconds();
+  timing = true;
   for (auto _ : state) {
     const double cpu0 = process_cpu_seconds();
     const auto step0 = std::chrono::steady_clock::now();
@@ -157,6 +171,9 @@ void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBacke
   state.counters["sgemm_GFLOP/s"] = peak.per_second / 1e9;
   state.counters["cpu_fraction"] = tokens * flops_per_token / cpu_seconds / peak.per_cpu_second;
   state.counters["non_gemm_share"] = 1.0 - (ctx.gemm_seconds() - gemm_before) / step_wall;
+  const char* phase_names[] = {"forward_ms", "backward_ms", "norm_ms", "adamw_ms"};
+  for (int i = 0; i < 4; ++i)
+    state.counters[phase_names[i]] = 1e3 * phase[i] / static_cast<double>(state.iterations());
   state.counters["params_M"] = params / 1e6;
   state.counters["peak_rss_MiB"] = peak_rss_mib();
   state.counters["loss"] = loss;
@@ -252,6 +269,11 @@ class FractionReporter : public benchmark::ConsoleReporter {
                       ? run.real_accumulated_time / static_cast<double>(run.iterations)
                       : 0.0,
                   static_cast<double>(run.counters.at("peak_rss_MiB")));
+      std::printf("    per step: forward %.1f ms, backward %.1f ms, gradient norm %.1f ms, AdamW %.1f ms\n",
+                  static_cast<double>(run.counters.at("forward_ms")),
+                  static_cast<double>(run.counters.at("backward_ms")),
+                  static_cast<double>(run.counters.at("norm_ms")),
+                  static_cast<double>(run.counters.at("adamw_ms")));
     }
   }
 };
