@@ -515,6 +515,75 @@ TEST_F(CliTest, TrainRecoversFromTwoFailuresInSequence) {
   EXPECT_EQ(read_lines(dir_ / "metrics.jsonl").back()["tp"], nlohmann::json::parse("[3, 3]"));
 }
 
+// Where the kernel says thread `pid` sleeps ("hrtimer_nanosleep", "0" when it
+// does not say); empty once the process is gone.
+std::string wait_channel(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/wchan");
+  std::string channel;
+  std::getline(in, channel);
+  return channel;
+}
+
+// A rank signalled from outside while it is inside its update: after the
+// commit collective, before its optimizer has run. NTP_TEST_SLOW_UPDATE makes
+// that rank sleep 1 s at the start of every update, and the signal waits
+// until /proc shows its main thread in that sleep, once training is under way.
+// The other ranks applied the step; recovery resumes after it (the victim's
+// replica takes the lost units from the peer replica) and the run still
+// verifies. SIGKILL on a rank of replica 1, SIGSTOP (fenced by the launcher)
+// on the writer, rank 0.
+TEST_F(CliTest, TrainRecoversFromASignalWhileARankIsInItsUpdate) {
+  struct Case {
+    int rank;
+    int sig;
+  };
+  for (const Case c : {Case{3, SIGKILL}, Case{0, SIGSTOP}}) {
+    SCOPED_TRACE("rank " + std::to_string(c.rank) + (c.sig == SIGKILL ? " SIGKILL" : " SIGSTOP"));
+    fs::remove_all(dir_);
+    std::string landed;  // the victim's wait channel when it was signalled
+    std::thread signaller([&] {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      int pid = -1;
+      while (std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        try {  // a file read while a line is half written parses next time
+          if (pid < 0) {
+            if (!fs::exists(dir_ / "events.jsonl")) continue;
+            for (const nlohmann::json& e : events_named(dir_, "worker_started"))
+              if (e["rank"] == c.rank) pid = e["pid"].get<int>();
+            continue;
+          }
+          if (!fs::exists(dir_ / "metrics.jsonl") || read_lines(dir_ / "metrics.jsonl").size() < 3) continue;
+        } catch (const nlohmann::json::exception&) {
+          continue;
+        }
+        const std::string channel = wait_channel(pid);
+        if (channel.find("nanosleep") == std::string::npos && channel != "0") continue;
+        landed = channel;
+        ::kill(pid, c.sig);
+        return;
+      }
+    });
+    const CommandResult run = ntp_with_env(
+        "NTP_TEST_MUTATIONS=1 NTP_TEST_SLOW_UPDATE=" + std::to_string(c.rank) + ":1.0",
+        "train --run-dir " + dir_.string() +
+            " --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2 --set deadline.collective_s=10"
+            " --set elastic.recover=true --set elastic.settle_s=0.2 --set deadline.heartbeat_s=1.5"
+            " --set parallel.dp=2 --set parallel.tp=2 --set train.steps=8 --set run.trace_steps=0 --verify");
+    signaller.join();
+    ASSERT_FALSE(landed.empty()) << "rank " << c.rank << " was never seen in its update\n" << run.output;
+    ASSERT_EQ(run.code, 0) << "signalled in " << landed << "\n" << run.output;
+    EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+    std::ifstream summary_file(dir_ / "summary.json");
+    const nlohmann::json recoveries = nlohmann::json::parse(summary_file)["recoveries"];
+    ASSERT_EQ(recoveries.size(), 1u) << recoveries.dump() << "\n" << run.output;
+    EXPECT_EQ(recoveries[0]["lost"], nlohmann::json::array({c.rank}));
+    const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+    ASSERT_EQ(metrics.size(), 8u);
+    for (std::size_t s = 0; s < metrics.size(); ++s) EXPECT_EQ(metrics[s]["step"], s) << "a step lost or repeated";
+  }
+}
+
 // One replica: the dead slot's units exist nowhere else. The survivor says so
 // and the run stops (exit 3: in-job recovery is impossible) instead of
 // training on lost state.
