@@ -9,6 +9,7 @@ namespace ntp::tensor {
 namespace {
 constexpr float kEps = 1e-5f;
 constexpr std::int64_t kRowGrain = 16;
+constexpr std::int64_t kColumnGrain = 64;
 }  // namespace
 
 void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
@@ -26,6 +27,25 @@ void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const
     }
   });
 }
+
+void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, std::int64_t n, std::int64_t dim) {
+  const simd::Loops& loops = simd::loops();
+  ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i)
+      loops.layernorm_backward_row(dinp + i * dim, dout + i * dim, inp + i * dim, weight, mean[i], rstd[i], dim);
+  });
+  // Parameter gradients split by column: the row order of each sum (hence the
+  // result) does not depend on the thread count.
+  ctx.pool().parallel_for(dim, kColumnGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = 0; i < n; ++i)
+      loops.layernorm_param_grads_row(dweight + begin, dbias + begin, dout + i * dim + begin,
+                                      inp + i * dim + begin, mean[i], rstd[i], end - begin);
+  });
+}
+
+namespace reference {
 
 void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
@@ -55,7 +75,7 @@ void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias,
   });
   // Parameter gradients: split by column so threads never share an output and
   // the row order of the sum (hence the result) does not depend on the thread count.
-  ctx.pool().parallel_for(dim, 64, [&](std::int64_t begin, std::int64_t end) {
+  ctx.pool().parallel_for(dim, kColumnGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = 0; i < n; ++i) {
       const float* x = inp + i * dim;
       const float* dy = dout + i * dim;
@@ -66,5 +86,7 @@ void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias,
     }
   });
 }
+
+}  // namespace reference
 
 }  // namespace ntp::tensor

@@ -18,17 +18,14 @@
 #include "tensor/rmsnorm.h"
 #include "tensor/rope.h"
 #include "tensor/swiglu.h"
+#include "reference_checks.h"
 
 namespace ntp::tensor {
 namespace {
 
-std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float mean = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(mean, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using testing::differing_bits;
+using testing::kDims;
+using testing::random_vector;
 
 // out = f(x), then L = sum r * out in double.
 using Forward = std::function<std::vector<float>(const std::vector<float>& x)>;
@@ -188,18 +185,6 @@ TEST(Rope, RotatesInterleavedPairsByPositionTimesFrequency) {
 }
 
 // ---- the SIMD kernels against the plain loops they replaced (tensor::reference)
-
-std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
-
-// Positions where `got` and `want` differ in any bit.
-int differing_bits(const std::vector<float>& got, const std::vector<float>& want) {
-  int bad = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) bad += bits(got[i]) != bits(want[i]);
-  return bad;
-}
-
-// Row sizes around the 16 lanes, odd, and llama-small's d_model.
-const std::int64_t kDims[] = {1, 7, 16, 33, 256, 1001};
 
 struct RmsRows {
   std::int64_t n, dim;

@@ -69,6 +69,13 @@ std::vector<float> run_all(const Loops& l) {
     auto dnormed = b;
     l.rmsnorm_backward_row(dnormed.data(), c.data(), a.data(), b.data(), 0.75f, n);
     append(dnormed);
+    auto dln = b;
+    l.layernorm_backward_row(dln.data(), c.data(), a.data(), b.data(), 0.25f, 0.75f, n);
+    append(dln);
+    auto dweight = a, dbias = b;
+    l.layernorm_param_grads_row(dweight.data(), dbias.data(), c.data(), a.data(), 0.25f, 0.75f, n);
+    append(dweight);
+    append(dbias);
     auto product = c;
     l.scaled_product_add(product.data(), a.data(), 0.625f, b.data(), n);
     append(product);

@@ -41,6 +41,14 @@ struct Loops {
   // Its input gradient, accumulating: dx += (w dy - x s m) s, m = mean(w dy x s).
   void (*rmsnorm_backward_row)(float* dx, const float* dy, const float* x, const float* w, float s,
                                std::int64_t dim);
+  // One LayerNorm row's input gradient, accumulating: with xhat = (x - mean) rstd
+  // and g = w dy, dx += (g - mean(g) - xhat mean(g xhat)) rstd.
+  void (*layernorm_backward_row)(float* dx, const float* dy, const float* x, const float* w, float mean,
+                                 float rstd, std::int64_t dim);
+  // LayerNorm's parameter gradients, one row's columns: dbias += dy,
+  // dweight += (x - mean) rstd dy.
+  void (*layernorm_param_grads_row)(float* dweight, float* dbias, const float* dy, const float* x, float mean,
+                                    float rstd, std::int64_t count);
   // y += x * a * z (RMSNorm's weight gradient, one row at a time).
   void (*scaled_product_add)(float* y, const float* x, float a, const float* z, std::int64_t count);
 };
