@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "tensor/simd/loops.h"
+
 namespace ntp::tensor {
 
 namespace {
@@ -10,6 +12,7 @@ namespace {
 // Block boundaries fall on multiples of 16 elements (64 bytes), so every
 // block's rows or columns start cache-line aligned when the whole matrix does.
 constexpr std::int64_t kBlockAlign = 16;
+constexpr std::int64_t kBiasColumnGrain = 64;
 
 std::int64_t block_begin(std::int64_t extent, std::int64_t blocks, std::int64_t index) {
   const std::int64_t units = (extent + kBlockAlign - 1) / kBlockAlign;
@@ -85,15 +88,16 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
            beta(into.dweight), dweight, out_dim);
     }
   }
-  if (dbias != nullptr) bias_backward(dbias, dout, n, out_dim);
+  if (dbias != nullptr) bias_backward(ctx, dbias, dout, n, out_dim);
 }
 
-void bias_backward(float* dbias, const float* dout, std::int64_t n, std::int64_t dim) {
-  // Row by row so the inner loop is contiguous and vectorises.
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* row = dout + i * dim;
-    for (std::int64_t j = 0; j < dim; ++j) dbias[j] += row[j];
-  }
+void bias_backward(Context& ctx, float* dbias, const float* dout, std::int64_t n, std::int64_t dim) {
+  // Row by row within a block of columns, so the inner loop is contiguous
+  // (the SIMD axpy; 1 * x is exact, so it adds the same bits as +=).
+  const simd::Loops& loops = simd::loops();
+  ctx.pool().parallel_for(dim, kBiasColumnGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = 0; i < n; ++i) loops.axpy(dbias + begin, 1.0f, dout + i * dim + begin, end - begin);
+  });
 }
 
 }  // namespace ntp::tensor

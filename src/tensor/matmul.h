@@ -39,7 +39,8 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t
           float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
           float beta, float* c, std::int64_t ldc);
 
-// dbias[j] += sum_i dout[i, j]
-void bias_backward(float* dbias, const float* dout, std::int64_t n, std::int64_t dim);
+// dbias[j] += sum_i dout[i, j], rows added in order: split by column over the
+// pool, so the bits do not depend on the thread count.
+void bias_backward(Context& ctx, float* dbias, const float* dout, std::int64_t n, std::int64_t dim);
 
 }  // namespace ntp::tensor

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -67,6 +69,25 @@ TEST_P(MatmulTest, ForwardAndBackwardMatchNaiveLoops) {
       for (std::int64_t r = 0; r < n; ++r) ref += dy[r * out + o] * x[r * in + i];
       EXPECT_NEAR(weight_at(dw, layout, o, i, in, out), ref, 1e-5);
     }
+  }
+}
+
+// The bias gradient, split by column over the pool, adds each column's rows in
+// order: the bits of one serial float loop, at any thread count.
+TEST(BiasBackward, GivesTheSerialRowOrderBitsAtAnyThreadCount) {
+  const std::int64_t n = 37, dim = 200;  // 200: not a multiple of the column grain
+  std::mt19937 rng(3);
+  const auto dy = random_vector(n * dim, rng), start = random_vector(dim, rng);
+  std::vector<float> serial = start;
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < dim; ++j) serial[j] += dy[i * dim + j];
+  for (const int threads : {1, 2, 3}) {
+    Context ctx({threads});
+    std::vector<float> db = start;
+    bias_backward(ctx, db.data(), dy.data(), n, dim);
+    EXPECT_EQ(std::memcmp(db.data(), serial.data(), db.size() * sizeof(float)), 0) << threads << " threads";
+    db[dim - 1] = std::nextafter(db[dim - 1], 1e30f);  // the compare sees one ulp
+    EXPECT_NE(std::memcmp(db.data(), serial.data(), db.size() * sizeof(float)), 0);
   }
 }
 
