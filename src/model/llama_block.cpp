@@ -10,6 +10,7 @@
 // up rows together, so the product gate * up is local), fc2 row-parallel.
 #include "model/model_state.h"
 #include "tensor/attention.h"
+#include "tensor/fill.h"
 #include "tensor/matmul.h"
 #include "tensor/residual.h"
 #include "tensor/rmsnorm.h"
@@ -65,7 +66,7 @@ void Model::backward_llama_block(int l, const float* residual) {
   const tensor::BackwardInto into{tensor::Into::kOverwrite, weight_grads_};
   tensor::matmul_backward(ctx_, a.dgelu.data(), g + o.fc2_wt, nullptr, dres, act, p + o.fc2_wt, n,
                           d.neurons, d.C, WeightLayout::kInOut, into);
-  a.dfch.zero();
+  tensor::zero(ctx_, a.dfch.data(), n * d.fc1);  // SwiGLU's backward adds into it
   tensor::swiglu_backward(ctx_, a.dfch.data(), gate_up, a.dgelu.data(), n * d.neurons);
   tensor::matmul_backward(ctx_, a.dln.data(), g + o.fc1_w, nullptr, a.dfch.data(), ln2, p + o.fc1_w,
                           n, d.C, d.fc1, WeightLayout::kOutIn, into);
@@ -76,7 +77,7 @@ void Model::backward_llama_block(int l, const float* residual) {
   // Attention: res2 = residual + proj(attention(rope(qkv(rmsnorm1(residual)))))
   tensor::matmul_backward(ctx_, a.datty.data(), g + o.proj_wt, nullptr, dres, atty, p + o.proj_wt,
                           n, d.attn, d.C, WeightLayout::kInOut, into);
-  a.dqkv.zero();
+  tensor::zero(ctx_, a.dqkv.data(), n * d.qkv);  // the attention adds dQ, dK, dV into it
   tensor::attention_backward(ctx_, a.dqkv.data(), a.datty.data(), qkv, att, shape);
   tensor::rope_backward(ctx_, a.dqkv.data(), shape, rope_);
   tensor::matmul_backward(ctx_, a.dln.data(), g + o.qkv_w, nullptr, a.dqkv.data(), ln1, p + o.qkv_w,

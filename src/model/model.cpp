@@ -9,6 +9,7 @@
 #include "model/vocab_parallel.h"
 #include "tensor/adamw.h"
 #include "tensor/attention.h"
+#include "tensor/fill.h"
 #include "tensor/gelu.h"
 #include "tensor/layernorm.h"
 #include "tensor/matmul.h"
@@ -320,8 +321,7 @@ void Model::backward_block(int l, const float* residual) {
   const tensor::BackwardInto into{Into::kOverwrite, weight_grads_};
   tensor::matmul_backward(ctx_, a.dgelu.data(), g + o.fc2_wt, g + o.fc2_b, dres, fch_gelu, p + o.fc2_wt,
                           n, d.neurons, d.C, WeightLayout::kInOut, into);
-  a.dfch.zero();
-  tensor::gelu_backward(ctx_, a.dfch.data(), fch, a.dgelu.data(), n * d.neurons);
+  tensor::gelu_backward(ctx_, a.dfch.data(), fch, a.dgelu.data(), n * d.neurons);  // overwrites
   tensor::matmul_backward(ctx_, a.dln.data(), g + o.fc1_w, g + o.fc1_b, a.dfch.data(), ln2, p + o.fc1_w,
                           n, d.C, d.neurons, WeightLayout::kOutIn, into);
   all_reduce(a.dln.data(), n * d.C);
@@ -331,7 +331,7 @@ void Model::backward_block(int l, const float* residual) {
   // Attention: res2 = residual + proj(attn(qkv(ln1(residual)))) + proj_b
   tensor::matmul_backward(ctx_, a.datty.data(), g + o.proj_wt, g + o.proj_b, dres, atty, p + o.proj_wt,
                           n, d.attn, d.C, WeightLayout::kInOut, into);
-  a.dqkv.zero();
+  tensor::zero(ctx_, a.dqkv.data(), n * d.qkv);  // the attention adds dQ, dK, dV into it
   tensor::attention_backward(ctx_, a.dqkv.data(), a.datty.data(), qkv, att,
                              {a.batch, a.seq, d.heads, d.hd});
   tensor::matmul_backward(ctx_, a.dln.data(), g + o.qkv_w, g + o.qkv_b, a.dqkv.data(), ln1, p + o.qkv_w,

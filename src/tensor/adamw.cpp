@@ -1,8 +1,8 @@
 #include "tensor/adamw.h"
 
 #include <cmath>
-#include <map>
-#include <mutex>
+#include <algorithm>
+#include <vector>
 
 #include "tensor/simd/loops.h"
 
@@ -27,18 +27,36 @@ double sum_squares_serial(const float* x, std::int64_t count) {
   return simd::loops().sum_squares(x, count);
 }
 
-double sum_squares(Context& ctx, const float* x, std::int64_t count) {
-  // Partial sums keyed by chunk start and added in order: the result does not
-  // depend on which thread finishes first.
-  std::map<std::int64_t, double> partial;
-  std::mutex mutex;
-  ctx.pool().parallel_for(count, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    const double acc = simd::loops().sum_squares(x + begin, end - begin);
-    std::lock_guard lock(mutex);
-    partial[begin] = acc;
+void sum_squares_pieces(Context& ctx, const float* x, std::int64_t count, std::int64_t piece, double* out) {
+  if (count <= 0) return;
+  const std::int64_t pieces = (count + piece - 1) / piece;
+  const simd::Loops& loops = simd::loops();
+  const auto one = [&](std::int64_t p) {
+    out[p] = loops.sum_squares(x + p * piece, std::min(piece, count - p * piece));
+  };
+  // A thread's pieces in four quarters, one piece of each read side by side;
+  // a parallel chunk holds kGrain elements at least.
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / piece);
+  ctx.pool().parallel_for(pieces, grain, [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t full_end = std::min(end, count / piece);  // pieces of full length
+    const std::int64_t quarter = (full_end - begin) / 4;
+    for (std::int64_t k = 0; k < quarter; ++k) {
+      const std::int64_t p[4] = {begin + k, begin + quarter + k, begin + 2 * quarter + k, begin + 3 * quarter + k};
+      const float* at[4] = {x + p[0] * piece, x + p[1] * piece, x + p[2] * piece, x + p[3] * piece};
+      double sums[4];
+      loops.sum_squares_x4(at, piece, sums);
+      for (int a = 0; a < 4; ++a) out[p[a]] = sums[a];
+    }
+    for (std::int64_t p = begin + 4 * quarter; p < end; ++p) one(p);
   });
+}
+
+double sum_squares(Context& ctx, const float* x, std::int64_t count) {
+  // Fixed pieces added in order: the result does not depend on the thread count.
+  std::vector<double> piece_sums(static_cast<std::size_t>((count + kGrain - 1) / kGrain));
+  sum_squares_pieces(ctx, x, count, kGrain, piece_sums.data());
   double total = 0.0;
-  for (const auto& [begin, acc] : partial) total += acc;
+  for (double s : piece_sums) total += s;
   return total;
 }
 

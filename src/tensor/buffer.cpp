@@ -1,5 +1,7 @@
 #include "tensor/buffer.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -8,15 +10,22 @@ namespace ntp::tensor {
 
 namespace {
 constexpr std::size_t kAlignment = 64;  // one cache line; enough for AVX-512 loads
-}
+// Buffers of at least one huge page are aligned to it and asked to be backed
+// by transparent huge pages (THP in "madvise" mode, Debian's default).
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+}  // namespace
 
 void Buffer::Free::operator()(float* p) const { std::free(p); }
 
 Buffer::Buffer(std::size_t count) : size_(count) {
   if (count == 0) return;
-  const std::size_t bytes = (count * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
-  auto* p = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
+  const std::size_t raw = count * sizeof(float);
+  const bool huge = raw >= kHugePage;
+  const std::size_t align = huge ? kHugePage : kAlignment;
+  const std::size_t bytes = (raw + align - 1) / align * align;
+  auto* p = static_cast<float*>(std::aligned_alloc(align, bytes));
   if (p == nullptr) throw std::bad_alloc();
+  if (huge) (void)madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP it fails, harmlessly
   data_.reset(p);
   zero();
 }

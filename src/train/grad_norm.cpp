@@ -2,7 +2,7 @@
 
 #include <cmath>
 #include <limits>
-#include <mutex>
+#include <vector>
 
 #include "tensor/adamw.h"
 
@@ -62,26 +62,17 @@ NormPart grad_norm_part(const model::ParameterLayout& layout, std::span<const fl
   const float* grads = grads_span.data();
   NormPart total;
   double approx = 0;
-  std::mutex mutex;
+  std::vector<double> squares;
   for (const model::TensorSpec& spec : layout.tensors()) {
     const bool replicated = spec.kind == model::UnitKind::kReplicated;
     if (replicated && !count_replicated) continue;
     const std::int64_t piece = replicated ? kReplicatedChunk : spec.unit_size;
-    const std::int64_t pieces = (spec.count + piece - 1) / piece;
-    // Pieces in parallel: each is summed serially, and the fixed-point parts
-    // add exactly, so the thread schedule cannot change the result.
-    ctx.pool().parallel_for(pieces, 16, [&](std::int64_t begin, std::int64_t end) {
-      NormPart part;
-      double local_approx = 0;
-      for (std::int64_t i = begin; i < end; ++i) {
-        const std::int64_t first = i * piece;
-        const std::int64_t count = std::min(piece, spec.count - first);
-        add_piece(tensor::sum_squares_serial(grads + spec.offset + first, count), part, local_approx);
-      }
-      std::lock_guard lock(mutex);
-      total.add(part);
-      approx += local_approx;
-    });
+    // Each piece is summed serially (the pool reads several at once), and
+    // the fixed-point parts add exactly: the thread schedule cannot change
+    // the result.
+    squares.resize(static_cast<std::size_t>((spec.count + piece - 1) / piece));
+    tensor::sum_squares_pieces(ctx, grads + spec.offset, spec.count, piece, squares.data());
+    for (double s : squares) add_piece(s, total, approx);
   }
   if (approx >= kMaxRankSquares) total.overflow = true;
   return total;

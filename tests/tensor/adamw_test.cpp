@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 namespace ntp::tensor {
@@ -37,6 +40,44 @@ TEST(AdamW, SumSquaresIsExactForSmallIntegers) {
   Context ctx({3});
   std::vector<float> x(70000, 2.0f);
   EXPECT_EQ(sum_squares(ctx, x.data(), static_cast<std::int64_t>(x.size())), 4.0 * 70000);
+}
+
+// Each piece's sum has the bits of the serial sum of that piece, at any thread
+// count, whether its thread read it alongside three others or alone (the
+// pieces that do not fill four quarters, the short last one).
+TEST(AdamW, SumSquaresPiecesGiveTheSerialBitsOfEachPiece) {
+  std::vector<float> x(1'000'003);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+  const auto count = static_cast<std::int64_t>(x.size());
+  for (const std::int64_t piece : {std::int64_t{768}, std::int64_t{4096}, std::int64_t{147456}}) {
+    const std::int64_t pieces = (count + piece - 1) / piece;
+    for (int threads : {1, 2, 3}) {
+      Context ctx({threads});
+      std::vector<double> out(static_cast<std::size_t>(pieces), -1.0);
+      sum_squares_pieces(ctx, x.data(), count, piece, out.data());
+      for (std::int64_t p = 0; p < pieces; ++p) {
+        const double serial = sum_squares_serial(x.data() + p * piece, std::min(piece, count - p * piece));
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(out[static_cast<std::size_t>(p)]), std::bit_cast<std::uint64_t>(serial))
+            << "piece " << p << " of " << pieces << " (" << piece << " elements), " << threads << " threads";
+      }
+    }
+  }
+}
+
+TEST(AdamW, SumSquaresHasTheSameBitsAtAnyThreadCount) {
+  std::vector<float> x(300'001);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11f * static_cast<float>(i)) * 1e-3f;
+  Context one({1});
+  const double reference = sum_squares(one, x.data(), static_cast<std::int64_t>(x.size()));
+  double exact = 0.0;
+  for (float v : x) exact += static_cast<double>(v) * v;
+  EXPECT_NEAR(reference, exact, 1e-12 * exact);
+  for (int threads : {2, 3, 5}) {
+    Context ctx({threads});
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(sum_squares(ctx, x.data(), static_cast<std::int64_t>(x.size()))),
+              std::bit_cast<std::uint64_t>(reference))
+        << threads << " threads";
+  }
 }
 
 }  // namespace

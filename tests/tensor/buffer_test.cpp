@@ -21,5 +21,15 @@ TEST(Buffer, IsZeroAndAlignedSmallOrLarge) {
   }
 }
 
+// Buffers of 2 MiB or more start on a huge-page boundary, so that the kernel
+// can back them with transparent huge pages (a hint: the test checks the
+// alignment the hint needs, not that the kernel took it).
+TEST(Buffer, LargeBuffersStartOnAHugePage) {
+  for (std::size_t count : {std::size_t{1} << 19, (std::size_t{1} << 22) + 3}) {
+    Buffer b(count);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % (std::uintptr_t{2} << 20), 0u) << count;
+  }
+}
+
 }  // namespace
 }  // namespace ntp::tensor

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -88,6 +89,29 @@ TEST(BiasBackward, GivesTheSerialRowOrderBitsAtAnyThreadCount) {
     EXPECT_EQ(std::memcmp(db.data(), serial.data(), db.size() * sizeof(float)), 0) << threads << " threads";
     db[dim - 1] = std::nextafter(db[dim - 1], 1e30f);  // the compare sees one ulp
     EXPECT_NE(std::memcmp(db.data(), serial.data(), db.size() * sizeof(float)), 0);
+  }
+}
+
+// The bias is filled into each thread's block of the output just before its
+// GEMM: blocks of rows (more rows than outputs) and of columns (fewer), over a
+// stale output that must be overwritten, and a product with no inputs (the
+// output is the bias).
+TEST_P(MatmulTest, ForwardWithBiasFillsEveryBlockOverAStaleOutput) {
+  const WeightLayout layout = GetParam().layout;
+  std::mt19937 rng(5);
+  for (const auto [n, in, out] : {std::array<std::int64_t, 3>{70, 9, 40}, std::array<std::int64_t, 3>{40, 9, 70},
+                                  std::array<std::int64_t, 3>{6, 0, 50}}) {
+    const auto x = random_vector(static_cast<std::size_t>(n * in), rng);
+    const auto w = random_vector(static_cast<std::size_t>(in * out), rng);
+    const auto b = random_vector(static_cast<std::size_t>(out), rng);
+    std::vector<float> y(static_cast<std::size_t>(n * out), std::nanf(""));
+    matmul_forward(ctx_, y.data(), x.data(), w.data(), b.data(), n, in, out, layout);
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t o = 0; o < out; ++o) {
+        double ref = b[o];
+        for (std::int64_t i = 0; i < in; ++i) ref += x[r * in + i] * weight_at(w, layout, o, i, in, out);
+        ASSERT_NEAR(y[r * out + o], ref, 1e-5) << n << "x" << in << "x" << out << " at " << r << "," << o;
+      }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -106,6 +107,48 @@ TEST(SimdLoops, EveryInstructionSetGivesTheScalarBits) {
     }
   }
   EXPECT_EQ(&loops(), &loops_for(best_isa()));
+}
+
+// Four arrays summed side by side give, in double, the bits of each summed
+// alone, and of the scalar build's one-array sum: the gradient norm relies on
+// the same pieces giving the same bits however they are read.
+TEST(SimdLoops, FourArraysSideBySideGiveEachArraysBits) {
+  const Loops& scalar = loops_for(Isa::kScalar);
+  for (Isa isa : runnable_isas()) {
+    const Loops& l = loops_for(isa);
+    for (std::int64_t n : {std::int64_t{0}, std::int64_t{5}, std::int64_t{32}, std::int64_t{33},
+                           std::int64_t{768}, std::int64_t{4099}}) {
+      std::vector<std::vector<float>> arrays;
+      const float* at[4];
+      for (std::uint32_t a = 0; a < 4; ++a) {
+        arrays.push_back(random_vector(static_cast<std::size_t>(n), 20 + a, 1.0f + static_cast<float>(a)));
+        at[a] = arrays.back().data();
+      }
+      double sums[4];
+      l.sum_squares_x4(at, n, sums);
+      for (int a = 0; a < 4; ++a) {
+        EXPECT_EQ(std::bit_cast<std::uint64_t>(sums[a]), std::bit_cast<std::uint64_t>(l.sum_squares(at[a], n)))
+            << isa_name(isa) << " n " << n << " array " << a;
+        EXPECT_EQ(std::bit_cast<std::uint64_t>(sums[a]), std::bit_cast<std::uint64_t>(scalar.sum_squares(at[a], n)))
+            << isa_name(isa) << " n " << n << " array " << a;
+      }
+      if (n > 0) {  // the comparison sees a sum that misses one term
+        EXPECT_NE(std::bit_cast<std::uint64_t>(sums[2]), std::bit_cast<std::uint64_t>(l.sum_squares(at[2], n - 1)))
+            << isa_name(isa) << " n " << n;
+      }
+    }
+  }
+}
+
+// GELU's backward writes its result (the model hands it an uncleared buffer).
+TEST(SimdLoops, GeluBackwardOverwritesWhatWasThere) {
+  const auto x = random_vector(100, 30), dy = random_vector(100, 31);
+  for (Isa isa : runnable_isas()) {
+    std::vector<float> cleared(100, 0.0f), stale(100, std::nanf(""));
+    loops_for(isa).gelu_backward(cleared.data(), x.data(), dy.data(), 100);
+    loops_for(isa).gelu_backward(stale.data(), x.data(), dy.data(), 100);
+    for (std::size_t i = 0; i < 100; ++i) EXPECT_EQ(stale[i], cleared[i]) << isa_name(isa) << " " << i;
+  }
 }
 
 TEST(SimdLoops, TheScalarReductionsMatchDoubleLoops) {

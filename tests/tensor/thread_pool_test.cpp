@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -58,6 +60,35 @@ TEST(ThreadPool, ExceptionOfAnyChunkReachesTheCaller) {
     for (std::int64_t i = begin; i < end; ++i) ++hits[static_cast<std::size_t>(i)];
   });
   for (int h : hits) EXPECT_EQ(h, 1);
+}
+
+// Waits up to 10 s for the pool's workers to have slept `count` times.
+bool slept(const ThreadPool& pool, std::uint64_t count) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (pool.sleeps() < count && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5 * ThreadPool::kSpin);
+  return pool.sleeps() >= count;
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// An idle worker spins for at most kSpin, then sleeps, and a sleeping worker
+// is woken for the next job: a pool left without work holds no core.
+TEST(ThreadPool, AnIdleWorkerSleepsAndWakesForTheNextJob) {
+  ThreadPool pool(2);
+  ASSERT_TRUE(slept(pool, 1)) << "the new worker was still spinning after 10 s";
+  std::atomic<int> ran{0};
+  pool.parallel_for(2, 1, [&](std::int64_t, std::int64_t) { ++ran; });
+  ASSERT_TRUE(slept(pool, 2)) << "the worker was still spinning 10 s after its job";
+  const double cpu0 = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(process_cpu_seconds() - cpu0, 0.1) << "an idle pool used CPU time";
+  pool.parallel_for(2, 1, [&](std::int64_t, std::int64_t) { ++ran; });
+  EXPECT_EQ(ran.load(), 4);
 }
 
 TEST(ThreadPool, RejectsZeroThreads) { EXPECT_THROW(ThreadPool(0), std::invalid_argument); }

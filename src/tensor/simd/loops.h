@@ -21,8 +21,11 @@ struct Loops {
   void (*adamw)(float* param, const float* grad, float* m, float* v, std::int64_t count,
                 const AdamWStep& step, float c1, float c2);
   double (*sum_squares)(const float* x, std::int64_t count);  // in double
+  // Four arrays of `count` floats read side by side: out[a] has the bits of
+  // sum_squares(x[a], count).
+  void (*sum_squares_x4)(const float* const* x, std::int64_t count, double* out);
   void (*gelu_forward)(float* out, const float* inp, std::int64_t count);
-  void (*gelu_backward)(float* dinp, const float* inp, const float* dout, std::int64_t count);  // +=
+  void (*gelu_backward)(float* dinp, const float* inp, const float* dout, std::int64_t count);  // overwrites
   float (*dot)(const float* a, const float* b, std::int64_t count);
   void (*axpy)(float* y, float a, const float* x, std::int64_t count);  // y += a x
   float (*sum)(const float* x, std::int64_t count);
