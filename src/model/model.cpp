@@ -168,7 +168,7 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   a->dqkv = sz(n * d.qkv);
   a->datty = sz(n * d.attn);
   a->dgelu = sz(n * d.neurons);
-  a->dfch = sz(n * d.fc1);
+  a->dfch = sz(config().llama() ? n * d.fc1 : 0);  // GPT-2's GELU backward works in place
   acts_ = std::move(a);
 }
 
@@ -321,8 +321,8 @@ void Model::backward_block(int l, const float* residual) {
   const tensor::BackwardInto into{Into::kOverwrite, weight_grads_};
   tensor::matmul_backward(ctx_, a.dgelu.data(), g + o.fc2_wt, g + o.fc2_b, dres, fch_gelu, p + o.fc2_wt,
                           n, d.neurons, d.C, WeightLayout::kInOut, into);
-  tensor::gelu_backward(ctx_, a.dfch.data(), fch, a.dgelu.data(), n * d.neurons);  // overwrites
-  tensor::matmul_backward(ctx_, a.dln.data(), g + o.fc1_w, g + o.fc1_b, a.dfch.data(), ln2, p + o.fc1_w,
+  tensor::gelu_backward(ctx_, a.dgelu.data(), fch, n * d.neurons);  // in place: now d(fch)
+  tensor::matmul_backward(ctx_, a.dln.data(), g + o.fc1_w, g + o.fc1_b, a.dgelu.data(), ln2, p + o.fc1_w,
                           n, d.C, d.neurons, WeightLayout::kOutIn, into);
   all_reduce(a.dln.data(), n * d.C);
   tensor::layernorm_backward(ctx_, dres, g + o.ln2_w, g + o.ln2_b, a.dln.data(), res2, p + o.ln2_w,

@@ -14,10 +14,9 @@ void gelu_forward(Context& ctx, float* out, const float* inp, std::int64_t count
   });
 }
 
-void gelu_backward(Context& ctx, float* dinp, const float* inp, const float* dout,
-                   std::int64_t count) {
+void gelu_backward(Context& ctx, float* d, const float* inp, std::int64_t count) {
   ctx.pool().parallel_for(count, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    simd::loops().gelu_backward(dinp + begin, inp + begin, dout + begin, end - begin);
+    simd::loops().gelu_backward(d + begin, inp + begin, end - begin);
   });
 }
 

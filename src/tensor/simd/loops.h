@@ -25,7 +25,8 @@ struct Loops {
   // sum_squares(x[a], count).
   void (*sum_squares_x4)(const float* const* x, std::int64_t count, double* out);
   void (*gelu_forward)(float* out, const float* inp, std::int64_t count);
-  void (*gelu_backward)(float* dinp, const float* inp, const float* dout, std::int64_t count);  // overwrites
+  // In place: d holds dL/d(gelu(inp)) and becomes dL/d(inp).
+  void (*gelu_backward)(float* d, const float* inp, std::int64_t count);
   float (*dot)(const float* a, const float* b, std::int64_t count);
   void (*axpy)(float* y, float a, const float* x, std::int64_t count);  // y += a x
   float (*sum)(const float* x, std::int64_t count);
