@@ -55,14 +55,13 @@ StepStats AdamW::step_with_norm(Model& model, float lr, double grad_norm) {
   ++steps_;
   tensor::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, 0.0f, stats.grad_scale,
                       steps_};
-  float* p = model.params().data();
-  const float* g = model.grads().data();
-  for (const TensorSpec& t : layout.tensors()) {  // one pass; tensors are contiguous ranges
+  std::vector<tensor::AdamWSegment> segments;
+  for (const TensorSpec& t : layout.tensors()) {  // tensors are contiguous ranges
     if (t.name == frozen_for_test_) continue;
-    s.weight_decay = t.weight_decay ? config_.weight_decay : 0.0f;
-    tensor::adamw_update(model.context(), p + t.offset, g + t.offset, m_.data() + t.offset,
-                         v_.data() + t.offset, t.count, s);
+    segments.push_back({t.offset, t.count, t.weight_decay ? config_.weight_decay : 0.0f});
   }
+  tensor::adamw_update(model.context(), model.params().data(), model.grads().data(), m_.data(), v_.data(),
+                       segments, s);  // one pass over the pool
   return stats;
 }
 

@@ -1,7 +1,7 @@
 #include "tensor/adamw.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "tensor/simd/loops.h"
@@ -16,10 +16,26 @@ constexpr std::int64_t kGrain = 1 << 15;
 
 void adamw_update(Context& ctx, float* param, const float* grad, float* m, float* v,
                   std::int64_t count, const AdamWStep& s) {
-  const float c1 = 1.0f / (1.0f - static_cast<float>(std::pow(s.beta1, s.step)));
-  const float c2 = 1.0f / (1.0f - static_cast<float>(std::pow(s.beta2, s.step)));
-  ctx.pool().parallel_for(count, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    simd::loops().adamw(param + begin, grad + begin, m + begin, v + begin, end - begin, s, c1, c2);
+  adamw_update(ctx, param, grad, m, v, {{0, count, s.weight_decay}}, s);
+}
+
+void adamw_update(Context& ctx, float* param, const float* grad, float* m, float* v,
+                  const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
+  const float c1 = 1.0f / (1.0f - static_cast<float>(std::pow(step.beta1, step.step)));
+  const float c2 = 1.0f / (1.0f - static_cast<float>(std::pow(step.beta2, step.step)));
+  // Element k of the pass is element k of the segments laid end to end.
+  std::vector<std::int64_t> starts(segments.size() + 1, 0);
+  for (std::size_t i = 0; i < segments.size(); ++i) starts[i + 1] = starts[i] + segments[i].count;
+  ctx.pool().parallel_for(starts.back(), kGrain, [&](std::int64_t begin, std::int64_t end) {
+    auto i = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin() - 1);
+    for (; i < segments.size() && starts[i] < end; ++i) {
+      const std::int64_t from = std::max(begin, starts[i]), to = std::min(end, starts[i + 1]);
+      if (from >= to) continue;
+      const std::int64_t at = segments[i].offset + (from - starts[i]);
+      AdamWStep s = step;
+      s.weight_decay = segments[i].weight_decay;
+      simd::loops().adamw(param + at, grad + at, m + at, v + at, to - from, s, c1, c2);
+    }
   });
 }
 

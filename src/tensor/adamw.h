@@ -2,6 +2,7 @@
 // The fused AdamW update: one pass over a contiguous range of parameters,
 // gradients and both moments (no temporaries, each array read once).
 #include <cstdint>
+#include <vector>
 
 #include "tensor/context.h"
 
@@ -19,6 +20,19 @@ struct AdamWStep {
 
 void adamw_update(Context& ctx, float* param, const float* grad, float* m, float* v,
                   std::int64_t count, const AdamWStep& step);
+
+// A range of a flat parameter buffer and its decoupled weight decay.
+struct AdamWSegment {
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+  float weight_decay = 0.0f;
+};
+// The update over several ranges of flat buffers (every tensor of a model) in
+// one pass over the pool: each thread takes an equal share of the elements,
+// across range boundaries, instead of a pool job (and its barrier) per tensor
+// with the small tensors on one thread. step.weight_decay is ignored.
+void adamw_update(Context& ctx, float* param, const float* grad, float* m, float* v,
+                  const std::vector<AdamWSegment>& segments, const AdamWStep& step);
 
 // Sum of squares in double (the global gradient norm is accumulated across
 // tensors and ranks), over fixed pieces added in order: the same bits at any

@@ -36,6 +36,44 @@ TEST(AdamW, MatchesTheScalarFormulaOverSeveralSteps) {
   for (std::int64_t i = 0; i < n; i += 997) EXPECT_NEAR(p[i], rp[i], 1e-5) << i;
 }
 
+// One pass over several ranges gives each range the bits of its own update,
+// with its own weight decay, at any thread count; elements outside every
+// range are left alone. A decay taken from the wrong range is seen.
+TEST(AdamW, OnePassOverRangesEqualsAnUpdatePerRange) {
+  const std::int64_t n = 150001;
+  std::vector<float> p0(n), g(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    p0[i] = std::sin(0.1f * static_cast<float>(i));
+    g[i] = std::cos(0.3f * static_cast<float>(i));
+  }
+  const std::vector<AdamWSegment> segments = {{0, 7, 0.0f}, {7, 70000, 0.1f}, {70010, 3, 0.0f}, {70013, 79988, 0.5f}};
+  AdamWStep s{1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.5f, 2};
+  Context one({1});
+  std::vector<float> rp = p0, rm(n, 0.1f), rv(n, 0.2f);
+  for (const AdamWSegment& seg : segments) {
+    AdamWStep per = s;
+    per.weight_decay = seg.weight_decay;
+    adamw_update(one, rp.data() + seg.offset, g.data() + seg.offset, rm.data() + seg.offset,
+                 rv.data() + seg.offset, seg.count, per);
+  }
+  for (int threads : {1, 2, 3}) {
+    Context ctx({threads});
+    std::vector<float> p = p0, m(n, 0.1f), v(n, 0.2f);
+    adamw_update(ctx, p.data(), g.data(), m.data(), v.data(), segments, s);
+    for (std::int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(p[i]), std::bit_cast<std::uint32_t>(rp[i])) << i << ", " << threads << " threads";
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(m[i]), std::bit_cast<std::uint32_t>(rm[i])) << i;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(v[i]), std::bit_cast<std::uint32_t>(rv[i])) << i;
+    }
+    EXPECT_EQ(p[70008], p0[70008]);  // between two ranges
+  }
+  std::vector<float> p = p0, m(n, 0.1f), v(n, 0.2f);
+  std::vector<AdamWSegment> swapped = segments;
+  std::swap(swapped[1].weight_decay, swapped[3].weight_decay);
+  adamw_update(one, p.data(), g.data(), m.data(), v.data(), swapped, s);
+  EXPECT_NE(std::bit_cast<std::uint32_t>(p[100]), std::bit_cast<std::uint32_t>(rp[100]));
+}
+
 TEST(AdamW, SumSquaresIsExactForSmallIntegers) {
   Context ctx({3});
   std::vector<float> x(70000, 2.0f);
