@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "model/llama2c_checkpoint.h"
 #include "model/llmc_checkpoint.h"
@@ -104,6 +105,16 @@ model::AdamWConfig adamw_config(const OptimConfig& t) {
   c.weight_decay = static_cast<float>(t.weight_decay);
   c.grad_clip = static_cast<float>(t.grad_clip);
   return c;
+}
+
+void warn_if_oversubscribed(const tensor::ThreadSetup& setup, int ranks_on_host) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // One thread a rank starts no pool worker: nothing polls, however many ranks share the cores.
+  if (setup.threads <= 1 || setup.threads * ranks_on_host <= cores) return;
+  spdlog::warn("model.threads = {} with {} ranks on this host is {} kernel threads on {} cores: ranks will "
+               "compete for cores (each pool thread polls up to {} us between loops); 0 picks cores / ranks",
+               setup.threads, ranks_on_host, setup.threads * ranks_on_host, cores,
+               tensor::ThreadPool::kSpin.count());
 }
 
 tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host) {

@@ -35,5 +35,8 @@ model::AdamWConfig adamw_config(const OptimConfig& train);
 // Kernel threads of one rank: model.threads, or the host's cores shared by
 // the `ranks_on_host` processes of the job (at least 1).
 tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host);
+// A warning when model.threads was set so that the host's ranks start more
+// kernel threads than it has cores.
+void warn_if_oversubscribed(const tensor::ThreadSetup& setup, int ranks_on_host);
 
 }  // namespace ntp::train

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -418,6 +419,19 @@ TEST_F(TrainCliTest, TheReportMarksFailuresAndRecoveriesOnTheTimeAxis) {
   ASSERT_EQ(svgs.size(), 4u);
   EXPECT_NE(svgs[3].find(">failure<"), std::string::npos) << svgs[3];
   EXPECT_NE(svgs[3].find(">recovery<"), std::string::npos) << svgs[3];
+}
+
+// More kernel threads than the host has cores (model.threads set by hand) is
+// named before training; the default (cores / ranks) is not warned about.
+TEST_F(TrainCliTest, MoreKernelThreadsThanCoresIsWarnedAbout) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto over = ntp("train " + kSmall + "--set train.steps=1 --set model.threads=" + std::to_string(cores + 1) +
+                        " --run-dir " + (dir_ / "over").string());
+  ASSERT_EQ(over.exit_code, 0) << text_of(over);
+  EXPECT_NE(over.err.find("kernel threads on " + std::to_string(cores) + " cores"), std::string::npos) << over.err;
+  const auto fits = ntp("train " + kSmall + "--set train.steps=1 --run-dir " + (dir_ / "fits").string());
+  ASSERT_EQ(fits.exit_code, 0) << text_of(fits);
+  EXPECT_EQ(fits.err.find("kernel threads on"), std::string::npos) << fits.err;
 }
 
 TEST_F(TrainCliTest, LogLevelsComeFromFlagsOrTheEnvironment) {
