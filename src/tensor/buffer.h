@@ -7,6 +7,14 @@
 
 namespace ntp::tensor {
 
+// Whether buffers of 2 MiB or more ask for transparent huge pages (default
+// yes): a process-wide choice, made once at start-up (Context applies its
+// ThreadSetup's). Faster streaming passes (fewer TLB misses); on a virtual
+// machine whose host backs freed guest memory lazily, the first touch of
+// fresh huge pages costs more (docs/model.md).
+void set_huge_pages(bool on);
+bool huge_pages();
+
 class Buffer {
  public:
   Buffer() = default;

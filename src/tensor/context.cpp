@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <mutex>
+
+#include "tensor/buffer.h"
 #include <stdexcept>
 
 namespace ntp::tensor {
@@ -30,7 +32,7 @@ Context::Context(ThreadSetup setup) : setup_(checked(setup)), pool_(setup_.threa
 std::string Context::describe() const {
   return "gemm " + describe_gemm_backend(setup_.gemm) + ", one call per pool thread; pool " +
          std::to_string(pool_.threads()) + " threads; cores online " +
-         std::to_string(sysconf(_SC_NPROCESSORS_ONLN));
+         std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + (huge_pages() ? "; huge pages" : "; no huge pages");
 }
 
 }  // namespace ntp::tensor

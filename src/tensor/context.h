@@ -29,7 +29,8 @@ class Context {
   // framework.
   double gemm_seconds() const { return gemm_seconds_; }
   void add_gemm_seconds(double seconds) { gemm_seconds_ += seconds; }
-  // "gemm oneDNN 2.6.3, avx512_core_bf16, one call per pool thread; pool 2 threads; cores online 2"
+  // "gemm oneDNN 2.6.3, avx512_core_bf16, one call per pool thread; pool 2 threads; cores online 2;
+  // huge pages"
   std::string describe() const;
 
  private:

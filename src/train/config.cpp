@@ -251,6 +251,8 @@ const std::vector<KeyDef>& schema() {
       int_key("model.threads", "kernel threads per rank; 0 = host cores / ranks on the host",
               NTP_FIELD(model.threads)),
       choice_key("model.gemm", "sgemm library: onednn | openblas", kGemms, NTP_FIELD(model.gemm)),
+      bool_key("model.huge_pages", "buffers of 2 MiB or more on transparent huge pages (faster steps; on a "
+               "VM a cold host can take seconds longer to start)", NTP_FIELD(model.huge_pages)),
       string_key("data.path", "text file (bytes) or token .bin (llm.c or nanoGPT); empty = built-in corpus",
                  NTP_FIELD(data.path)),
       choice_key("data.format",

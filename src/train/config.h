@@ -55,6 +55,7 @@ struct ModelConfig {
   std::string init_from;  // llm.c checkpoint; empty = random init from train.seed
   std::int64_t threads = 0;  // kernel threads per rank; 0 = cores / ranks on this host
   tensor::GemmBackend gemm = tensor::GemmBackend::kOneDnn;  // every rank of a job uses the same
+  bool huge_pages = true;  // large buffers on transparent huge pages (tensor/buffer.h)
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -28,6 +28,7 @@ LocalTrainer::LocalTrainer(const Config& config, const std::filesystem::path& ru
       data_(open_dataset(config.data, run_dir)),
       setup_(resolve_model(config.model, data_.max_token())),
       ctx_(std::make_unique<tensor::Context>(train::thread_setup(config.model, 1))) {
+  tensor::set_huge_pages(config.model.huge_pages);
   const model::Shard full = model::Shard::full(setup_.gpt);
   model_ = std::make_unique<model::Model>(setup_.gpt, full, *ctx_);
   const double init_start = unix_time_s();

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "tensor/buffer.h"
+#include "tensor/context.h"
 
 namespace ntp::tensor {
 namespace {
@@ -29,6 +31,21 @@ TEST(Buffer, LargeBuffersStartOnAHugePage) {
     Buffer b(count);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % (std::uintptr_t{2} << 20), 0u) << count;
   }
+}
+
+// model.huge_pages = false: large buffers are plain 64-byte aligned memory,
+// still zeroed; the Context's description says which.
+TEST(Buffer, HugePagesCanBeTurnedOff) {
+  ASSERT_TRUE(huge_pages());  // the default
+  EXPECT_NE(Context({1}).describe().find("; huge pages"), std::string::npos);
+  set_huge_pages(false);
+  {
+    Buffer b((std::size_t{1} << 22) + 3);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % 64, 0u);
+    EXPECT_TRUE(std::all_of(b.data(), b.data() + b.size(), [](float x) { return x == 0.0f; }));
+    EXPECT_NE(Context({1}).describe().find("no huge pages"), std::string::npos);
+  }
+  set_huge_pages(true);
 }
 
 }  // namespace
