@@ -14,10 +14,13 @@
 // serial. Cases alternate, so repetitions see the same machine load; the load
 // average is printed.
 //
-//   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH (written when missing)] [--ntp PATH] [--against PATH] [--only TEXT]
+//   gpt2_job_bench [--reps N] [--steps N] [--checkpoint PATH (written when missing)] [--ntp PATH] [--against PATH]
+//                  [--only TEXT] [--set KEY=VALUE ...]
 // (--only: the cases whose name contains TEXT, e.g. "dp2" or "tp2+tp1"; --against: a
 // second `ntp`, e.g. an older build, run right after each case with the same
-// keys, so that both see the same load, and each figure's ratio printed).
+// keys, so that both see the same load, and each figure's ratio printed; --set:
+// a further key for this binary's runs only, e.g. --set model.huge_pages=false
+// against the same binary).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -90,8 +93,8 @@ std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
   return rows;
 }
 
-Result run_case(const std::string& ntp, const Case& c, const std::string& checkpoint, int steps,
-                const fs::path& dir) {
+Result run_case(const std::string& ntp, const Case& c, const std::vector<std::string>& extra,
+                const std::string& checkpoint, int steps, const fs::path& dir) {
   fs::remove_all(dir);
   std::vector<std::string> args = {ntp, "train", "--run-dir", dir.string(),
                                    "--set", "model.init_from=" + checkpoint,
@@ -103,6 +106,7 @@ Result run_case(const std::string& ntp, const Case& c, const std::string& checkp
                                    "--set", "deadline.collective_s=300",
                                    "--set", "deadline.rendezvous_s=700"};
   for (const std::string& k : c.keys) args.insert(args.end(), {"--set", k});
+  for (const std::string& k : extra) args.insert(args.end(), {"--set", k});
   Result r;
   const double start = now_s();
   const fs::path out = dir.string() + ".out";
@@ -157,6 +161,9 @@ int main(int argc, char** argv) {
   const std::string ntp = flag(argc, argv, "ntp", NTP_BINARY);
   const std::string only = flag(argc, argv, "only", "");
   const std::string against = flag(argc, argv, "against", "");
+  std::vector<std::string> extra;  // --set KEY=VALUE, repeatable: this binary's runs only
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--set") extra.emplace_back(argv[i + 1]);
   const fs::path tmp = fs::temp_directory_path() / ("ntp_gpt2_job_bench_" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   // --checkpoint: this file, written first when it does not exist (and kept, for the next run).
@@ -180,14 +187,15 @@ int main(int argc, char** argv) {
                                    "model.threads=1", "train.micro_batch=2", "sync.pipeline=false"}}};
   std::printf("ntp: %s\n", ntp.c_str());
   if (!against.empty()) std::printf("against: %s (printed as \"other\")\n", against.c_str());
+  for (const std::string& k : extra) std::printf("this binary also with --set %s\n", k.c_str());
   std::printf("checkpoint: %s\nload average at start: %s\n", checkpoint.c_str(), load_average().c_str());
   for (int rep = 0; rep < reps; ++rep) {
     for (const Case& c : cases) {
       if (std::string(c.name).find(only) == std::string::npos) continue;
-      const Result r = run_case(ntp, c, checkpoint, steps, tmp / "run");
+      const Result r = run_case(ntp, c, extra, checkpoint, steps, tmp / "run");
       print(c.name, "this", rep, steps, r);
       if (against.empty()) continue;
-      const Result o = run_case(against, c, checkpoint, steps, tmp / "run");
+      const Result o = run_case(against, c, {}, checkpoint, steps, tmp / "run");
       print(c.name, "other", rep, steps, o);
       std::printf("%-26s this / other: start-up %.2f, to the first step %.2f, median step %.2f, peak RSS %.2f\n",
                   c.name, r.startup_s / o.startup_s, r.first_step_s / o.first_step_s,
