@@ -1,6 +1,7 @@
 #include "tensor/thread_pool.h"
 
 #include <immintrin.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -31,7 +32,10 @@ bool spin_until(Done done) {
 
 ThreadPool::ThreadPool(int threads) {
   if (threads < 1) throw std::invalid_argument("thread pool: threads must be >= 1");
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < threads; ++i) {
+    workers_.emplace_back([this, i] { worker_loop(i); });
+    pthread_setname_np(workers_.back().native_handle(), kWorkerName);  // top -H, perf, tests
+  }
 }
 
 ThreadPool::~ThreadPool() {

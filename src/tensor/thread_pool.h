@@ -26,6 +26,8 @@ class ThreadPool {
  public:
   // How long an idle thread polls for the next job before it sleeps.
   static constexpr std::chrono::microseconds kSpin{100};
+  // The name of the worker threads (as top -H and /proc/<pid>/task/*/comm show it).
+  static constexpr const char* kWorkerName = "ntp-pool";
 
   explicit ThreadPool(int threads);
   ~ThreadPool();

@@ -2,10 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -70,10 +75,27 @@ bool slept(const ThreadPool& pool, std::uint64_t count) {
   return pool.sleeps() >= count;
 }
 
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+// CPU seconds (user + system) of this process's threads named `name`, from
+// /proc: the pool's workers alone, not the other libraries' threads (OpenBLAS
+// starts its own at load, and they spin for a while).
+double thread_cpu_seconds(const std::string& name) {
+  double ticks = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string comm_name;
+    std::getline(comm, comm_name);
+    if (comm_name != name) continue;
+    std::ifstream stat_file(task.path() / "stat");
+    std::string stat;
+    std::getline(stat_file, stat);
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+    std::string field;
+    for (int i = 3; i <= 15; ++i) {  // fields 14 and 15: utime, stime
+      fields >> field;
+      if (i >= 14) ticks += std::stod(field);
+    }
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // An idle worker spins for at most kSpin, then sleeps, and a sleeping worker
@@ -84,11 +106,31 @@ TEST(ThreadPool, AnIdleWorkerSleepsAndWakesForTheNextJob) {
   std::atomic<int> ran{0};
   pool.parallel_for(2, 1, [&](std::int64_t, std::int64_t) { ++ran; });
   ASSERT_TRUE(slept(pool, 2)) << "the worker was still spinning 10 s after its job";
-  const double cpu0 = process_cpu_seconds();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_LT(process_cpu_seconds() - cpu0, 0.1) << "an idle pool used CPU time";
+  const double cpu0 = thread_cpu_seconds(ThreadPool::kWorkerName);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_LT(thread_cpu_seconds(ThreadPool::kWorkerName) - cpu0, 0.1) << "an idle pool worker used CPU time";
   pool.parallel_for(2, 1, [&](std::int64_t, std::int64_t) { ++ran; });
   EXPECT_EQ(ran.load(), 4);
+}
+
+// The measurement above sees a thread of that name that spins.
+TEST(ThreadPool, TheIdleCheckSeesASpinningThread) {
+  std::atomic<double> before{-1};
+  std::thread spinner([&] {
+    pthread_setname_np(pthread_self(), ThreadPool::kWorkerName);
+    before = thread_cpu_seconds(ThreadPool::kWorkerName);
+    const auto own_cpu = [] {  // this thread's CPU time, whatever the load
+      timespec ts{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    };
+    const double start = own_cpu();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (own_cpu() - start < 0.3 && std::chrono::steady_clock::now() < deadline) {
+    }
+    EXPECT_GE(thread_cpu_seconds(ThreadPool::kWorkerName) - before, 0.2) << "a spinning thread went unseen";
+  });
+  spinner.join();
 }
 
 TEST(ThreadPool, RejectsZeroThreads) { EXPECT_THROW(ThreadPool(0), std::invalid_argument); }
