@@ -608,7 +608,7 @@ void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std
   const train::Config config = train::load_config((run_dir / "config.toml").string(), {});
   const Host host = host_of(config, node);
   check_power(config, host.place.ranks);
-  train::warn_if_oversubscribed(train::thread_setup(config.model, host.place.ranks), host.place.ranks);
+  train::warn_if_oversubscribed(config.model, host.place.ranks);
   const train::RunDir run = train::RunDir::open(run_dir);
   std::fprintf(out, "ntp train: node %d of %d in job %s: ranks %d-%d; run directory %s\n", node.node_rank,
                node.nnodes, comm::job_of(node.store).c_str(), host.place.first_rank,
@@ -701,7 +701,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   const Host host = host_of(config, node);  // --nnodes that does not fit the replicas: before anything runs
   check_power(config, host.place.ranks);
   check_ports(config, host.place.ranks);
-  train::warn_if_oversubscribed(train::thread_setup(config.model, host.place.ranks), host.place.ranks);
+  train::warn_if_oversubscribed(config.model, host.place.ranks);
   // --resume of a checkpoint inside a run directory continues that run.
   const bool resuming = !config.run.resume.empty();
   const bool continues = resuming && train::run_dir_of_checkpoint(config.run.resume) ==

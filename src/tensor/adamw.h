@@ -38,13 +38,13 @@ void adamw_update(Context& ctx, float* param, const float* grad, float* m, float
 // tensors and ranks), over fixed pieces added in order: the same bits at any
 // thread count.
 double sum_squares(Context& ctx, const float* x, std::int64_t count);
+// The same sum on the calling thread, in a fixed order: the same values give
+// the same bits on any rank (the exact gradient norm relies on it).
+double sum_squares_serial(const float* x, std::int64_t count);
 // out[p] = sum_squares_serial of piece p of x (pieces of `piece` elements, the
 // last one shorter if count is not a multiple), over the pool. Each thread
 // reads four of its pieces side by side (simd::Loops::sum_squares_x4): one
 // stream per thread left the memory bandwidth half used.
 void sum_squares_pieces(Context& ctx, const float* x, std::int64_t count, std::int64_t piece, double* out);
-// The same sum on the calling thread, in a fixed order: the same values give
-// the same bits on any rank (the exact gradient norm relies on it).
-double sum_squares_serial(const float* x, std::int64_t count);
 
 }  // namespace ntp::tensor

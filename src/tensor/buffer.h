@@ -8,8 +8,8 @@
 namespace ntp::tensor {
 
 // Whether buffers of 2 MiB or more ask for transparent huge pages (default
-// yes): a process-wide choice, made once at start-up (Context applies its
-// ThreadSetup's). Faster streaming passes (fewer TLB misses); on a virtual
+// yes): a process-wide choice, made once at start-up (the trainer applies
+// model.huge_pages). Faster streaming passes (fewer TLB misses); on a virtual
 // machine whose host backs freed guest memory lazily, the first touch of
 // fresh huge pages costs more (docs/model.md).
 void set_huge_pages(bool on);

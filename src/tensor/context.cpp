@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <mutex>
+#include <stdexcept>
 
 #include "tensor/buffer.h"
-#include <stdexcept>
 
 namespace ntp::tensor {
 

@@ -107,8 +107,13 @@ model::AdamWConfig adamw_config(const OptimConfig& t) {
   return c;
 }
 
-void warn_if_oversubscribed(const tensor::ThreadSetup& setup, int ranks_on_host) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+namespace {
+int host_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+}  // namespace
+
+void warn_if_oversubscribed(const ModelConfig& keys, int ranks_on_host) {
+  const tensor::ThreadSetup setup = thread_setup(keys, ranks_on_host);
+  const int cores = host_cores();
   // One thread a rank starts no pool worker: nothing polls, however many ranks share the cores.
   if (setup.threads <= 1 || setup.threads * ranks_on_host <= cores) return;
   spdlog::warn("model.threads = {} with {} ranks on this host is {} kernel threads on {} cores: ranks will "
@@ -118,9 +123,8 @@ void warn_if_oversubscribed(const tensor::ThreadSetup& setup, int ranks_on_host)
 }
 
 tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads =
-      keys.threads > 0 ? static_cast<int>(keys.threads) : std::max(1, cores / ranks_on_host);
+      keys.threads > 0 ? static_cast<int>(keys.threads) : std::max(1, host_cores() / ranks_on_host);
   return {threads, keys.gemm};
 }
 

@@ -37,6 +37,6 @@ model::AdamWConfig adamw_config(const OptimConfig& train);
 tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host);
 // A warning when model.threads was set so that the host's ranks start more
 // kernel threads than it has cores.
-void warn_if_oversubscribed(const tensor::ThreadSetup& setup, int ranks_on_host);
+void warn_if_oversubscribed(const ModelConfig& keys, int ranks_on_host);
 
 }  // namespace ntp::train
