@@ -1,6 +1,8 @@
 #pragma once
 // A zero-initialised, 64-byte aligned float array: the storage behind every
-// flat parameter, gradient, optimizer-state and activation tensor.
+// flat parameter, gradient, optimizer-state and activation tensor. Buffers of
+// 2 MiB or more are mappings of their own, zeroed by the kernel page by page
+// at first touch rather than by a memset when they are made.
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -29,6 +31,7 @@ class Buffer {
 
  private:
   struct Free {
+    std::size_t mapped_bytes;  // a mapping of its own (2 MiB or more), or 0: from the heap
     void operator()(float* p) const;
   };
   std::unique_ptr<float[], Free> data_;
