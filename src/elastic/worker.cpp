@@ -138,7 +138,7 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
   } catch (const layout::UnitsLostError& e) {
     trainer.event("run_stopped", {{"reason", e.what()}});
     trainer.restore_power("error");
-    spdlog::error("rank {}: {}", options.rank, e.what());
+    spdlog::error("rank {}: in-job recovery impossible: {}", options.rank, e.what());
     return kExitUnitsLost;
   } catch (const std::exception& e) {
     trainer.event("run_stopped", {{"reason", e.what()}});

@@ -155,7 +155,7 @@ KindPlans transition_plans(const ParallelConfig& from, const ParallelConfig& to,
                                                        layout::plan_job(job_config(to, units)), stale);
     if (!p.recoverable()) {
       throw layout::UnitsLostError(fmt::format(
-          "in-job recovery impossible: no surviving holder at the resume step has these {}: {}", kind,
+          "no surviving holder at the resume step has these {}: {}", kind,
           p.lost_summary()));
     }
     return p;
