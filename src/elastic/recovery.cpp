@@ -265,6 +265,7 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   }
   trainer_.set_writer(writer);
   if (trainer_.is_writer()) trainer_.take_over_logs(newest + 1);
+  trainer_.save_resume_state(newest + 1);
   for (int r : agreed.joined) {
     if (r == trainer_.rank()) trainer_.event("rank_rejoined", {{"epoch", epoch}, {"step", newest + 1}});
   }

@@ -505,6 +505,11 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
 
 void NtpTrainer::wait_for_checkpoint() { impl_->saver->wait(); }
 
+void NtpTrainer::save_resume_state(std::int64_t resume) {
+  if (resume <= 0 || resume > config_.train.steps) return;  // nothing applied yet, or past the run
+  if (resume == config_.train.steps || impl_->saver->step_due(resume)) save_checkpoint(resume);
+}
+
 void NtpTrainer::load_checkpoint(const std::filesystem::path& dir) {
   Impl& x = *impl_;
   const double start = unix_time_s();

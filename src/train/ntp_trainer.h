@@ -154,6 +154,13 @@ class NtpTrainer {
   bool stop_requested() const { return stop_requested_; }
   // Blocks until this rank's checkpoint save in flight ended.
   void wait_for_checkpoint();
+  // After a recovery that resumes at `resume` (steps applied): the save of
+  // that state begun before the failure may have lost a writer, and when it
+  // is the final state or a train.checkpoint_every boundary no later save
+  // holds it, so the survivors save it again in the new layout. Every rank
+  // decides alike, from the step and the config; if the first save completed,
+  // the second is discarded (complete_checkpoint).
+  void save_resume_state(std::int64_t resume);
   // Called at every phase of every step (fault injection).
   void set_fault_point(std::function<void(std::int64_t, StepPhase)> fn) { fault_point_ = std::move(fn); }
 

@@ -154,10 +154,18 @@ TEST_F(CheckpointCliTest, AWorkerKilledWhileSavingLeavesThePreviousCheckpoint) {
   EXPECT_EQ(losses(run).size(), 20u);
 }
 
+// The manifest of a complete checkpoint folder.
+nlohmann::json manifest_of(const fs::path& checkpoint) {
+  std::ifstream in(checkpoint / "manifest.json");
+  return nlohmann::json::parse(in);
+}
+
 TEST_F(CheckpointCliTest, AWriterStoppedBeforeItsPartDoesNotHoldUpTraining) {
   // Rank 1 (a writer) is SIGSTOPped before its part of step-5: it is fenced,
   // the job recovers in-job, the writer rank gives up that save at once (not
-  // after deadline.checkpoint_s) and the later checkpoints are complete.
+  // after deadline.checkpoint_s), the survivors save step-5 again in the new
+  // layout (the recovery resumes at that boundary) and the later checkpoints
+  // are complete.
   const fs::path run = dir_ / "stopped_writer";
   const CliResult r = ntp("train --run-dir " + run.string() + kModel +
                           " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true"
@@ -165,13 +173,41 @@ TEST_F(CheckpointCliTest, AWriterStoppedBeforeItsPartDoesNotHoldUpTraining) {
   ASSERT_NE(r.code, 137) << "stalled:\n" << r.output;
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("\"verify\":\"pass\""), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-5"));
   for (const char* step : {"step-15", "step-20"}) {
     EXPECT_TRUE(fs::exists(run / "checkpoints" / step / "manifest.json")) << step;
   }
+  // Every boundary was saved, step 5 after the recovery (the older ones are
+  // pruned by train.keep_checkpoints).
+  std::vector<std::int64_t> saved;
+  for (const nlohmann::json& e : ntp::testing::events_named(run, "checkpoint_saved")) saved.push_back(e["step"]);
+  EXPECT_EQ(saved, (std::vector<std::int64_t>{5, 10, 15, 20}));
+  const double agreed = ntp::testing::events_named(run, "membership_agreed").at(0)["time"];
+  EXPECT_GT(ntp::testing::events_named(run, "checkpoint_saved").at(0)["time"].get<double>(), agreed);
   const std::vector<nlohmann::json> failed = ntp::testing::events_named(run, "checkpoint_failed");
   ASSERT_FALSE(failed.empty());
   EXPECT_NE(failed[0]["reason"].get<std::string>().find("abandoned"), std::string::npos) << failed[0];
+}
+
+TEST_F(CheckpointCliTest, AWriterLostInTheFinalSaveStillLeavesTheFinalCheckpoint) {
+  // Rank 0 writes and assembles; it dies before its part of the last save
+  // (step-20). The survivors recover at the end of the run, with no step to
+  // redo, and save step-20 again: it holds exactly the final parameters
+  // (its llm.c export is model.bin, byte for byte).
+  const fs::path run = dir_ / "lost_in_final_save";
+  const CliResult r = ntp("train --run-dir " + run.string() + kModel +
+                          " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true"
+                          " --set elastic.settle_s=0.2 --set 'test.failures=\"0@19:checkpoint\"' --verify");
+  ASSERT_NE(r.code, 137) << "stalled:\n" << r.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"verify\":\"pass\""), std::string::npos) << r.output;
+  ASSERT_TRUE(fs::exists(run / "checkpoints" / "step-20" / "manifest.json")) << r.output;
+  const nlohmann::json final_step = manifest_of(run / "checkpoints" / "step-20");
+  EXPECT_EQ(final_step["saved_by"]["epoch"], 1) << final_step["saved_by"];
+  EXPECT_EQ(final_step["optimizer_steps"], 20);
+  const fs::path exported = dir_ / "final_export.bin";
+  const CliResult e = ntp("export " + (run / "checkpoints" / "step-20").string() + " --llmc " + exported.string());
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_EQ(read_file(exported), read_file(run / "model.bin"));
 }
 
 // Starts a 200-step dp 2 x tp 2 run under `timeout`, sends it SIGINT (as a
