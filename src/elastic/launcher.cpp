@@ -187,7 +187,7 @@ class Supervisor {
   void signal_all(int sig) {
     for (RankExit& r : result_.ranks) {
       if (!r.running) continue;
-      r.stopped_by_launcher = true;
+      r.signalled |= std::uint64_t{1} << sig;
       ::kill(-r.pid, sig);
     }
   }
@@ -218,6 +218,7 @@ class Supervisor {
       } else if (WIFSIGNALED(status)) {
         r.signal = WTERMSIG(status);
       }
+      r.stopped_by_launcher = r.exited ? r.signalled != 0 : ((r.signalled >> r.signal) & 1) != 0;
       // The first failure the launcher did not cause starts the straggler clock.
       // Tolerating failures (in-job recovery), a death by a signal is left to
       // the survivors, but a worker that exits with an error ends the job: the

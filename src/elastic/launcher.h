@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -79,7 +80,12 @@ struct RankExit {
   bool exited = false;  // exited normally with `code`
   int code = 0;
   int signal = 0;       // killed by this signal
-  bool stopped_by_launcher = false;  // after another rank failed or on a forwarded signal
+  // Ended by the launcher (after another rank failed or on a forwarded signal):
+  // exited after the launcher signalled it, or killed by a signal the launcher
+  // sent. A worker killed by another signal meanwhile (an outside SIGKILL
+  // during the stop) is not.
+  bool stopped_by_launcher = false;
+  std::uint64_t signalled = 0;  // bit s: the launcher sent it signal s
   double runtime_s = 0;
   bool ok() const { return exited && code == 0; }
   // "rank 2 (pid 4711) exited with code 3", "... killed by signal 9 (Killed)".

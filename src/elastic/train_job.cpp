@@ -752,11 +752,12 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   progress.finish();
   if (const std::optional<nlohmann::json> stopped = first_event(run, "run_interrupted", start)) {
     const std::int64_t steps = stopped->value("steps_done", std::int64_t{0});
-    const std::filesystem::path checkpoint = train::final_dir(run.path() / "checkpoints", steps);
-    run.write_summary({{"status", "interrupted"}, {"steps_done", steps}, {"checkpoint", checkpoint.string()},
+    const Interruption left = interruption(run_dir, steps);
+    run.write_summary({{"status", "interrupted"},
+                       {"steps_done", steps},
+                       {"checkpoint", left.checkpoint ? nlohmann::json(left.checkpoint->string()) : nlohmann::json()},
                        {"job", describe_job(config)}});
-    throw RunInterrupted(fmt::format("interrupted after {} step{}; checkpoint {}; continue with: ntp train --resume {}",
-                                     steps, steps == 1 ? "" : "s", checkpoint.string(), run_dir.string()));
+    throw RunInterrupted(left.message);
   }
   TrainJobResult result{run_dir, finish_run(config, run, metrics, start, out), {}};
   if (verify) {
@@ -764,6 +765,23 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
     run.event("verify", result.verify->to_json());
   }
   return result;
+}
+
+Interruption interruption(const std::filesystem::path& run_dir, std::int64_t steps_done) {
+  const std::filesystem::path root = run_dir / "checkpoints";
+  const std::string head = fmt::format("interrupted after {} step{}", steps_done, steps_done == 1 ? "" : "s");
+  const std::filesystem::path saved = train::final_dir(root, steps_done);
+  if (std::filesystem::exists(saved / "manifest.json")) {
+    return {saved, fmt::format("{}; checkpoint {}; continue with: ntp train --resume {}", head, saved.string(),
+                               run_dir.string())};
+  }
+  // The save of the interrupted step lost a writer (events.jsonl: checkpoint_failed).
+  const std::string failed = fmt::format("the checkpoint of step {} did not complete (events.jsonl: checkpoint_failed)",
+                                         steps_done);
+  const std::optional<std::filesystem::path> newest = train::newest_checkpoint(root);
+  if (!newest) return {std::nullopt, fmt::format("{}; {} and there is no earlier one to resume from", head, failed)};
+  return {newest, fmt::format("{}; {}; the newest is {}; continue with: ntp train --resume {}", head, failed,
+                              newest->string(), run_dir.string())};
 }
 
 }  // namespace ntp::elastic

@@ -23,7 +23,8 @@ class UnsupportedRequest : public std::runtime_error {
 };
 
 // SIGINT or SIGTERM stopped the run after the step in flight; a checkpoint of
-// that step was saved (`ntp train` exits 130, naming how to resume).
+// that step was saved, or, if that save lost a writer, an earlier one is the
+// newest (`ntp train` exits 130, naming how to resume: interruption() below).
 class RunInterrupted : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -43,6 +44,15 @@ struct TrainJobResult {
   nlohmann::json summary;
   std::optional<train::VerifyResult> verify;
 };
+
+// What an interrupted run left after `steps_done` steps: the checkpoint of
+// that step if its save completed, else the newest complete one (or none), and
+// the line `ntp train` says. Never names a checkpoint that is not there.
+struct Interruption {
+  std::optional<std::filesystem::path> checkpoint;
+  std::string message;
+};
+Interruption interruption(const std::filesystem::path& run_dir, std::int64_t steps_done);
 
 // The built-in demo (`ntp train` with no --config and no --set): 2 replicas x
 // TP 4 of the tiny preset on the built-in corpus, replica 0 without slot 2.

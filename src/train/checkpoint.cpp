@@ -238,14 +238,15 @@ std::filesystem::path final_dir(const std::filesystem::path& root, std::int64_t 
 std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const std::filesystem::path& final,
                                   const CheckpointInfo& info, const std::vector<int>& writers,
                                   const std::string& config_toml, std::chrono::milliseconds deadline,
-                                  const std::function<bool()>& abandoned) {
+                                  const std::function<bool(int rank)>& abandoned) {
   const auto give_up = std::chrono::steady_clock::now() + deadline;
   std::vector<PartRecord> parts;
   for (int rank : writers) {
     const std::filesystem::path record = partial / fmt::format("rank-{}.json", rank);
     while (!std::filesystem::exists(record)) {
-      if (abandoned && abandoned()) {
-        throw CheckpointError(fmt::format("{}: abandoned: the job reconfigured before rank {} wrote its part",
+      if (abandoned && abandoned(rank) && !std::filesystem::exists(record)) {
+        throw CheckpointError(fmt::format("{}: abandoned: rank {} was lost or the job reconfigured before it "
+                                          "wrote its part",
                                           partial.string(), rank));
       }
       if (std::chrono::steady_clock::now() > give_up) {

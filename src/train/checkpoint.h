@@ -104,12 +104,14 @@ std::filesystem::path final_dir(const std::filesystem::path& root, std::int64_t 
 // deadline (the partial folder is left for prune_checkpoints). An existing
 // `final` (the same step saved before a recovery redid it) is kept and the new
 // copy dropped. Returns the total bytes.
-// `abandoned` (polled while waiting; may be empty) ends the wait early with
-// the same error: a writer was lost and the job reconfigured.
+// `abandoned(rank)` (polled while waiting for that writer's part; may be
+// empty) ends the wait early with the same error: the writer is gone (lost,
+// stopped) or the job reconfigured. A part found after it says so still counts:
+// a writer that wrote its part and then ended is not a lost one.
 std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const std::filesystem::path& final,
                                   const CheckpointInfo& info, const std::vector<int>& writers,
                                   const std::string& config_toml, std::chrono::milliseconds deadline,
-                                  const std::function<bool()>& abandoned = {});
+                                  const std::function<bool(int rank)>& abandoned = {});
 
 // The complete checkpoints under `root`, oldest first (by step).
 std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::path& root);

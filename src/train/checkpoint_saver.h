@@ -42,7 +42,7 @@ struct SaveJob {
   std::vector<int> writers;            // the ranks whose parts make the checkpoint
   std::string config_toml;
   std::function<void()> before_part;  // fault injection: called before the part is written
-  std::function<bool()> abandoned;   // true once waiting for the other parts is pointless
+  std::function<bool(int rank)> abandoned;  // true once waiting for that writer's part is pointless
 };
 
 // The manifest fields of a checkpoint after `steps_done` steps of `config`'s

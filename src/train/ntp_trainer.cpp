@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "comm/group.h"
+#include "comm/heartbeat.h"
 #include "comm/store.h"
 #include "model/model_file.h"
 #include "model/model.h"
@@ -494,8 +495,14 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
     };
   }
   // A writer lost during the save: the survivors reconfigure, and the parts
-  // of this epoch's save will never all exist.
-  job.abandoned = [this, epoch = epoch_] { return live_epoch_.load() != epoch; };
+  // of this epoch's save will never all exist. Its heartbeat tells it too, and
+  // sooner where no recovery follows (a save for SIGINT: the others are done
+  // with their steps, so no collective fails): without it the writer waited
+  // for the lost part until deadline.checkpoint_s or the launcher's grace.
+  const auto max_age = std::chrono::milliseconds(static_cast<std::int64_t>(config_.deadline.heartbeat_s * 1000));
+  job.abandoned = [this, epoch = epoch_, max_age](int rank) {
+    return live_epoch_.load() != epoch || !comm::stale_ranks(*store_, {rank}, max_age).empty();
+  };
   job.before_part = [this, s = steps_done - 1] {
     if (fault_point_) fault_point_(s, StepPhase::kCheckpoint);
   };

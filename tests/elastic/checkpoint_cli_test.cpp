@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -267,6 +268,73 @@ TEST_F(CheckpointCliTest, CtrlCDuringAnInJobRecoverySavesACheckpointThatResumes)
                        {"--set", "elastic.recover=true", "--set", "elastic.settle_s=0.2", "--set",
                         "test.failures=\"1@3:backward\""},
                        [&] { return !ntp::testing::events_named(run, "failure_detected").empty(); });
+}
+
+// Ctrl-C, then a writer of the interrupt's save SIGKILLed by pid as soon as
+// the save begins. The other writer sees the lost rank's heartbeat go stale
+// and gives the save up (before: it waited for the part until the launcher's
+// 60 s grace ran out, and exit 1); the run ends with 130 and names no
+// checkpoint that is not there. Whether the killed rank wrote its part first
+// is a race: either way the message must match what is on disk.
+TEST_F(CheckpointCliTest, AWriterKilledInTheCtrlCSaveEndsTheRunSoonAndHonestly) {
+  const fs::path run = dir_ / "ctrl_c_writer_killed";
+  std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
+                                   "--run-dir", run.string()};
+  for (const char* set : {"model.preset=small", "model.seq_len=32", "train.micro_batch=4", "train.steps=200",
+                          "train.global_batch=8", "parallel.dp=2", "parallel.tp=2", "run.trace_steps=0",
+                          "deadline.heartbeat_s=1.5"}) {
+    args.push_back("--set");
+    args.push_back(set);
+  }
+  const fs::path out = dir_ / "ctrl_c_writer_killed.out";
+  const pid_t child = ntp::testing::spawn_logged(args, out);
+  const auto wait_for = [&](const char* what, const std::function<bool()>& ready) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!ready()) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        ::kill(child, SIGKILL);
+        ::waitpid(child, nullptr, 0);
+        return ::testing::AssertionFailure() << what << " did not come within 60 s\n" << read_file(out);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return ::testing::AssertionSuccess();
+  };
+  ASSERT_TRUE(wait_for("two steps", [&] { return ntp::testing::read_jsonl_lines(run / "metrics.jsonl").size() >= 2; }));
+  pid_t writer = 0;
+  for (const nlohmann::json& e : ntp::testing::events_named(run, "worker_started"))
+    if (e["rank"] == 1) writer = e["pid"].get<pid_t>();
+  ASSERT_GT(writer, 0);
+  const auto signalled = std::chrono::steady_clock::now();
+  ::kill(child, SIGINT);
+  fs::path partial;
+  ASSERT_TRUE(wait_for("the interrupt's save", [&] {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(run / "checkpoints", ec))
+      if (entry.path().filename().string().find(".partial") != std::string::npos) partial = entry.path();
+    return !partial.empty();
+  }));
+  ::kill(writer, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  const std::string output = read_file(out);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  ASSERT_EQ(WEXITSTATUS(status), 130) << output;
+  EXPECT_LT(seconds, 30.0) << output;
+  const nlohmann::json summary = nlohmann::json::parse(read_file(run / "summary.json"));
+  EXPECT_EQ(summary["status"], "interrupted");
+  if (summary["checkpoint"].is_string()) {
+    const fs::path named = summary["checkpoint"].get<std::string>();
+    EXPECT_TRUE(fs::exists(named / "manifest.json")) << output;
+    EXPECT_NE(output.find(named.string()), std::string::npos) << output;
+  } else {
+    EXPECT_NE(output.find("did not complete"), std::string::npos) << output;
+    EXPECT_EQ(output.find("--resume"), std::string::npos) << output;
+  }
+  std::printf("the interrupt's save %s; %.1f s from SIGINT to the end\n",
+              summary["checkpoint"].is_string() ? "completed (the part was written before the kill)" : "was given up",
+              seconds);
 }
 
 TEST_F(CheckpointCliTest, EveryHolderOfAUnitLostRestartsFromTheCheckpoint) {

@@ -140,6 +140,31 @@ TEST_F(LauncherTest, SigtermToTheLauncherIsForwardedToEveryWorker) {
   EXPECT_NE(result.report().find("received signal 15"), std::string::npos) << result.report();
 }
 
+// A worker that dies of another signal while the launcher stops the job
+// (here it SIGKILLs itself on the forwarded SIGTERM, as an outside kill
+// during a Ctrl-C's save would) is reported as its own death, not as
+// "stopped by the launcher"; the one that exits on the signal is.
+TEST_F(LauncherTest, AnOutsideKillDuringTheStopIsNotTheLaunchers) {
+  LaunchOptions o = shell(2,
+                          "if [ \"$RANK\" = 1 ]; then trap 'kill -KILL $$' TERM; else trap 'exit 0' TERM; fi; "
+                          "touch \"$OUT/up-$RANK\"; sleep 30 & wait");
+  std::thread sender([&] {
+    for (int i = 0; i < 500 && !(fs::exists(dir_ / "up-0") && fs::exists(dir_ / "up-1")); ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    ::kill(::getpid(), SIGTERM);
+  });
+  const LaunchResult result = launch(o);
+  sender.join();
+  EXPECT_EQ(result.forwarded_signal, SIGTERM);
+  EXPECT_TRUE(result.ranks[0].exited);
+  EXPECT_TRUE(result.ranks[0].stopped_by_launcher);
+  EXPECT_EQ(result.ranks[1].signal, SIGKILL);
+  EXPECT_FALSE(result.ranks[1].stopped_by_launcher);
+  EXPECT_EQ(result.ranks[1].describe().find("stopped by the launcher"), std::string::npos)
+      << result.ranks[1].describe();
+}
+
 // exec's failure comes back through a close-on-exec pipe: the launcher names
 // the command and the reason instead of a bare exit code 127.
 TEST_F(LauncherTest, AMissingProgramIsReportedWithTheCommandAndTheReason) {
