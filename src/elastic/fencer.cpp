@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include <spdlog/spdlog.h>
+
 #include "comm/heartbeat.h"
 #include "elastic/membership.h"
 
@@ -226,6 +228,9 @@ void Fencer::fence(int rank, const std::string& reason, std::int64_t age_ms) {
   ::kill(it->second, SIGKILL);
   run_.event("rank_fenced", {{"rank", rank}, {"pid", it->second}, {"reason", reason},
                              {"heartbeat_age_ms", age_ms}});
+  // Said at once: the rank's exit line that follows reads "killed by signal 9".
+  spdlog::warn("rank {} (pid {}) fenced: {} (last heartbeat {} ms ago); killed with SIGKILL", rank, it->second,
+               reason, age_ms);
 }
 
 }  // namespace ntp::elastic

@@ -430,6 +430,14 @@ std::vector<train::StepMetrics> train_with_workers(
     const LaunchResult result = launch_workers(config, run, host_of(config, node), show);
     if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
     if (first_event(run, "run_interrupted", started)) return run.read_metrics();
+    if (result.forwarded_signal != 0) {
+      // Interrupted, but the writer, which says so, was lost during the stop
+      // (in the interrupt's save): the steps it logged are the steps done.
+      const std::vector<train::StepMetrics> done = run.read_metrics();
+      const std::int64_t steps = done.empty() ? 0 : done.back().step + 1;
+      run.event("run_interrupted", {{"steps_done", steps}, {"writer_lost", true}});
+      return done;
+    }
     const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
       return r.exited && r.code == kExitUnitsLost;
     });
@@ -775,9 +783,8 @@ Interruption interruption(const std::filesystem::path& run_dir, std::int64_t ste
     return {saved, fmt::format("{}; checkpoint {}; continue with: ntp train --resume {}", head, saved.string(),
                                run_dir.string())};
   }
-  // The save of the interrupted step lost a writer (events.jsonl: checkpoint_failed).
-  const std::string failed = fmt::format("the checkpoint of step {} did not complete (events.jsonl: checkpoint_failed)",
-                                         steps_done);
+  const std::string failed =
+      fmt::format("the checkpoint of step {} did not complete (a writer was lost during its save)", steps_done);
   const std::optional<std::filesystem::path> newest = train::newest_checkpoint(root);
   if (!newest) return {std::nullopt, fmt::format("{}; {} and there is no earlier one to resume from", head, failed)};
   return {newest, fmt::format("{}; {}; the newest is {}; continue with: ntp train --resume {}", head, failed,

@@ -270,23 +270,21 @@ TEST_F(CheckpointCliTest, CtrlCDuringAnInJobRecoverySavesACheckpointThatResumes)
                        [&] { return !ntp::testing::events_named(run, "failure_detected").empty(); });
 }
 
-// Ctrl-C, then a writer of the interrupt's save SIGKILLed by pid as soon as
-// the save begins. The other writer sees the lost rank's heartbeat go stale
-// and gives the save up (before: it waited for the part until the launcher's
-// 60 s grace ran out, and exit 1); the run ends with 130 and names no
-// checkpoint that is not there. Whether the killed rank wrote its part first
-// is a race: either way the message must match what is on disk.
-TEST_F(CheckpointCliTest, AWriterKilledInTheCtrlCSaveEndsTheRunSoonAndHonestly) {
-  const fs::path run = dir_ / "ctrl_c_writer_killed";
+// Ctrl-C, then `signal` by pid to writer `rank` of the interrupt's save as
+// soon as the save begins (elastic.recover: the launcher fences ranks whose
+// heartbeat stops). The run ends with 130 within 30 s and names no
+// checkpoint that is not there. Whether the rank wrote its part first is a
+// race: either way the message must match what is on disk.
+void ctrl_c_then_signal_a_writer(const fs::path& dir, const fs::path& run, int rank, int signal) {
   std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
                                    "--run-dir", run.string()};
   for (const char* set : {"model.preset=small", "model.seq_len=32", "train.micro_batch=4", "train.steps=200",
                           "train.global_batch=8", "parallel.dp=2", "parallel.tp=2", "run.trace_steps=0",
-                          "deadline.heartbeat_s=1.5"}) {
+                          "deadline.heartbeat_s=1.5", "elastic.recover=true"}) {
     args.push_back("--set");
     args.push_back(set);
   }
-  const fs::path out = dir_ / "ctrl_c_writer_killed.out";
+  const fs::path out = dir / (run.filename().string() + ".out");
   const pid_t child = ntp::testing::spawn_logged(args, out);
   const auto wait_for = [&](const char* what, const std::function<bool()>& ready) {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -303,7 +301,7 @@ TEST_F(CheckpointCliTest, AWriterKilledInTheCtrlCSaveEndsTheRunSoonAndHonestly) 
   ASSERT_TRUE(wait_for("two steps", [&] { return ntp::testing::read_jsonl_lines(run / "metrics.jsonl").size() >= 2; }));
   pid_t writer = 0;
   for (const nlohmann::json& e : ntp::testing::events_named(run, "worker_started"))
-    if (e["rank"] == 1) writer = e["pid"].get<pid_t>();
+    if (e["rank"] == rank) writer = e["pid"].get<pid_t>();
   ASSERT_GT(writer, 0);
   const auto signalled = std::chrono::steady_clock::now();
   ::kill(child, SIGINT);
@@ -314,7 +312,7 @@ TEST_F(CheckpointCliTest, AWriterKilledInTheCtrlCSaveEndsTheRunSoonAndHonestly) 
       if (entry.path().filename().string().find(".partial") != std::string::npos) partial = entry.path();
     return !partial.empty();
   }));
-  ::kill(writer, SIGKILL);
+  ::kill(writer, signal);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
@@ -335,6 +333,20 @@ TEST_F(CheckpointCliTest, AWriterKilledInTheCtrlCSaveEndsTheRunSoonAndHonestly) 
   std::printf("the interrupt's save %s; %.1f s from SIGINT to the end\n",
               summary["checkpoint"].is_string() ? "completed (the part was written before the kill)" : "was given up",
               seconds);
+}
+
+// A writer SIGKILLed: the other writer sees its heartbeat go stale and gives
+// the save up (before: it waited for the part until the launcher's 60 s
+// grace ran out, and exit 1).
+TEST_F(CheckpointCliTest, AWriterKilledInTheCtrlCSaveEndsTheRunSoonAndHonestly) {
+  ctrl_c_then_signal_a_writer(dir_, dir_ / "ctrl_c_writer_killed", 1, SIGKILL);
+}
+
+// The assembling writer, which also says the run was interrupted, SIGSTOPped:
+// it is fenced, and the launcher says the interruption itself (before: exit 1,
+// "the workers failed").
+TEST_F(CheckpointCliTest, TheAssemblerStoppedInTheCtrlCSaveStillEndsAsAnInterruption) {
+  ctrl_c_then_signal_a_writer(dir_, dir_ / "ctrl_c_assembler_stopped", 0, SIGSTOP);
 }
 
 TEST_F(CheckpointCliTest, EveryHolderOfAUnitLostRestartsFromTheCheckpoint) {
