@@ -214,7 +214,10 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
     if (s.rank == trainer_.rank()) me_stale = is_stale;
   }
   const bool completed = std::any_of(agreed.survivors.begin(), agreed.survivors.end(), completes);
-  if (agreed.lost.empty() && stale.empty() && agreed.joined.empty() && !completed) {
+  // Growing for a rank that was lost while it asked (it never took part)
+  // changes nothing: the members go on in a new epoch. A failed collective
+  // that changes nothing is another matter.
+  if (failure && agreed.lost.empty() && stale.empty() && agreed.joined.empty() && !completed) {
     throw RecoveryError(fmt::format(
         "rank {}: a collective failed ({}) but no rank was lost and none is behind: not recovering (is "
         "deadline.collective_s too short for a step?)",

@@ -14,6 +14,7 @@
 
 #include <net/if.h>
 
+#include "comm/heartbeat.h"
 #include "comm/port_budget.h"
 
 #include "comm/error.h"
@@ -235,8 +236,12 @@ nlohmann::json recoveries(const train::RunDir& run, nlohmann::json& rejoins) {
   for (const auto& [epoch, x] : epochs) {
     if (x.detected == 0 && x.resumed == 0) continue;
     if (x.detected == 0 && first_detected == 0) {  // a repaired rank came back, nothing failed
-      rejoins.push_back({{"epoch", epoch}, {"joined", x.joined}, {"step", x.resumed_event["step"]},
-                         {"tp", x.resumed_event["tp"]}, {"rejoin_s", restarted > 0 ? x.resumed - restarted : 0.0}});
+      // (or was lost again while it asked: an epoch that took nobody in is no rejoin)
+      if (!x.joined.empty()) {
+        rejoins.push_back({{"epoch", epoch}, {"joined", x.joined}, {"step", x.resumed_event["step"]},
+                           {"tp", x.resumed_event["tp"]},
+                           {"rejoin_s", restarted > 0 ? x.resumed - restarted : 0.0}});
+      }
       previous_end = x.resumed;
       continue;
     }
@@ -680,9 +685,13 @@ int run_train_worker(const std::filesystem::path& run_dir) {
     const std::shared_ptr<comm::Store> store = comm::open_store(options.store);
     options.is_dead = [store](int rank) { return store->try_get(dead_key(rank)).has_value(); };
     if (config.elastic.rejoin) {
-      options.join_pending = [store, world = world.world_size](const std::vector<int>& members) {
+      // A request counts while its rank beats: a worker lost while it asked
+      // (its key stays) must not make the survivors grow for nobody.
+      const auto max_age = std::chrono::milliseconds(static_cast<std::int64_t>(config.deadline.heartbeat_s * 1000));
+      options.join_pending = [store, world = world.world_size, max_age](const std::vector<int>& members) {
         for (int r = 0; r < world; ++r) {
-          if (!std::binary_search(members.begin(), members.end(), r) && store->try_get(join_key(r))) return true;
+          if (std::binary_search(members.begin(), members.end(), r) || !store->try_get(join_key(r))) continue;
+          if (comm::stale_ranks(*store, {r}, max_age).empty()) return true;
         }
         return false;
       };

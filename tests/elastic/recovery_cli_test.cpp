@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -278,6 +279,46 @@ TEST_F(RecoveryCliTest, ARepairedRankRejoinsAndTheReplicaGoesBackToFullTp) {
   EXPECT_EQ(s["rejoins"][0]["joined"], nlohmann::json::parse("[1]"));
   EXPECT_GT(s["rejoins"][0]["rejoin_s"].get<double>(), 0.0);
   EXPECT_NE(run.output.find("rejoined: ranks [1]"), std::string::npos) << run.output;
+}
+
+// The restarted worker SIGKILLed by pid as soon as it asks to rejoin (its
+// request stays in the store): the members, which may already be growing for
+// it, go on without it at the reduced TP, and the run finishes and verifies
+// (before: "a collective failed ... but no rank was lost", exit 1). Whether
+// the kill lands before the worker got in is a race; either way the run ends
+// at tp [1, 2] (a rank is restarted once).
+TEST_F(RecoveryCliTest, ARankLostWhileItRejoinsLeavesTheJobAtReducedTp) {
+  std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
+                                   "--run-dir", dir_.string(), "--verify"};
+  for (const char* set : {"model.layers=1", "model.seq_len=32", "train.micro_batch=2", "run.trace_steps=0",
+                          "elastic.recover=true", "elastic.settle_s=0.2", "deadline.collective_s=10",
+                          "deadline.rendezvous_s=30", "deadline.heartbeat_s=1.5", "train.global_batch=8",
+                          "train.steps=40", "parallel.dp=2", "parallel.tp=2", "test.failures=\"1@2:forward\"",
+                          "elastic.rejoin=true", "test.repair_at_step=4"}) {
+    args.push_back("--set");
+    args.push_back(set);
+  }
+  const fs::path out = dir_.string() + ".out";
+  const pid_t child = ntp::testing::spawn_logged(args, out);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (events_named(dir_, "rank_rejoining").empty() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  pid_t rejoiner = 0;
+  for (const nlohmann::json& e : events_named(dir_, "worker_started"))
+    if (e["rank"] == 1) rejoiner = e["pid"].get<pid_t>();  // the last one: the restarted worker
+  const bool asked = !events_named(dir_, "rank_rejoining").empty();
+  if (asked) ::kill(rejoiner, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  std::ifstream log(out);
+  const TrainRun run{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+                     std::string(std::istreambuf_iterator<char>(log), {})};
+  ASSERT_TRUE(asked) << "the restarted worker did not ask to rejoin within 60 s\n" << run.output;
+  expect_recovered(run, 40);
+  const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+  EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse("[1, 2]")) << run.output;
+  std::printf("the restarted worker was killed %s it got in\n",
+              events_named(dir_, "rank_rejoined").empty() ? "before" : "after");
 }
 
 // TP 4 -> 3 -> 4: a degraded replica changes K for the healthy one too, and back.
