@@ -282,6 +282,16 @@ CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t ste
     out.failures.push_back("hashes/: no rank-<r>.json files");
     return out;
   }
+  // A rank lost after it wrote its file (during the end's barrier) left the
+  // file of an older epoch: the survivors recovered and hold its units now.
+  // Only the last epoch's files describe the final state.
+  std::int64_t last_epoch = -1;
+  for (const HashFile& f : files) last_epoch = std::max(last_epoch, f.epoch);
+  std::vector<std::string> older;
+  for (const HashFile& f : files) {
+    if (f.epoch < last_epoch) older.push_back(fmt::format("{} (epoch {})", f.name, f.epoch));
+  }
+  std::erase_if(files, [&](const HashFile& f) { return f.epoch < last_epoch; });
   for (const HashFile& f : files) {
     if (f.step != steps - 1) {
       out.failures.push_back(fmt::format("{}: rank {} ends at step {}, the run's last step is {}", f.name, f.rank,
@@ -336,9 +346,15 @@ CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t ste
   }
   if (!incomplete.empty()) out.note = fmt::format("{}", fmt::join(incomplete, "; "));
   if (complete.empty()) out.failures.push_back("no replica has a hash for every unit: " + out.note);
+  if (!older.empty()) {
+    const std::string left_out =
+        fmt::format("left out, from before the last recovery (epoch {}): {}", last_epoch, fmt::join(older, ", "));
+    out.note = out.note.empty() ? left_out : out.note + "; " + left_out;
+  }
   out.details = {{"ranks", files.size()},
                  {"replicas", replica_ranks.size()},
-                 {"complete_replicas", std::vector<std::int64_t>(complete.begin(), complete.end())}};
+                 {"complete_replicas", std::vector<std::int64_t>(complete.begin(), complete.end())},
+                 {"left_out", older}};
   return out;
 }
 

@@ -315,6 +315,34 @@ TEST_F(VerifyHolders, AUnitHeldTwiceInAReplicaFails) {
   EXPECT_TRUE(mentions(c.failures, "replica 0: heads unit " + std::to_string(config_.heads - 1) + " held by ranks 0, 1"));
 }
 
+// Rank 3 wrote its file at the end, was then lost (SIGSTOP, fenced) and the
+// survivors recovered in epoch 1: rank 2 now holds every unit of replica 1.
+// The epoch-0 file is left out, not read as a second holder; a file of the
+// last epoch that disagrees still fails.
+TEST_F(VerifyHolders, AFileFromBeforeTheLastRecoveryIsLeftOut) {
+  for (int rank : {0, 1}) {
+    nlohmann::json j = read(rank);
+    j["epoch"] = 1;
+    rewrite(rank, j);
+  }
+  nlohmann::json whole = read(2);
+  const nlohmann::json other = read(3);
+  for (const char* kind : {"heads", "neurons", "vocab"})
+    for (const auto& unit : other[kind]) whole[kind].push_back(unit);
+  whole["epoch"] = 1;
+  rewrite(2, whole);
+  CheckResult c = check();
+  EXPECT_TRUE(c.pass()) << c.failures[0];
+  EXPECT_NE(c.note.find("hashes/rank-3.json (epoch 0)"), std::string::npos) << c.note;
+  EXPECT_EQ(c.details["left_out"].size(), 1u);
+  // Without the epochs the stale file is a second holder: the check catches it.
+  nlohmann::json stale = read(3);
+  stale["epoch"] = 1;
+  rewrite(3, stale);
+  c = check();
+  EXPECT_TRUE(mentions(c.failures, "held by ranks 2, 3")) << (c.failures.empty() ? "" : c.failures[0]);
+}
+
 TEST_F(VerifyHolders, AReplicaWithoutOneRanksFileIsIncompleteNotWrong) {
   fs::remove(path(3));
   CheckResult c = check();
