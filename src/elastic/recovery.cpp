@@ -1,6 +1,8 @@
 #include "elastic/recovery.h"
 
 #include <algorithm>
+#include <exception>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -8,6 +10,8 @@
 
 #include "comm/error.h"
 #include "comm/group.h"
+#include "layout/errors.h"
+#include "train/recovery_source.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
 
@@ -183,37 +187,51 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   if (fault_point_) fault_point_();
   // The resume step and who holds state at it, in which layout.
   std::int64_t newest = -1;
-  std::uint64_t from_epoch = 0;
   for (const Survivor& s : agreed.survivors) newest = std::max(newest, s.applied);
   const Survivor* decided = nullptr;  // a survivor that saw the last commit complete
   for (const Survivor& s : agreed.survivors) {
-    if (s.applied != newest) continue;
-    from_epoch = std::max(from_epoch, s.held_epoch);
-    if (decided == nullptr) decided = &s;
+    if (s.applied == newest && decided == nullptr) decided = &s;
   }
+  const train::ParallelConfig last = configs_.rbegin()->second;
+  const train::ParallelConfig next =
+      with(without(last, agreed.lost, trainer_.places()), agreed.joined, trainer_.places());
+  // The layout the newest state is taken from (train/recovery_source.h: the
+  // survivors may hold it in different ones after a broken-off recovery).
+  std::vector<train::SurvivorState> states;
+  std::map<std::uint64_t, train::ParallelConfig> held;
+  for (const Survivor& s : agreed.survivors) {
+    states.push_back({trainer_.places().at(static_cast<std::size_t>(s.rank)), s.applied, s.pending, s.held_epoch});
+    if (s.applied == newest) held.emplace(s.held_epoch, config_of(s.held_epoch));  // the others never serve
+  }
+  std::optional<train::RecoverySource> source;
+  std::exception_ptr lost_units;
+  try {
+    source = train::choose_recovery_source(held, states, next, trainer_.gpt());
+  } catch (const layout::UnitsLostError&) {
+    lost_units = std::current_exception();
+  }
+  const std::uint64_t from_epoch = source ? source->epoch : held.rbegin()->first;
   // A failure inside the commit collective can leave ranks just short of a
   // step others applied: their synced gradients are final (the collective
   // only completes once every rank entered it), so they complete the update
   // with the outcome the others saw — no state has to move for them.
-  const auto completes = [&](const Survivor& s) {
-    return s.applied == newest - 1 && s.pending == newest && s.held_epoch == from_epoch;
-  };
-  for (const Survivor& s : agreed.survivors) {
-    if (s.rank != trainer_.rank() || !completes(s)) continue;
+  bool completed = false;
+  for (const train::SurvivorState& s : states) {
+    if (!train::completes_locally(s, newest, from_epoch)) continue;
+    completed = true;
+    if (s.place != trainer_.place() || !source) continue;
     trainer_.complete_commit(newest, {decided->grad_norm, decided->skipped});
     trainer_.event("commit_completed", {{"epoch", epoch}, {"step", newest}});
   }
-  std::vector<layout::SlotRef> stale;
+  const std::vector<layout::SlotRef> stale = source ? source->stale : std::vector<layout::SlotRef>{};
   std::optional<int> fresh;
   bool me_stale = false;
   for (const Survivor& s : agreed.survivors) {
-    const bool is_stale = !completes(s) && (s.applied != newest || s.held_epoch != from_epoch);
     const train::RankPlace place = trainer_.places().at(static_cast<std::size_t>(s.rank));
-    if (is_stale) stale.push_back({place.replica, place.slot});
+    const bool is_stale = std::find(stale.begin(), stale.end(), layout::SlotRef{place.replica, place.slot}) != stale.end();
     if (!is_stale && !fresh) fresh = s.rank;
     if (s.rank == trainer_.rank()) me_stale = is_stale;
   }
-  const bool completed = std::any_of(agreed.survivors.begin(), agreed.survivors.end(), completes);
   // Growing for a rank that was lost while it asked (it never took part)
   // changes nothing: the members go on in a new epoch. A failed collective
   // that changes nothing is another matter.
@@ -223,9 +241,6 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
         "deadline.collective_s too short for a step?)",
         trainer_.rank(), error));
   }
-  const train::ParallelConfig last = configs_.rbegin()->second;
-  const train::ParallelConfig next =
-      with(without(last, agreed.lost, trainer_.places()), agreed.joined, trainer_.places());
   configs_[epoch] = next;
   // For ranks that rejoin later without this history (every survivor writes the same).
   trainer_.store()->set(config_key(epoch), comm::to_bytes(failed_text(next)));
@@ -236,13 +251,13 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
                                        {"joined", agreed.joined},
                                        {"resume_step", newest + 1}, {"stale", stale.size()},
                                        {"layout_epoch", from_epoch}, {"seconds", unix_time_s() - start}});
-  const train::KindPlans plans = trainer_.plans(config_of(from_epoch), next, stale);
+  if (!source) std::rethrow_exception(lost_units);
 
   const double move_start = unix_time_s();
   const std::unique_ptr<comm::Group> exchange =
       comm::create_group(trainer_.store(), trainer_.group_options(epoch, survivors, "recover"));
   const train::StateMoveStats moved =
-      trainer_.move_state(next, plans, *exchange, survivors, me_stale,
+      trainer_.move_state(next, source->plans, *exchange, survivors, me_stale,
                           stale.empty() ? std::nullopt : fresh, newest);
   trainer_.adopt(next, epoch);
   trainer_.event("state_transferred", {{"epoch", epoch}, {"units_in", moved.units_in},

@@ -273,6 +273,8 @@ comm::GroupOptions NtpTrainer::group_options(std::uint64_t epoch, std::vector<in
   return rank_group_options(config_, options_, epoch, std::move(ranks), std::move(name), true);
 }
 
+const model::GptConfig& NtpTrainer::gpt() const { return impl_->setup.gpt; }
+
 void NtpTrainer::adopt(const ParallelConfig& next, std::uint64_t epoch) {
   Impl& x = *impl_;
   parallel_ = next;

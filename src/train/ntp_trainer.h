@@ -192,6 +192,8 @@ class NtpTrainer {
   // The transition plans from configuration `from` to `next`.
   KindPlans plans(const ParallelConfig& from, const ParallelConfig& next,
                   const std::vector<layout::SlotRef>& stale) const;
+  // The model's shape (what the layouts split).
+  const model::GptConfig& gpt() const;
   // Adopts `next` as the configuration of epoch `epoch` (its layout, the
   // batch split); call right after move_state() laid the state out for it.
   void adopt(const ParallelConfig& next, std::uint64_t epoch);

@@ -1,0 +1,60 @@
+#include "train/recovery_source.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "layout/errors.h"
+#include "layout/job_layout.h"
+
+namespace ntp::train {
+namespace {
+
+// The units of every kind the slot at `place` holds in configuration `p`
+// (empty where its replica does not train).
+std::vector<layout::IntervalSet> slot_units(const ParallelConfig& p, const model::GptConfig& gpt, RankPlace place) {
+  std::vector<layout::IntervalSet> out;
+  if (!trains(p, place.replica)) return out;
+  for (std::int64_t units : {gpt.head_units(), gpt.ffn(), gpt.padded_vocab}) {
+    out.push_back(layout::plan_job(job_config(p, units)).slot_view(place.replica, place.slot).units);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool completes_locally(const SurvivorState& s, std::int64_t newest, std::uint64_t from) {
+  return s.applied == newest - 1 && s.pending == newest && s.held_epoch == from;
+}
+
+RecoverySource choose_recovery_source(const std::map<std::uint64_t, ParallelConfig>& configs,
+                                      const std::vector<SurvivorState>& survivors, const ParallelConfig& next,
+                                      const model::GptConfig& gpt) {
+  std::int64_t newest = -1;
+  for (const SurvivorState& s : survivors) newest = std::max(newest, s.applied);
+  std::vector<std::uint64_t> candidates;  // the layouts the newest state is held in, newest first
+  for (const SurvivorState& s : survivors) {
+    if (s.applied == newest) candidates.push_back(s.held_epoch);
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  std::exception_ptr first_loss;
+  for (std::uint64_t from : candidates) {
+    RecoverySource out;
+    out.epoch = from;
+    for (const SurvivorState& s : survivors) {
+      const bool serves = s.applied == newest &&
+                          (s.held_epoch == from ||
+                           slot_units(configs.at(s.held_epoch), gpt, s.place) == slot_units(configs.at(from), gpt, s.place));
+      if (!serves && !completes_locally(s, newest, from)) out.stale.push_back({s.place.replica, s.place.slot});
+    }
+    try {
+      out.plans = transition_plans(configs.at(from), next, gpt, out.stale);
+      return out;
+    } catch (const layout::UnitsLostError&) {
+      if (!first_loss) first_loss = std::current_exception();
+    }
+  }
+  std::rethrow_exception(first_loss);
+}
+
+}  // namespace ntp::train
