@@ -161,6 +161,13 @@ nlohmann::json manifest_of(const fs::path& checkpoint) {
   return nlohmann::json::parse(in);
 }
 
+// The test model at dp 2 x tp 2 with in-job recovery, `failures` injected, verified.
+CliResult recovering_run(const fs::path& run, const std::string& failures) {
+  return ntp("train --run-dir " + run.string() + kModel +
+             " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true --set elastic.settle_s=0.2"
+             " --set 'test.failures=\"" + failures + "\"' --verify");
+}
+
 TEST_F(CheckpointCliTest, AWriterStoppedBeforeItsPartDoesNotHoldUpTraining) {
   // Rank 1 (a writer) is SIGSTOPped before its part of step-5: it is fenced,
   // the job recovers in-job, the writer rank gives up that save at once (not
@@ -168,9 +175,7 @@ TEST_F(CheckpointCliTest, AWriterStoppedBeforeItsPartDoesNotHoldUpTraining) {
   // layout (the recovery resumes at that boundary) and the later checkpoints
   // are complete.
   const fs::path run = dir_ / "stopped_writer";
-  const CliResult r = ntp("train --run-dir " + run.string() + kModel +
-                          " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true"
-                          " --set elastic.settle_s=0.2 --set 'test.failures=\"1@4:checkpoint:STOP\"' --verify");
+  const CliResult r = recovering_run(run, "1@4:checkpoint:STOP");
   ASSERT_NE(r.code, 137) << "stalled:\n" << r.output;
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("\"verify\":\"pass\""), std::string::npos) << r.output;
@@ -195,9 +200,7 @@ TEST_F(CheckpointCliTest, AWriterLostInTheFinalSaveStillLeavesTheFinalCheckpoint
   // redo, and save step-20 again: it holds exactly the final parameters
   // (its llm.c export is model.bin, byte for byte).
   const fs::path run = dir_ / "lost_in_final_save";
-  const CliResult r = ntp("train --run-dir " + run.string() + kModel +
-                          " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true"
-                          " --set elastic.settle_s=0.2 --set 'test.failures=\"0@19:checkpoint\"' --verify");
+  const CliResult r = recovering_run(run, "0@19:checkpoint");
   ASSERT_NE(r.code, 137) << "stalled:\n" << r.output;
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("\"verify\":\"pass\""), std::string::npos) << r.output;

@@ -118,19 +118,25 @@ TEST_F(LauncherTest, WorkersThatIgnoreSigtermAreKilledAfterTheGrace) {
   EXPECT_TRUE(result.ranks[1].stopped_by_launcher);
 }
 
-TEST_F(LauncherTest, SigtermToTheLauncherIsForwardedToEveryWorker) {
-  LaunchOptions o = shell(
-      2, "trap 'echo got-term > \"$OUT/term-$RANK\"; exit 0' TERM; touch \"$OUT/up-$RANK\"; "
-         "sleep 30 & wait");
+// Launches `o` (two workers that touch $OUT/up-$RANK once their trap is
+// set) and sends this process SIGTERM once both are up, as a scheduler would.
+LaunchResult launch_then_sigterm(const LaunchOptions& o, const fs::path& dir) {
   std::thread sender([&] {
-    // Wait until both workers have installed their trap, then signal ourselves.
-    for (int i = 0; i < 500 && !(fs::exists(dir_ / "up-0") && fs::exists(dir_ / "up-1")); ++i) {
+    for (int i = 0; i < 500 && !(fs::exists(dir / "up-0") && fs::exists(dir / "up-1")); ++i) {
       std::this_thread::sleep_for(10ms);
     }
     ::kill(::getpid(), SIGTERM);
   });
   const LaunchResult result = launch(o);
   sender.join();
+  return result;
+}
+
+TEST_F(LauncherTest, SigtermToTheLauncherIsForwardedToEveryWorker) {
+  const LaunchResult result = launch_then_sigterm(
+      shell(2, "trap 'echo got-term > \"$OUT/term-$RANK\"; exit 0' TERM; touch \"$OUT/up-$RANK\"; "
+               "sleep 30 & wait"),
+      dir_);
   EXPECT_EQ(result.forwarded_signal, SIGTERM);
   EXPECT_FALSE(result.ok()) << "an interrupted run is not a success";
   for (int rank = 0; rank < 2; ++rank) {
@@ -145,17 +151,10 @@ TEST_F(LauncherTest, SigtermToTheLauncherIsForwardedToEveryWorker) {
 // during a Ctrl-C's save would) is reported as its own death, not as
 // "stopped by the launcher"; the one that exits on the signal is.
 TEST_F(LauncherTest, AnOutsideKillDuringTheStopIsNotTheLaunchers) {
-  LaunchOptions o = shell(2,
-                          "if [ \"$RANK\" = 1 ]; then trap 'kill -KILL $$' TERM; else trap 'exit 0' TERM; fi; "
-                          "touch \"$OUT/up-$RANK\"; sleep 30 & wait");
-  std::thread sender([&] {
-    for (int i = 0; i < 500 && !(fs::exists(dir_ / "up-0") && fs::exists(dir_ / "up-1")); ++i) {
-      std::this_thread::sleep_for(10ms);
-    }
-    ::kill(::getpid(), SIGTERM);
-  });
-  const LaunchResult result = launch(o);
-  sender.join();
+  const LaunchResult result = launch_then_sigterm(
+      shell(2, "if [ \"$RANK\" = 1 ]; then trap 'kill -KILL $$' TERM; else trap 'exit 0' TERM; fi; "
+               "touch \"$OUT/up-$RANK\"; sleep 30 & wait"),
+      dir_);
   EXPECT_EQ(result.forwarded_signal, SIGTERM);
   EXPECT_TRUE(result.ranks[0].exited);
   EXPECT_TRUE(result.ranks[0].stopped_by_launcher);
