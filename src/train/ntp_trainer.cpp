@@ -663,7 +663,12 @@ void NtpTrainer::finish() {
     x.tp.all_reduce(values.data(), values.size());
   }
   if (is_writer()) {
+    // A writer lost while it wrote model.bin left its temporary file (the
+    // model's size): gone once the file is whole.
     model::write_model_file(x.run.file("model.bin").string(), x.setup.gpt, values);
+    for (const auto& entry : std::filesystem::directory_iterator(x.run.path())) {
+      if (entry.path().filename().string().starts_with("model.bin.tmp.")) std::filesystem::remove(entry.path());
+    }
   }
   nlohmann::json hashes = state_hashes().to_json();
   hashes["rank"] = options_.rank;

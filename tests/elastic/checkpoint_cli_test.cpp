@@ -252,8 +252,11 @@ void interrupt_and_resume(const fs::path& dir, const fs::path& run, const std::v
   EXPECT_TRUE(fs::exists(run / "checkpoints" / ("step-" + std::to_string(done)) / "manifest.json"));
   const nlohmann::json summary = nlohmann::json::parse(read_file(run / "summary.json"));
   EXPECT_EQ(summary["status"], "interrupted");
+  // What a writer killed while it wrote model.bin leaves: the run's end removes it.
+  std::ofstream(run / "model.bin.tmp.4242") << "partial";
   const CliResult resumed = ntp("train --resume " + run.string() + " --set train.steps=200 --verify");
   ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_FALSE(fs::exists(run / "model.bin.tmp.4242"));
   EXPECT_NE(resumed.output.find("\"verify\":\"pass\""), std::string::npos) << resumed.output;
   EXPECT_EQ(losses(run).size(), 200u);
 }
