@@ -501,9 +501,17 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
   // sooner where no recovery follows (a save for SIGINT: the others are done
   // with their steps, so no collective fails): without it the writer waited
   // for the lost part until deadline.checkpoint_s or the launcher's grace.
-  const auto max_age = std::chrono::milliseconds(static_cast<std::int64_t>(config_.deadline.heartbeat_s * 1000));
+  // Only a beat that is there and old counts: a key missing for a moment (a
+  // store that restarted empty) or a store that does not answer is no
+  // verdict on the writer, and the wait goes on (deadline.checkpoint_s).
+  const auto max_age = static_cast<std::int64_t>(config_.deadline.heartbeat_s * 1000);
   job.abandoned = [this, epoch = epoch_, max_age](int rank) {
-    return live_epoch_.load() != epoch || !comm::stale_ranks(*store_, {rank}, max_age).empty();
+    if (live_epoch_.load() != epoch) return true;
+    try {
+      return comm::heartbeat_ages_ms(*store_, {rank}).at(0) > max_age;
+    } catch (const std::exception&) {
+      return false;
+    }
   };
   job.before_part = [this, s = steps_done - 1] {
     if (fault_point_) fault_point_(s, StepPhase::kCheckpoint);
