@@ -641,11 +641,6 @@ StateMoveStats NtpTrainer::move_state(const ParallelConfig& next, const KindPlan
   return train::move_state(*x.model, *x.optimizer, next_layout.shard, plans, mover, exchange);
 }
 
-KindPlans NtpTrainer::plans(const ParallelConfig& from, const ParallelConfig& next,
-                            const std::vector<layout::SlotRef>& stale) const {
-  return transition_plans(from, next, impl_->setup.gpt, stale);
-}
-
 void NtpTrainer::mutate_samples(std::int64_t s, std::vector<std::int64_t>& mine) const {
   if (s != 1 || me_.replica != 0 || mine.size() < 2) return;
   if (mutation_ == Mutation::kSampleTwice) mine[1] = mine[0];

@@ -189,9 +189,6 @@ class NtpTrainer {
   StateMoveStats move_state(const ParallelConfig& next, const KindPlans& plans, comm::Group& exchange,
                             const std::vector<int>& survivors, bool stale,
                             std::optional<int> replicated_source, std::int64_t resume_applied);
-  // The transition plans from configuration `from` to `next`.
-  KindPlans plans(const ParallelConfig& from, const ParallelConfig& next,
-                  const std::vector<layout::SlotRef>& stale) const;
   // The model's shape (what the layouts split).
   const model::GptConfig& gpt() const;
   // Adopts `next` as the configuration of epoch `epoch` (its layout, the

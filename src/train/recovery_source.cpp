@@ -9,16 +9,34 @@
 namespace ntp::train {
 namespace {
 
-// The units of every kind the slot at `place` holds in configuration `p`
-// (empty where its replica does not train).
-std::vector<layout::IntervalSet> slot_units(const ParallelConfig& p, const model::GptConfig& gpt, RankPlace place) {
-  std::vector<layout::IntervalSet> out;
-  if (!trains(p, place.replica)) return out;
-  for (std::int64_t units : {gpt.head_units(), gpt.ffn(), gpt.padded_vocab}) {
-    out.push_back(layout::plan_job(job_config(p, units)).slot_view(place.replica, place.slot).units);
+// Each epoch's layouts of the three unit kinds, planned once: a mixed-layout
+// recovery compares every survivor's units in two epochs.
+class EpochLayouts {
+ public:
+  EpochLayouts(const std::map<std::uint64_t, ParallelConfig>& configs, const model::GptConfig& gpt)
+      : configs_(configs), gpt_(gpt) {}
+  // The units of every kind the slot at `place` holds in epoch `epoch`
+  // (none where its replica does not train).
+  std::vector<layout::IntervalSet> slot_units(std::uint64_t epoch, RankPlace place) {
+    const ParallelConfig& p = configs_.at(epoch);
+    std::vector<layout::IntervalSet> out;
+    if (!trains(p, place.replica)) return out;
+    auto it = planned_.find(epoch);
+    if (it == planned_.end()) {
+      std::vector<layout::JobLayout> kinds;
+      for (std::int64_t units : {gpt_.head_units(), gpt_.ffn(), gpt_.padded_vocab})
+        kinds.push_back(layout::plan_job(job_config(p, units)));
+      it = planned_.emplace(epoch, std::move(kinds)).first;
+    }
+    for (const layout::JobLayout& kind : it->second) out.push_back(kind.slot_view(place.replica, place.slot).units);
+    return out;
   }
-  return out;
-}
+
+ private:
+  const std::map<std::uint64_t, ParallelConfig>& configs_;
+  const model::GptConfig& gpt_;
+  std::map<std::uint64_t, std::vector<layout::JobLayout>> planned_;
+};
 
 }  // namespace
 
@@ -37,6 +55,7 @@ RecoverySource choose_recovery_source(const std::map<std::uint64_t, ParallelConf
   }
   std::sort(candidates.rbegin(), candidates.rend());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  EpochLayouts layouts(configs, gpt);
   std::exception_ptr first_loss;
   for (std::uint64_t from : candidates) {
     RecoverySource out;
@@ -44,7 +63,7 @@ RecoverySource choose_recovery_source(const std::map<std::uint64_t, ParallelConf
     for (const SurvivorState& s : survivors) {
       const bool serves = s.applied == newest &&
                           (s.held_epoch == from ||
-                           slot_units(configs.at(s.held_epoch), gpt, s.place) == slot_units(configs.at(from), gpt, s.place));
+                           layouts.slot_units(s.held_epoch, s.place) == layouts.slot_units(from, s.place));
       if (!serves && !completes_locally(s, newest, from)) out.stale.push_back({s.place.replica, s.place.slot});
     }
     try {
