@@ -268,11 +268,19 @@ class Supervisor {
   Clock::time_point kill_at_ = kNever;  // end of the grace: then SIGKILL
 };
 
-// Cleans up after a failed start: no worker outlives the error.
+// Cleans up after a failed start, or a launcher loop that threw (its store
+// lost, say): every running worker's process group is killed and reaped, so
+// no worker, nor anything it started, outlives the error. All are killed
+// before any is reaped: one dead early would read to the others as a failure
+// to recover from.
 void kill_started(LaunchResult& result) {
+  for (const RankExit& r : result.ranks) {
+    if (r.running) ::kill(-r.pid, SIGKILL);
+  }
   for (RankExit& r : result.ranks) {
-    ::kill(-r.pid, SIGKILL);
+    if (!r.running) continue;
     ::waitpid(r.pid, nullptr, 0);
+    r.running = false;
   }
 }
 
@@ -442,7 +450,12 @@ LaunchResult launch(const LaunchOptions& options_in) {
     result.ranks.push_back(record);
     if (options.on_event) options.on_event("worker_started", result.ranks.back());
   }
-  supervisor.run();
+  try {
+    supervisor.run();
+  } catch (...) {
+    kill_started(result);
+    throw;
+  }
   return result;
 }
 

@@ -415,6 +415,21 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
   return run_job(options, {run.file("events.jsonl"), stderr, "ntp train"});
 }
 
+// launch_workers for node 0 (or the only host): a store that stops answering
+// past its deadline ends the run, and the error says so in the product's
+// words (the launcher has killed the workers by then).
+LaunchResult launch_or_lose_store(const train::Config& config, const train::RunDir& run, const NodeOptions& node,
+                                  const std::function<void(const train::StepMetrics&)>& on_step) {
+  const Host host = host_of(config, node);
+  try {
+    return launch_workers(config, run, host, on_step);
+  } catch (const comm::CommError& e) {
+    const std::string store = node.store.empty() ? "file:" + run.store_dir().string() : comm::without_job(node.store);
+    throw std::runtime_error(fmt::format("{} lost the job's store {} and stopped its workers ({})",
+                                         node.nnodes > 1 ? "node 0" : "the launcher", store, e.what()));
+  }
+}
+
 // The workers' whole life: launches, and with elastic.recover relaunches from
 // the newest checkpoint when in-job recovery is impossible
 // (elastic.fallback). Returns every step's metrics.
@@ -432,7 +447,7 @@ std::vector<train::StepMetrics> train_with_workers(
   };
   for (std::int64_t restarts = 0;; ++restarts) {
     const double started = train::unix_time_s();
-    const LaunchResult result = launch_workers(config, run, host_of(config, node), show);
+    const LaunchResult result = launch_or_lose_store(config, run, node, show);
     if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
     if (first_event(run, "run_interrupted", started)) return run.read_metrics();
     if (result.forwarded_signal != 0) {
@@ -762,6 +777,13 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
       summary["steps_logged"] = run.read_metrics().size();
     } catch (const std::exception&) {
       summary["steps_logged"] = 0;
+    }
+    // Where the run can go on from, beside the error: the newest complete checkpoint.
+    if (const auto newest = train::newest_checkpoint(run_dir / "checkpoints")) {
+      summary["checkpoint"] = newest->string();
+      std::fprintf(out, "ntp train: the newest checkpoint is %s; continue with: ntp train --resume %s\n",
+                   newest->string().c_str(), run_dir.string().c_str());
+      std::fflush(out);
     }
     run.write_summary(summary);
     throw;

@@ -164,6 +164,40 @@ TEST_F(LauncherTest, AnOutsideKillDuringTheStopIsNotTheLaunchers) {
       << result.ranks[1].describe();
 }
 
+// A launcher loop that throws (a watcher that lost the job's store) kills and
+// reaps every worker and what it started before the error leaves launch():
+// no process of the job outlives the launcher's verdict, even while the
+// launcher process itself lives on (the workers' parent-death signal would
+// only fire when it exits).
+TEST_F(LauncherTest, AnErrorInTheLaunchersLoopLeavesNoWorkerNorItsChildren) {
+  LaunchOptions o = shell(2, "sleep 30 & echo $! > \"$OUT/child-$RANK\"; wait");
+  o.on_tick = [&] {
+    if (fs::exists(dir_ / "child-0") && fs::exists(dir_ / "child-1")) throw std::runtime_error("store lost");
+  };
+  std::vector<pid_t> pids;
+  o.on_event = [&](const std::string& event, const RankExit& r) {
+    if (event == "worker_started") pids.push_back(r.pid);
+  };
+  EXPECT_THROW(launch(o), std::runtime_error);
+  ASSERT_EQ(pids.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream child_file(dir_ / ("child-" + std::to_string(rank)));
+    pid_t child = 0;
+    ASSERT_TRUE(child_file >> child) << "rank " << rank << " wrote no child pid";
+    pids.push_back(child);
+  }
+  // A killed grandchild is reaped by init (or a subreaper), so allow a moment.
+  const auto alive = [](pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string skip, state;
+    return static_cast<bool>(stat >> skip >> skip >> state) && state != "Z";
+  };
+  for (pid_t pid : pids) {
+    for (int i = 0; i < 100 && alive(pid); ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_FALSE(alive(pid)) << "pid " << pid << " outlived the launcher's error";
+  }
+}
+
 // exec's failure comes back through a close-on-exec pipe: the launcher names
 // the command and the reason instead of a bare exit code 127.
 TEST_F(LauncherTest, AMissingProgramIsReportedWithTheCommandAndTheReason) {

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
+#include "tests/comm/redis_server.h"
 #include "run_files.h"
 
 namespace {
@@ -214,15 +215,25 @@ TEST_F(RecoveryCliTest, ASingleProcessRunThatCrashesSaysWhereOnItsStderr) {
   EXPECT_NE(text.find("backtrace"), std::string::npos) << text;
 }
 
+// With elastic.fallback = "stop" the failed run names the newest checkpoint
+// it can go on from, in its output and in summary.json.
 TEST_F(RecoveryCliTest, AFailureWhereNoHolderIsLeftStopsWithExit3NamingTheUnits) {
   const TrainRun run = train(dir_, "--set train.steps=4 --set parallel.dp=1 --set parallel.tp=2"
-                              " --set 'test.failures=\"1@1:forward\"'");
+                              " --set train.checkpoint_every=1 --set elastic.fallback=\"stop\" --set 'test.failures=\"1@2:forward\"'");
   ASSERT_NE(run.code, 137) << stall_report(dir_);
   EXPECT_EQ(run.code, 3) << run.output;
   EXPECT_NE(run.output.find("replica 0 would lose"), std::string::npos) << run.output;
   std::ifstream summary(dir_ / "summary.json");
   ASSERT_TRUE(summary) << "a failed run still writes summary.json";
-  EXPECT_EQ(nlohmann::json::parse(summary)["status"], "failed");
+  const nlohmann::json s = nlohmann::json::parse(summary);
+  EXPECT_EQ(s["status"], "failed");
+  ASSERT_TRUE(s.contains("checkpoint")) << s.dump();
+  const std::string checkpoint = s["checkpoint"].get<std::string>();
+  EXPECT_TRUE(fs::exists(fs::path(checkpoint) / "manifest.json")) << checkpoint;
+  EXPECT_NE(run.output.find("the newest checkpoint is " + checkpoint + "; continue with: ntp train --resume " +
+                            dir_.string()),
+            std::string::npos)
+      << run.output;
 }
 
 // Rank 1 falls short of the commit of step 2 and rank 3 — the only other
@@ -307,6 +318,47 @@ TrainRun train_and_signal(const fs::path& dir, const std::vector<std::string>& s
   std::ifstream log(out);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
           std::string(std::istreambuf_iterator<char>(log), {})};
+}
+
+// The job's Redis store killed mid-run and not brought back: the workers
+// train on meanwhile (no step waits on the store), and once the store's 20 s
+// reconnect deadline passes the launcher stops: exit 1 naming the store, every
+// worker killed and reaped before ntp train returns (before: the workers
+// outlived it until the parent-death signal, with "comm peer error in
+// store.get_many" as the only message).
+TEST_F(RecoveryCliTest, AStoreLostForGoodStopsTheRunNamingItAndLeavesNoWorker) {
+  if (!ntp::comm::testing::RedisServer::available()) GTEST_SKIP() << "redis-server is not installed";
+  ntp::comm::testing::RedisServer redis;
+  const std::vector<std::string> args = {
+      "timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train", "--run-dir", dir_.string(),
+      "--store", redis.spec(), "--set", "model.layers=1", "--set", "model.seq_len=32", "--set",
+      "train.micro_batch=2", "--set", "run.trace_steps=0", "--set", "elastic.recover=true", "--set",
+      "deadline.heartbeat_s=1.5", "--set", "train.global_batch=8", "--set", "train.steps=100000", "--set",
+      "parallel.dp=2", "--set", "parallel.tp=2"};
+  const fs::path out = dir_.string() + ".out";
+  const pid_t child = ntp::testing::spawn_logged(args, out);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_lines(dir_ / "metrics.jsonl").size() < 2 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::size_t before = read_lines(dir_ / "metrics.jsonl").size();
+  redis.stop();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  std::ifstream log(out);
+  const std::string text(std::istreambuf_iterator<char>(log), {});
+  ASSERT_GE(before, 2u) << "no 2 steps within 60 s\n" << text;
+  ASSERT_TRUE(WIFEXITED(status)) << stall_report(dir_) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
+  EXPECT_NE(text.find("the launcher lost the job's store " + redis.spec() + " and stopped its workers"),
+            std::string::npos)
+      << text;
+  EXPECT_GT(read_lines(dir_ / "metrics.jsonl").size(), before) << "the workers stopped training with the store";
+  for (const nlohmann::json& e : events_named(dir_, "worker_started")) {
+    const auto pid = e["pid"].get<pid_t>();
+    EXPECT_FALSE(fs::exists("/proc/" + std::to_string(pid))) << "rank " << e["rank"] << " (pid " << pid
+                                                             << ") outlived ntp train";
+  }
 }
 
 // The restarted worker SIGKILLed by pid as soon as it asks to rejoin (its
