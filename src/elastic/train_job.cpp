@@ -141,11 +141,12 @@ void prepare_restart(const train::RunDir& run, const std::filesystem::path& chec
 
 // The configuration the workers restart with when in-job recovery is
 // impossible (elastic.fallback = "checkpoint"): the slots of workers lost to a
-// signal join parallel.failed, training starts from the newest checkpoint and
+// signal join parallel.failed (unless `keep_layout`: every rank was lost, so
+// no slot is singled out), training starts from the newest checkpoint and
 // the injected failures are not injected again. Throws UnsupportedRequest
 // when no checkpoint exists or no replica can train.
 train::Config fallback_config(const train::Config& config, const LaunchResult& result, const train::RunDir& run,
-                              const std::string& reason, std::FILE* out) {
+                              const std::string& reason, bool keep_layout, std::FILE* out) {
   const std::optional<std::filesystem::path> checkpoint = train::newest_checkpoint(run.path() / "checkpoints");
   if (!checkpoint) {
     throw UnsupportedRequest(fmt::format("in-job recovery is impossible ({}) and there is no checkpoint to restart "
@@ -158,6 +159,7 @@ train::Config fallback_config(const train::Config& config, const LaunchResult& r
   for (const RankExit& r : result.ranks) {
     if (r.exited || r.stopped_by_launcher) continue;  // ended on its own or stopped by us: healthy
     lost.push_back(r.rank);
+    if (keep_layout) continue;
     std::vector<std::int64_t>& failed = next.parallel.failed[places.at(static_cast<std::size_t>(r.rank)).replica];
     failed.push_back(places.at(static_cast<std::size_t>(r.rank)).slot);
     std::sort(failed.begin(), failed.end());
@@ -415,6 +417,16 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
   return run_job(options, {run.file("events.jsonl"), stderr, "ntp train"});
 }
 
+// Whether every rank of the job died of a signal the supervisor did not send
+// (killed from outside, or fenced: a host-wide stall, a scheduler's kill).
+// Nobody is left to agree on a new membership, and nothing tells a broken
+// slot from a healthy one.
+bool every_rank_lost(const LaunchResult& result) {
+  return !result.ranks.empty() && std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
+    return !r.running && !r.exited && !r.stopped_by_launcher;
+  });
+}
+
 // launch_workers for node 0 (or the only host): a store that stops answering
 // past its deadline ends the run, and the error says so in the product's
 // words (the launcher has killed the workers by then).
@@ -461,13 +473,16 @@ std::vector<train::StepMetrics> train_with_workers(
     const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
       return r.exited && r.code == kExitUnitsLost;
     });
-    const std::string reason = last_stop_reason(run, started);
-    if (units_lost) {
+    const bool all_lost = config.elastic.recover && every_rank_lost(result);
+    const std::string reason =
+        all_lost ? "every rank was lost (killed by a signal or fenced): no survivor is left to recover in the job"
+                 : last_stop_reason(run, started);
+    if (units_lost || all_lost) {
       // A restart from a checkpoint relaunches every worker: one host's
       // ntp train cannot do that for the others, so across hosts the run stops.
       if (config.elastic.fallback == train::FallbackPolicy::kCheckpoint && restarts < config.elastic.max_restarts &&
           node.nnodes == 1) {
-        config = fallback_config(config, result, run, reason, out);
+        config = fallback_config(config, result, run, reason, all_lost, out);
         restarted_at = train::unix_time_s();
         continue;
       }

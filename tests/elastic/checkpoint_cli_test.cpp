@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -380,6 +381,43 @@ TEST_F(CheckpointCliTest, EveryHolderOfAUnitLostRestartsFromTheCheckpoint) {
   EXPECT_NE(stop.output.find("in-job recovery is impossible"), std::string::npos) << stop.output;
   // Said once, then the lost units (the reason once read "impossible: in-job recovery impossible: ...").
   EXPECT_NE(stop.output.find("in-job recovery is impossible: no surviving holder"), std::string::npos) << stop.output;
+}
+
+// Every worker SIGSTOPped at once (a host-wide stall) once step-5 is saved:
+// the launcher fences them all, nobody is left to recover in the job, and
+// since nothing singles out a slot the workers restart from the checkpoint at
+// the same layout and the run verifies (before: exit 1, "the workers failed").
+TEST_F(CheckpointCliTest, EveryRankStalledAtOnceRestartsFromTheCheckpointAtTheSameLayout) {
+  const fs::path run = dir_ / "all_stopped";
+  std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
+                                   "--run-dir", run.string(), "--verify"};
+  std::istringstream sets(kModel + " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true"
+                                   " --set elastic.settle_s=0.2 --set train.steps=40");
+  for (std::string word; sets >> word;) args.push_back(word);
+  const fs::path out = dir_ / "all_stopped.out";
+  fs::create_directories(dir_);
+  const pid_t child = ntp::testing::spawn_logged(args, out);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ntp::testing::events_named(run, "checkpoint_saved").empty() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::vector<pid_t> workers;
+  for (const nlohmann::json& e : ntp::testing::events_named(run, "worker_started")) workers.push_back(e["pid"]);
+  for (pid_t pid : workers) ::kill(pid, SIGSTOP);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const std::string output = read_file(out);
+  ASSERT_EQ(workers.size(), 4u) << output;
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  ASSERT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_NE(output.find("\"verify\":\"pass\""), std::string::npos) << output;
+  EXPECT_EQ(ntp::testing::events_named(run, "rank_fenced").size(), 4u) << output;
+  const std::vector<nlohmann::json> restarts = ntp::testing::events_named(run, "fallback_restart");
+  ASSERT_EQ(restarts.size(), 1u) << output;
+  EXPECT_EQ(restarts[0]["tp"], nlohmann::json::array({2, 2}));
+  EXPECT_EQ(restarts[0]["lost"], nlohmann::json::array({0, 1, 2, 3}));
+  EXPECT_NE(restarts[0]["reason"].get<std::string>().find("every rank was lost"), std::string::npos) << restarts[0];
+  EXPECT_EQ(losses(run).size(), 40u);
 }
 
 TEST_F(CheckpointCliTest, EveryRankSavesTheStepsTheCountTheClockAndTheEndAskFor) {
