@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -371,6 +372,25 @@ Host host_of(const train::Config& config, const NodeOptions& node) {
           static_cast<int>(train::job_places(config.parallel).size()), hosts};
 }
 
+// A failed checkpoint save is said on the console as it happens (the worker
+// says it only in its log): training goes on without it, and a full disk
+// should not first show at the end of the run. Display only: a line that
+// does not parse is skipped.
+void say_checkpoint_failures(train::JsonlTail& events) {
+  std::vector<nlohmann::json> lines;
+  try {
+    lines = events.read_new();
+  } catch (const std::exception&) {
+    return;
+  }
+  for (const nlohmann::json& e : lines) {
+    if (e.value("event", "") != "checkpoint_failed") continue;
+    spdlog::warn("rank {}: the checkpoint of step {} failed: {}; training goes on, the newest checkpoint stays the "
+                 "one before",
+                 e.value("rank", -1), e.value("step", std::int64_t{-1}), e.value("reason", ""));
+  }
+}
+
 // One launch of the workers of `config`, through the launcher; the progress
 // follows metrics.jsonl, which the writer rank appends to.
 LaunchResult launch_workers(const train::Config& config, const train::RunDir& run, const Host& host,
@@ -394,23 +414,23 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
       std::clamp(config.deadline.checkpoint_s, 5.0, 60.0) * 1000));
   train::JsonlTail tail(run.file("metrics.jsonl"));
   tail.read_new();  // the steps a resumed run already has
-  options.on_tick = [&] {
-    for (const nlohmann::json& line : tail.read_new()) on_step(train::step_metrics_from_json(line));
-  };
+  train::JsonlTail events(run.file("events.jsonl"));
+  events.read_new();
   std::unique_ptr<Fencer> fencer;
   std::int64_t logged_steps = 0;
+  options.on_tick = [&] {
+    for (const nlohmann::json& line : tail.read_new()) {
+      on_step(train::step_metrics_from_json(line));
+      ++logged_steps;
+    }
+    say_checkpoint_failures(events);
+    if (fencer) fencer->poll();
+  };
   if (config.elastic.recover) {
     options.tolerate_failures = true;
     fencer = std::make_unique<Fencer>(config, run, comm::open_store(options.store));
     fencer->watch_remote(host.node.node_rank, host.remote());
     options.on_event = [&fencer](const std::string& event, const RankExit& r) { fencer->on_event(event, r); };
-    options.on_tick = [&] {
-      for (const nlohmann::json& line : tail.read_new()) {
-        on_step(train::step_metrics_from_json(line));
-        ++logged_steps;
-      }
-      fencer->poll();
-    };
     options.restarts = [&] { return fencer->restarts(logged_steps); };
     options.restart_env["NTP_REJOIN"] = "1";
   }
@@ -730,6 +750,36 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   return run_worker(config, run_dir, options);
 }
 
+namespace {
+
+// A failed run still says why, in events.jsonl and summary.json, and where it
+// can go on from: the newest complete checkpoint. Best effort: on a full disk
+// the record fails too, and the run's own error must still be the one shown.
+void record_failure(const train::Config& config, const train::RunDir& run, const std::string& reason,
+                    std::FILE* out) {
+  const std::optional<std::filesystem::path> newest = train::newest_checkpoint(run.path() / "checkpoints");
+  if (newest) {
+    std::fprintf(out, "ntp train: the newest checkpoint is %s; continue with: ntp train --resume %s\n",
+                 newest->string().c_str(), run.path().string().c_str());
+    std::fflush(out);
+  }
+  try {
+    run.event("run_failed", {{"reason", reason}});
+    nlohmann::json summary = {{"status", "failed"}, {"reason", reason}, {"job", describe_job(config)}};
+    try {
+      summary["steps_logged"] = run.read_metrics().size();
+    } catch (const std::exception&) {
+      summary["steps_logged"] = 0;
+    }
+    if (newest) summary["checkpoint"] = newest->string();
+    run.write_summary(summary);
+  } catch (const std::exception& e) {
+    spdlog::warn("ntp train: the failure could not be recorded in {}: {}", run.path().string(), e.what());
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> demo_overrides() {
   return {"parallel.tp=4", "parallel.dp=2", "parallel.failed={0=[2]}", "train.steps=30",
           "train.global_batch=16", "train.lr=1e-3", "train.warmup_steps=3"};
@@ -784,23 +834,8 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
     metrics = train::job_places(config.parallel).size() == 1 ? train_in_process(config, run_dir, show)
                                                             : train_with_workers(config, run, node, out, show);
   } catch (const std::exception& e) {
-    // A failed run still says why, in events.jsonl and summary.json.
     progress.finish();
-    run.event("run_failed", {{"reason", e.what()}});
-    nlohmann::json summary = {{"status", "failed"}, {"reason", e.what()}, {"job", describe_job(config)}};
-    try {
-      summary["steps_logged"] = run.read_metrics().size();
-    } catch (const std::exception&) {
-      summary["steps_logged"] = 0;
-    }
-    // Where the run can go on from, beside the error: the newest complete checkpoint.
-    if (const auto newest = train::newest_checkpoint(run_dir / "checkpoints")) {
-      summary["checkpoint"] = newest->string();
-      std::fprintf(out, "ntp train: the newest checkpoint is %s; continue with: ntp train --resume %s\n",
-                   newest->string().c_str(), run_dir.string().c_str());
-      std::fflush(out);
-    }
-    run.write_summary(summary);
+    record_failure(config, run, e.what(), out);
     throw;
   }
   progress.finish();

@@ -104,7 +104,7 @@ void CheckpointSaver::write(SaveJob& job) {
     copy_s = unix_time_s() - start;
   } catch (const std::exception& e) {
     copied();
-    run_.event("checkpoint_failed", {{"rank", job.rank}, {"step", job.info.step}, {"reason", e.what()}});
+    report_failure(job, e.what());
     return;
   }
   copied();  // training may change the state again
@@ -136,9 +136,18 @@ void CheckpointSaver::write(SaveJob& job) {
                                     {"mb_per_s", seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0},
                                     {"copy_s", copy_s}});
   } catch (const std::exception& e) {
-    // Training goes on; the previous checkpoint stays the newest.
-    run_.event("checkpoint_failed", {{"rank", job.rank}, {"step", job.info.step}, {"reason", e.what()}});
-    spdlog::warn("rank {}: checkpoint of step {} failed: {}", job.rank, job.info.step, e.what());
+    report_failure(job, e.what());
+  }
+}
+
+// Training goes on; the previous checkpoint stays the newest. The event is
+// best effort: on a full disk it fails too, and it must not end the saver.
+void CheckpointSaver::report_failure(const SaveJob& job, const std::string& reason) {
+  spdlog::warn("rank {}: checkpoint of step {} failed: {}", job.rank, job.info.step, reason);
+  try {
+    run_.event("checkpoint_failed", {{"rank", job.rank}, {"step", job.info.step}, {"reason", reason}});
+  } catch (const std::exception& e) {
+    spdlog::warn("rank {}: the checkpoint failure could not be logged: {}", job.rank, e.what());
   }
 }
 

@@ -79,6 +79,7 @@ class CheckpointSaver {
 
  private:
   void write(SaveJob& job);
+  void report_failure(const SaveJob& job, const std::string& reason);
   void copied();
 
   const Config& config_;

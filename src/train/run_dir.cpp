@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -36,9 +37,25 @@ JsonlWriter::~JsonlWriter() {
 
 void JsonlWriter::append(const nlohmann::json& object) {
   const std::string line = object.dump() + "\n";
+  struct stat before {};
+  const bool sized = ::fstat(fd_, &before) == 0;
   // One write() per line: O_APPEND makes it land whole at the end of the file.
   const ssize_t written = ::write(fd_, line.data(), line.size());
-  if (written != static_cast<ssize_t>(line.size())) io_error(path_, "short write");
+  if (written == static_cast<ssize_t>(line.size())) return;
+  if (written <= 0) io_error(path_, "cannot append");
+  // A short write (a full disk, a file size limit): the rest fails with the
+  // reason. The torn line is taken back when nobody appended since, or the
+  // next line would be glued to it and the file would no longer parse.
+  const std::size_t left = line.size() - static_cast<std::size_t>(written);
+  const ssize_t rest = ::write(fd_, line.data() + written, left);
+  if (rest == static_cast<ssize_t>(left)) return;  // there was room after all
+  const int reason = rest < 0 ? errno : EIO;
+  struct stat after {};
+  if (sized && ::fstat(fd_, &after) == 0 && after.st_size == before.st_size + written + std::max<ssize_t>(rest, 0)) {
+    if (::ftruncate(fd_, before.st_size) != 0) {}  // best effort: the error below is the news
+  }
+  errno = reason;
+  io_error(path_, "cannot append a whole line (the partial line was taken back)");
 }
 
 std::vector<nlohmann::json> JsonlTail::read_new() {

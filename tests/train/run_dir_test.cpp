@@ -1,9 +1,12 @@
 #include "train/run_dir.h"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <atomic>
 #include <set>
@@ -200,6 +203,45 @@ TEST_F(RunDirTest, LinesFromManyProcessesNeverInterleave) {
   std::set<std::pair<int, int>> seen;
   for (const auto& line : lines) seen.insert({line["rank"].get<int>(), line["i"].get<int>()});
   EXPECT_EQ(seen.size(), lines.size());
+}
+
+// A full disk, simulated by a file size limit that the third line crosses:
+// the append fails naming the file and the reason, the torn part is taken
+// back, and a line appended once there is room again parses (before: the
+// torn line glued to the next one, and a resume failed reading the file).
+TEST_F(RunDirTest, ALineThatDoesNotFitLeavesNoTornLineBehind) {
+  const RunDir run = RunDir::create(dir_);
+  const std::filesystem::path events = run.file("events.jsonl");
+  const std::string padding(100, 'x');
+  run.event("first", {{"pad", padding}});
+  const auto fitting = static_cast<rlim_t>(std::filesystem::file_size(events) * 5 / 2);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead of killing the process
+    const rlimit limit{fitting, fitting};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(10);
+    run.event("second", {{"pad", padding}});
+    try {
+      run.event("third", {{"pad", padding}});
+      ::_exit(11);
+    } catch (const std::runtime_error& e) {
+      const std::string text = e.what();
+      const bool named = text.find(events.string()) != std::string::npos &&
+                         text.find(std::strerror(EFBIG)) != std::string::npos;
+      ::_exit(named ? 0 : 12);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "10: no limit set; 11: the third line fitted; 12: the error did not name "
+                                       "the file and its reason";
+  run.event("fourth", nlohmann::json::object());
+  const auto lines = read_jsonl(events);  // throws on a torn line
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1]["event"], "second");
+  EXPECT_EQ(lines[2]["event"], "fourth");
 }
 
 TEST_F(RunDirTest, TailReadsOnlyCompleteLines) {
