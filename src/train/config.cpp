@@ -437,6 +437,26 @@ void require(bool ok, std::string_view key, const std::string& what) {
   if (!ok) throw ConfigError(fmt::format("{}: {}", key, what));
 }
 
+// An optimizer setting must be finite where the kernels use it, in float:
+// nan passes no comparison's intent, and inf (or 1e300, inf as a float) trains
+// on garbage or fails only once the workers run.
+void require_finite(double value, std::string_view key, const std::string& what) {
+  require(std::isfinite(static_cast<float>(value)), key,
+          fmt::format("is {}, must be a finite number {} (as a float)", value, what));
+}
+
+// Durations and intervals, in seconds: finite and at most a week, so that
+// every wait has an end and every conversion to milliseconds fits (inf
+// overflowed it: an infinite wait, or a negative one that judged every
+// heartbeat stale).
+constexpr double kMaxSeconds = 7 * 24 * 3600.0;
+
+void require_seconds(double value, std::string_view key, bool zero_allowed) {
+  const bool in_range = std::isfinite(value) && (zero_allowed ? value >= 0 : value > 0) && value <= kMaxSeconds;
+  require(in_range, key,
+          fmt::format("is {}, must be a number of seconds in {}0, {}]", value, zero_allowed ? "[" : "(", kMaxSeconds));
+}
+
 void validate_model(const ModelConfig& m) {
   require(!m.preset.empty(), "model.preset", "must not be empty");
   require(m.vocab >= 0, "model.vocab", "must be >= 0");
@@ -467,12 +487,16 @@ void validate_optim(const OptimConfig& t) {
   require(t.steps >= 1, "train.steps", "must be >= 1");
   require(t.global_batch >= 1, "train.global_batch", "must be >= 1");
   require(t.micro_batch >= 1, "train.micro_batch", "must be >= 1");
+  require_finite(t.lr, "train.lr", "> 0");
   require(t.lr > 0, "train.lr", "must be > 0");
   require(t.warmup_steps >= 0, "train.warmup_steps", "must be >= 0");
+  require_finite(t.weight_decay, "train.weight_decay", ">= 0");
   require(t.weight_decay >= 0, "train.weight_decay", "must be >= 0");
   require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "must be in [0, 1)");
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)");
+  require_finite(t.eps, "train.eps", "> 0");
   require(t.eps > 0, "train.eps", "must be > 0");
+  require_finite(t.grad_clip, "train.grad_clip", ">= 0 (0 = off)");
   require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 = off)");
   require(t.seed >= 0, "train.seed", "must be >= 0");
   require(t.eval_every >= 0, "train.eval_every", "must be >= 0 (0 = never)");
@@ -530,18 +554,19 @@ std::int64_t job_rank_count(const ParallelConfig& p) {
 }
 
 void validate_rest(const Config& c) {
-  require(c.sync.bucket_mb > 0, "sync.bucket_mb", "must be > 0");
-  require(c.deadline.collective_s > 0, "deadline.collective_s", "must be > 0");
-  require(c.deadline.rendezvous_s > 0, "deadline.rendezvous_s", "must be > 0");
-  require(c.deadline.heartbeat_s > 0, "deadline.heartbeat_s", "must be > 0");
-  require(c.deadline.straggler_s >= 0, "deadline.straggler_s", "must be >= 0");
+  require(std::isfinite(c.sync.bucket_mb) && c.sync.bucket_mb > 0 && c.sync.bucket_mb <= 1e6, "sync.bucket_mb",
+          fmt::format("is {}, must be a number in (0, 1e6]", c.sync.bucket_mb));
+  require_seconds(c.deadline.collective_s, "deadline.collective_s", false);
+  require_seconds(c.deadline.rendezvous_s, "deadline.rendezvous_s", false);
+  require_seconds(c.deadline.heartbeat_s, "deadline.heartbeat_s", false);
+  require_seconds(c.deadline.straggler_s, "deadline.straggler_s", true);
   require(c.run.trace_steps >= 0, "run.trace_steps", "must be >= 0");
   require(c.train.checkpoint_every >= 0, "train.checkpoint_every", "must be >= 0");
-  require(c.train.checkpoint_every_s >= 0, "train.checkpoint_every_s", "must be >= 0");
+  require_seconds(c.train.checkpoint_every_s, "train.checkpoint_every_s", true);
   require(c.train.keep_checkpoints >= 1, "train.keep_checkpoints", "must be >= 1");
-  require(c.deadline.checkpoint_s > 0, "deadline.checkpoint_s", "must be > 0");
+  require_seconds(c.deadline.checkpoint_s, "deadline.checkpoint_s", false);
   require(c.elastic.max_restarts >= 0, "elastic.max_restarts", "must be >= 0");
-  require(c.elastic.settle_s >= 0, "elastic.settle_s", "must be >= 0");
+  require_seconds(c.elastic.settle_s, "elastic.settle_s", true);
   require(c.elastic.max_recoveries >= 0, "elastic.max_recoveries", "must be >= 0");
   // The agreement after a failure must outlast a member still blocked in a
   // collective (up to collective_s) and the settle window; the launcher's
@@ -553,7 +578,7 @@ void validate_rest(const Config& c) {
                       c.deadline.collective_s + 2 * c.elastic.settle_s));
   require(c.test.chaos >= 0, "test.chaos", "must be >= 0");
   require(!c.elastic.rejoin || c.elastic.recover, "elastic.rejoin", "needs elastic.recover = true");
-  require(c.elastic.rejoin_after_s >= 0, "elastic.rejoin_after_s", "must be >= 0");
+  require_seconds(c.elastic.rejoin_after_s, "elastic.rejoin_after_s", true);
   require(c.test.repair_at_step < c.train.steps, "test.repair_at_step", "must be a step in [0, train.steps) or -1");
   if (!c.test.mutation.empty()) {
     require(parse_mutation(c.test.mutation) != Mutation::kNone, "test.mutation",

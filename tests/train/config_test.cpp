@@ -235,6 +235,24 @@ TEST(Config, CrossKeyValidationNamesTheKey) {
       {"[power]\nheadroom_w = -1", "power.headroom_w"},
       {"[power]\nheadroom_w = nan", "power.headroom_w"},
       {"[power]\nalpha = 0", "power.alpha"},
+      // Non-finite or float-overflowing optimizer settings (inf once failed
+      // only after training, as "metrics: field 'lr' has the wrong type").
+      {"[train]\nlr = inf", "train.lr"},
+      {"[train]\nlr = 1e300", "train.lr"},
+      {"[train]\nweight_decay = inf", "train.weight_decay"},
+      {"[train]\neps = nan", "train.eps"},
+      {"[train]\ngrad_clip = inf", "train.grad_clip"},
+      // Durations past a week, inf included (inf once overflowed to a negative
+      // heartbeat age limit that judged every rank stale).
+      {"[deadline]\nheartbeat_s = inf", "deadline.heartbeat_s"},
+      {"[deadline]\nrendezvous_s = inf", "deadline.rendezvous_s"},
+      {"[deadline]\ncheckpoint_s = 1e300", "deadline.checkpoint_s"},
+      {"[deadline]\nstraggler_s = nan", "deadline.straggler_s"},
+      {"[deadline]\ncollective_s = 604801", "deadline.collective_s"},
+      {"[train]\ncheckpoint_every_s = inf", "train.checkpoint_every_s"},
+      {"[elastic]\nsettle_s = inf", "elastic.settle_s"},
+      {"[elastic]\nrejoin_after_s = 1e20", "elastic.rejoin_after_s"},
+      {"[sync]\nbucket_mb = inf", "sync.bucket_mb"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.toml);
