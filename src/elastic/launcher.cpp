@@ -21,6 +21,7 @@
 #include "comm/error.h"
 #include "comm/job_store.h"
 #include "comm/signal_thread.h"
+#include "elastic/process_cpu.h"
 
 namespace ntp::elastic {
 namespace {
@@ -194,6 +195,15 @@ class Supervisor {
 
   void stop_all(int sig) {
     signal_all(sig);
+    // A stopped worker takes no signal but SIGKILL until it runs again: it is
+    // continued (as init systems do) instead of holding the job for the
+    // whole grace.
+    for (RankExit& r : result_.ranks) {
+      const std::optional<ProcessSample> sample = r.running ? sample_process(r.pid) : std::nullopt;
+      if (!sample || sample->state != 'T') continue;
+      r.found_stopped = true;
+      ::kill(-r.pid, SIGCONT);
+    }
     if (kill_at_ == kNever) kill_at_ = Clock::now() + options_.term_grace;
   }
 
@@ -296,6 +306,7 @@ std::string RankExit::describe() const {
     text += fmt::format("was killed by signal {} ({})", signal, signal_name(signal));
   }
   if (stopped_by_launcher) text += ", stopped by the launcher";
+  if (found_stopped) text += " (it had been stopped, SIGSTOP, and was continued to take the signal)";
   return text;
 }
 

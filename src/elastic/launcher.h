@@ -86,6 +86,9 @@ struct RankExit {
   // during the stop) is not.
   bool stopped_by_launcher = false;
   std::uint64_t signalled = 0;  // bit s: the launcher sent it signal s
+  // Found stopped (SIGSTOP) when the launcher ended the job: it was continued
+  // so that it could act on the signal instead of sitting out the grace.
+  bool found_stopped = false;
   double runtime_s = 0;
   bool ok() const { return exited && code == 0; }
   // "rank 2 (pid 4711) exited with code 3", "... killed by signal 9 (Killed)".

@@ -164,6 +164,24 @@ TEST_F(LauncherTest, AnOutsideKillDuringTheStopIsNotTheLaunchers) {
       << result.ranks[1].describe();
 }
 
+// A worker found stopped (SIGSTOP) when the job ends is continued with the
+// signal, so it takes it at once (its trap exits 7) instead of sitting out the
+// grace until SIGKILL; the report says it was found stopped.
+TEST_F(LauncherTest, AStoppedWorkerIsContinuedToTakeTheStopSignal) {
+  LaunchOptions o = shell(2, "if [ \"$RANK\" = 1 ]; then trap 'exit 7' TERM; touch \"$OUT/stopping\"; kill -STOP $$; "
+                             "sleep 30; fi; while [ ! -e \"$OUT/stopping\" ]; do sleep 0.01; done; sleep 0.2; exit 1");
+  o.term_grace = 20s;
+  const auto start = std::chrono::steady_clock::now();
+  const LaunchResult result = launch(o);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const RankExit& stopped = result.ranks[1];
+  EXPECT_TRUE(stopped.found_stopped) << result.report();
+  EXPECT_TRUE(stopped.exited) << stopped.describe();
+  EXPECT_EQ(stopped.code, 7) << stopped.describe();
+  EXPECT_LT(seconds, 10.0) << "the stopped worker sat out the grace";
+  EXPECT_NE(stopped.describe().find("it had been stopped, SIGSTOP"), std::string::npos) << stopped.describe();
+}
+
 // A launcher loop that throws (a watcher that lost the job's store) kills and
 // reaps every worker and what it started before the error leaves launch():
 // no process of the job outlives the launcher's verdict, even while the
