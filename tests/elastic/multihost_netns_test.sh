@@ -18,10 +18,11 @@
 # reports the deaths) and the job goes on and verifies; host 0 killed whole
 # the same way (the job's first host: host 1 trains on, writes the summary in
 # its place, and the run verifies with `ntp verify`); Redis restarted mid-run
-# (down longer than deadline.heartbeat_s), no recovery.
+# (down longer than deadline.heartbeat_s), no recovery; Redis killed for good
+# (store-gone): both hosts stop naming the store and leave no process.
 #
 # Usage: multihost_netns_test.sh NTP_BINARY [CASE...]
-#   (cases: train kill kill0 partition partition-short blip starved redis)
+#   (cases: train kill kill0 partition partition-short blip starved redis store-gone)
 # NTP_PARTITION_S / NTP_SHORT_PARTITION_S / NTP_BLIP_S: the cut of `partition`
 # (25 s), `partition-short` (8 s) and `blip` (0.5 s).
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
@@ -278,6 +279,38 @@ run_case() {
   echo "PASS $name ($((SECONDS - started)) s)"
 }
 
+# Redis killed mid-run and not brought back: no host reaches the store, so
+# neither can agree on anything. Both launchers give up once the store's 20 s
+# reconnect deadline passes, exit non-zero naming the store, and leave no
+# process on either host; the run's summary says it failed.
+run_store_gone_case() {
+  local name=$1
+  local run="$TMP/run-$name-$RANDOM" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
+  local started=$SECONDS
+  start_node0 "$run" "$out0"
+  local spec
+  spec=$(job_spec "$out0") || fail "$name: node 0 printed no job spec"
+  start_node1 "$spec" "$out1"
+  wait_steps "$run" 4 || fail "$name: no 4 steps logged"
+  kill -KILL "$REDIS_PID"
+  echo "$name: killed redis-server after $(steps_logged "$run") steps"
+  wait_for "$NODE0" 60 || fail "$name: node 0 did not stop within 60 s of the store's loss"
+  local code0=$WAITED
+  wait_for "$NODE1" 30 || fail "$name: node 1 did not stop within 30 s of node 0"
+  local code1=$WAITED
+  ((code0 != 0 && code1 != 0)) || fail "$name: exit codes $code0 and $code1, want both non-zero"
+  grep -q "lost the job's store redis://10.88.0.10:6379 and stopped its workers" "$out0" ||
+    fail "$name: node 0 does not name the store it lost: $(grep error "$out0" | head -n 1)"
+  grep -q "node 1 lost the job's store redis://10.88.0.10:6379" "$out1" ||
+    fail "$name: node 1 does not name the store it lost: $(grep error "$out1" | head -n 1)"
+  for h in 0 1; do
+    [[ -z $(ip netns pids "$ID-h$h") ]] || fail "$name: processes left on host $h: $(ip netns pids "$ID-h$h")"
+  done
+  grep -q '"status": *"failed"' "$run/summary.json" || fail "$name: summary.json: $(cat "$run/summary.json")"
+  start_redis  # for the cases after this one
+  echo "PASS $name ($((SECONDS - started)) s): $(grep error "$out0" | head -n 1 | cut -c1-160)"
+}
+
 for c in "${CASES[@]}"; do
   case $c in
     train) run_case train none ;;
@@ -292,6 +325,7 @@ for c in "${CASES[@]}"; do
       EXTRA=()
       ;;
     redis) run_case redis redis ;;
+    store-gone) run_store_gone_case store-gone ;;
     *) fail "unknown case $c" ;;
   esac
 done
