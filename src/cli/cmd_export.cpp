@@ -40,7 +40,10 @@ int run_export(int argc, char** argv) {
     return ntp::cli::kExitBadInput;
   }
   try {
-    const ntp::train::Checkpoint checkpoint = ntp::train::Checkpoint::open(ntp::train::resolve_checkpoint(source));
+    std::vector<std::string> skipped;
+    const ntp::train::Checkpoint checkpoint =
+        ntp::train::Checkpoint::open(ntp::train::resolve_checkpoint(source, &skipped));
+    for (const std::string& damaged : skipped) spdlog::warn("ntp export: skipping a damaged checkpoint, {}", damaged);
     if (check) checkpoint.verify_checksums();
     const ntp::model::GptConfig& gpt = checkpoint.info().model;
     if (!llama2c.empty() && gpt.llama()) {

@@ -34,7 +34,11 @@ bool may_change_on_resume(const std::string& key) {
 // overrides; run.resume names the checkpoint. Throws ConfigError naming a key
 // that must not change, CheckpointError naming what is wrong with PATH.
 ntp::train::Config resume_config(const std::string& path, std::vector<std::string> overrides) {
-  const std::filesystem::path checkpoint = std::filesystem::absolute(ntp::train::resolve_checkpoint(path));
+  std::vector<std::string> skipped;
+  const std::filesystem::path checkpoint = std::filesystem::absolute(ntp::train::resolve_checkpoint(path, &skipped));
+  for (const std::string& damaged : skipped) {
+    spdlog::warn("ntp train: --resume: skipping a damaged checkpoint, {}", damaged);
+  }
   const ntp::train::Checkpoint opened = ntp::train::Checkpoint::open(checkpoint);
   const std::string saved_file = opened.config_file().string();
   const ntp::train::Config saved = ntp::train::load_config(saved_file, {});

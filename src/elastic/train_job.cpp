@@ -122,8 +122,19 @@ std::string last_stop_reason(const train::RunDir& run, double since) {
 // redone) are renamed step-M.discarded, not deleted.
 void prepare_restart(const train::RunDir& run, const std::filesystem::path& checkpoint_dir) {
   const train::Checkpoint checkpoint = train::Checkpoint::open(checkpoint_dir);
-  checkpoint.verify_checksums();
   const std::int64_t step = checkpoint.info().step;
+  try {
+    checkpoint.verify_checksums();
+  } catch (const train::CheckpointError& e) {
+    // A damaged byte shows only here: name where the run can go on from instead.
+    std::optional<std::filesystem::path> older;
+    for (const std::filesystem::path& c : train::complete_checkpoints(run.path() / "checkpoints")) {
+      if (train::checkpoint_step(c) < step) older = c;  // in step order: the last one before it
+    }
+    if (!older) throw;
+    throw train::CheckpointError(fmt::format("{}; an older checkpoint: ntp train --resume {}", e.what(),
+                                             older->string()));
+  }
   run.truncate_jsonl_from_step("metrics.jsonl", step);
   run.truncate_jsonl_from_step("schedule.jsonl", step);
   for (const char* folder : {"hashes", "trace"}) std::filesystem::remove_all(run.path() / folder);
@@ -132,7 +143,7 @@ void prepare_restart(const train::RunDir& run, const std::filesystem::path& chec
   const std::filesystem::path root = run.path() / "checkpoints";
   for (const std::filesystem::path& later : train::complete_checkpoints(root)) {
     if (later.filename() == checkpoint_dir.filename()) continue;
-    if (train::Checkpoint::open(later).info().step > step) {
+    if (train::checkpoint_step(later) > step) {  // by name: a damaged one cannot be opened
       std::filesystem::rename(later, later.string() + ".discarded");
     }
   }
@@ -148,7 +159,12 @@ void prepare_restart(const train::RunDir& run, const std::filesystem::path& chec
 // when no checkpoint exists or no replica can train.
 train::Config fallback_config(const train::Config& config, const LaunchResult& result, const train::RunDir& run,
                               const std::string& reason, bool keep_layout, std::FILE* out) {
-  const std::optional<std::filesystem::path> checkpoint = train::newest_checkpoint(run.path() / "checkpoints");
+  std::vector<std::string> damaged;
+  const std::optional<std::filesystem::path> checkpoint =
+      train::newest_intact_checkpoint(run.path() / "checkpoints", &damaged);
+  for (const std::string& reason : damaged) {
+    std::fprintf(out, "ntp train: skipping a damaged checkpoint, %s\n", reason.c_str());
+  }
   if (!checkpoint) {
     throw UnsupportedRequest(fmt::format("in-job recovery is impossible ({}) and there is no checkpoint to restart "
                                          "from (logs in {})",
@@ -757,7 +773,7 @@ namespace {
 // the record fails too, and the run's own error must still be the one shown.
 void record_failure(const train::Config& config, const train::RunDir& run, const std::string& reason,
                     std::FILE* out) {
-  const std::optional<std::filesystem::path> newest = train::newest_checkpoint(run.path() / "checkpoints");
+  const std::optional<std::filesystem::path> newest = train::newest_intact_checkpoint(run.path() / "checkpoints");
   if (newest) {
     std::fprintf(out, "ntp train: the newest checkpoint is %s; continue with: ntp train --resume %s\n",
                  newest->string().c_str(), run.path().string().c_str());

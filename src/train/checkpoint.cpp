@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "model/binary_file.h"
 #include "train/run_dir.h"
@@ -289,6 +290,8 @@ std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const st
   return bytes;
 }
 
+std::int64_t checkpoint_step(const std::filesystem::path& dir) { return step_of_name(dir.filename().string()); }
+
 std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::path& root) {
   std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
   std::error_code ec;
@@ -480,7 +483,21 @@ void Checkpoint::load(const model::ParameterLayout& layout, std::span<float> par
   }
 }
 
-std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
+std::optional<std::filesystem::path> newest_intact_checkpoint(const std::filesystem::path& root,
+                                                              std::vector<std::string>* skipped) {
+  const std::vector<std::filesystem::path> all = complete_checkpoints(root);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      Checkpoint::open(*it);
+      return *it;
+    } catch (const CheckpointError& e) {
+      if (skipped != nullptr) skipped->push_back(fmt::format("{}: {}", it->filename().string(), e.what()));
+    }
+  }
+  return std::nullopt;
+}
+
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& path, std::vector<std::string>* skipped) {
   if (!std::filesystem::exists(path)) throw CheckpointError(fmt::format("{}: no such file or folder", path.string()));
   if (!std::filesystem::is_directory(path)) {
     throw CheckpointError(fmt::format("{}: not a folder (expected a run directory or a checkpoint folder)", path.string()));
@@ -490,10 +507,14 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
     throw CheckpointError(fmt::format("{}: no manifest.json: the save of this checkpoint did not finish",
                                       path.string()));
   }
-  const std::optional<std::filesystem::path> newest = newest_checkpoint(path / "checkpoints");
+  std::vector<std::string> damaged;
+  const std::optional<std::filesystem::path> newest = newest_intact_checkpoint(path / "checkpoints", &damaged);
   if (!newest) {
-    throw CheckpointError(fmt::format("{}: no complete checkpoint in {}", path.string(), (path / "checkpoints").string()));
+    throw CheckpointError(fmt::format("{}: no {}checkpoint in {}{}", path.string(), damaged.empty() ? "complete " : "intact ",
+                                      (path / "checkpoints").string(),
+                                      damaged.empty() ? "" : fmt::format(" ({})", fmt::join(damaged, "; "))));
   }
+  if (skipped != nullptr) skipped->insert(skipped->end(), damaged.begin(), damaged.end());
   return *newest;
 }
 

@@ -115,6 +115,10 @@ std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const st
 
 // The complete checkpoints under `root`, oldest first (by step).
 std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::path& root);
+
+// The step a checkpoint folder is named for ("step-12" -> 12), -1 for any
+// other name: known without opening it, which a damaged one may refuse.
+std::int64_t checkpoint_step(const std::filesystem::path& dir);
 // The newest complete checkpoint under `root`, if any.
 std::optional<std::filesystem::path> newest_checkpoint(const std::filesystem::path& root);
 // Removes all but the newest `keep` complete checkpoints, and the partial
@@ -150,10 +154,18 @@ class Checkpoint {
   std::vector<PartRecord> parts_;
 };
 
+// The newest checkpoint under `root` that opens (its manifest reads, every
+// part is there at its recorded size: what a full disk or a partial copy
+// breaks); the ones skipped on the way, each with why, go to `skipped`. The
+// checksums are left to the load, which reads every byte anyway.
+std::optional<std::filesystem::path> newest_intact_checkpoint(const std::filesystem::path& root,
+                                                              std::vector<std::string>* skipped = nullptr);
+
 // The checkpoint an argument names: a checkpoint folder (it has
-// manifest.json) or a run directory (its newest complete checkpoint). Throws
-// CheckpointError saying what was looked for.
-std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
+// manifest.json) or a run directory (its newest intact checkpoint; a newer
+// damaged one is skipped and named in `skipped`). Throws CheckpointError
+// saying what was looked for.
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& path, std::vector<std::string>* skipped = nullptr);
 
 // The run directory a checkpoint belongs to (<run>/checkpoints/step-N), if it
 // lies inside one.

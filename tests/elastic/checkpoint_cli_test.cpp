@@ -472,7 +472,20 @@ TEST_F(CheckpointCliTest, BadInputIsRefusedNamingWhatIsWrong) {
     f.put('\x7f');
   }
   refused("train --resume " + run.string() + "", "rank-1.bin: checksum");
+  // ... and the refusal names where the run can go on from.
+  refused("train --resume " + run.string() + "",
+          "; an older checkpoint: ntp train --resume " + (run / "checkpoints" / "step-5").string());
   refused("export " + run.string() + " --llmc " + (dir_ / "bad.bin").string(), "rank-1.bin: checksum");
+  // A truncated part (a full disk, a partial copy) shows without reading the
+  // bytes: resuming the run directory skips that checkpoint, saying so, and
+  // goes on from the newest intact one.
+  fs::resize_file(part, fs::file_size(part) / 2);
+  const CliResult resumed = ntp("train --resume " + run.string() + " --verify");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("skipping a damaged checkpoint, step-6: "), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("\"verify\":\"pass\""), std::string::npos) << resumed.output;
+  EXPECT_EQ(ntp::testing::events_named(run, "run_resumed").back()["step"], 5);
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-6.discarded"));
 }
 
 }  // namespace

@@ -172,6 +172,33 @@ TEST_F(CheckpointTest, BrokenCheckpointsAreRejectedNamingTheFile) {
   expect_error([&] { Checkpoint::open(other); }, "incomplete");
 }
 
+// A run directory resumes from its newest intact checkpoint: a newer one
+// whose part was truncated (a full disk, a partial copy) is skipped and named
+// with why; with none intact the error names each. A checkpoint folder named
+// directly is never swapped for another.
+TEST_F(CheckpointTest, ARunDirectoryResumesFromItsNewestIntactCheckpoint) {
+  const ntp::model::GptConfig c = small_model();
+  const ParameterLayout full(c, Shard::full(c));
+  std::mt19937_64 rng(5);
+  const fs::path root = root_ / "checkpoints";
+  const fs::path older = save(root, c, random_state(full, 1), random_split(c, 2, rng), 4);
+  const fs::path newer = save(root, c, random_state(full, 2), random_split(c, 2, rng), 8);
+  std::vector<std::string> skipped;
+  EXPECT_EQ(ntp::train::resolve_checkpoint(root_, &skipped), newer);
+  EXPECT_TRUE(skipped.empty());
+  fs::resize_file(newer / "rank-1.bin", fs::file_size(newer / "rank-1.bin") / 2);
+  EXPECT_EQ(ntp::train::resolve_checkpoint(root_, &skipped), older);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("step-8: "), std::string::npos) << skipped[0];
+  EXPECT_NE(skipped[0].find("rank-1.bin"), std::string::npos) << skipped[0];
+  EXPECT_NE(skipped[0].find("truncated"), std::string::npos) << skipped[0];
+  EXPECT_EQ(ntp::train::resolve_checkpoint(newer), newer);  // named directly: the open that follows refuses it
+  expect_error([&] { Checkpoint::open(ntp::train::resolve_checkpoint(newer)); }, "rank-1.bin");
+  fs::remove(older / "rank-0.bin");
+  expect_error([&] { ntp::train::resolve_checkpoint(root_); }, "no intact checkpoint");
+  expect_error([&] { ntp::train::resolve_checkpoint(root_); }, "step-4: ");
+}
+
 // A Llama checkpoint (KV-group head units, SwiGLU neurons, untied vocabulary
 // rows) reads back at another layout bit for bit; its manifest records the
 // family and shape, so a GPT-2 of the same sizes, or another KV grouping, is refused.
