@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <limits>
@@ -162,9 +162,7 @@ train::Config fallback_config(const train::Config& config, const LaunchResult& r
   std::vector<std::string> damaged;
   const std::optional<std::filesystem::path> checkpoint =
       train::newest_intact_checkpoint(run.path() / "checkpoints", &damaged);
-  for (const std::string& reason : damaged) {
-    std::fprintf(out, "ntp train: skipping a damaged checkpoint, %s\n", reason.c_str());
-  }
+  for (const std::string& why : damaged) std::fprintf(out, "ntp train: skipping a damaged checkpoint, %s\n", why.c_str());
   if (!checkpoint) {
     throw UnsupportedRequest(fmt::format("in-job recovery is impossible ({}) and there is no checkpoint to restart "
                                          "from (logs in {})",
