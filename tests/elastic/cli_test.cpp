@@ -689,7 +689,9 @@ TEST_F(CliTest, SimulatedPowerBoostIsPlannedLoggedAndRestored) {
 // healthy replica's per sample at TDP (NTP_TEST_SLOW_COMPUTE, a device whose
 // speed follows its limit), and the plan follows the measured ratio down to
 // about FACTOR within a few re-plans, the same on every rank, and the run
-// still verifies.
+// still verifies. A tolerance of 10 % (not the default 5 %) keeps the count of
+// re-plans a property of the rule, not of a loaded host's step-time noise
+// (8 re-plans once, beside the whole suite on 2 cores).
 TEST_F(CliTest, SimulatedPowerBoostFollowsTheMeasuredNeed) {
   constexpr double kFactor = 1.2;
   int code = -1;
@@ -697,7 +699,7 @@ TEST_F(CliTest, SimulatedPowerBoostFollowsTheMeasuredNeed) {
       dir_,
       "--set parallel.dp=2 --set parallel.tp=2 --set parallel.failed={0=[1]} --set train.steps=12"
       " --set train.global_batch=4 --set power.mode=simulated --set power.max_frac=4"
-      " --set power.headroom_w=4000 --set power.need_smoothing=0.5",
+      " --set power.headroom_w=4000 --set power.need_smoothing=0.5 --set power.need_tolerance=0.1",
       &code, "NTP_TEST_MUTATIONS=1 NTP_TEST_SLOW_COMPUTE=0.25:0:" + std::to_string(kFactor));
   ASSERT_EQ(code, 0) << line;
   EXPECT_NE(line.find("\"verify\":\"pass\""), std::string::npos) << line;
