@@ -33,6 +33,7 @@
 #include "elastic/worker.h"
 #include "elastic/recovery.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_saver.h"
 #include "train/ntp_trainer.h"
 #include "train/power_setup.h"
 #include "train/progress.h"
@@ -80,6 +81,7 @@ void print_summary(std::FILE* out, const nlohmann::json& s, const std::filesyste
                  allreduce / 1024, s["reshard_bytes_per_step"].get<double>() / 1024);
   }
   std::fprintf(out, "metrics, events, trace and summary in %s\n", run_dir.string().c_str());
+  std::fflush(out);  // said even if a signal ends the process during --verify
 }
 
 // With elastic.recover: the job succeeded when every step was committed and
@@ -864,7 +866,16 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   }
   TrainJobResult result{run_dir, finish_run(config, run, metrics, start, out), {}};
   if (verify) {
-    result.verify = train::verify_run(run_dir);
+    // Ctrl-C during the replay: the run itself is done and recorded; say so
+    // (exit 130) instead of dying mid-replay without a word.
+    const train::StopRequest stop;
+    try {
+      result.verify = train::verify_run(run_dir, {}, [] { return train::StopRequest::signal() != 0; });
+    } catch (const train::VerifyInterrupted& e) {
+      throw RunInterrupted(fmt::format("--verify interrupted ({}); the run itself finished and is recorded in {}; "
+                                       "check it with: ntp verify {}",
+                                       e.what(), run_dir.string(), run_dir.string()));
+    }
     run.event("verify", result.verify->to_json());
   }
   return result;

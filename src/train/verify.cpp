@@ -471,7 +471,8 @@ void compare_scalar(const char* name, std::int64_t step, double run, double repl
 
 }  // namespace
 
-VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolerance& tolerance) {
+VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolerance& tolerance,
+                        const std::function<bool()>& stop) {
   if (!std::filesystem::is_directory(run_dir)) {
     throw VerifyInputError(fmt::format("{}: not a run directory", run_dir.string()));
   }
@@ -526,6 +527,7 @@ VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolera
   std::vector<std::string> scalar_failures;
   std::vector<double> applied_lrs;
   for (std::int64_t s = 0; s < steps; ++s) {
+    if (stop && stop()) throw VerifyInterrupted(fmt::format("the replay stopped at step {} of {}", s, steps));
     // What the run logged it trained (the split only changes the micro-batch
     // boundaries); the config's batch when the row is missing.
     const auto row = schedule_row.find(s);

@@ -20,6 +20,7 @@
 // model.bin holds one replica in full; the holder check covers the others.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -157,7 +158,16 @@ struct VerifyResult {
   std::string summary() const;
 };
 
+// Thrown by verify_run when `stop` asks it to end (a Ctrl-C during the
+// replay); says at which step of how many.
+class VerifyInterrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Throws VerifyInputError naming the run file that is missing or malformed.
-VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolerance& tolerance = {});
+// `stop`, polled before each replayed step, ends the replay early.
+VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolerance& tolerance = {},
+                        const std::function<bool()>& stop = {});
 
 }  // namespace ntp::train

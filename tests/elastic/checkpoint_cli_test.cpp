@@ -420,6 +420,37 @@ TEST_F(CheckpointCliTest, EveryRankStalledAtOnceRestartsFromTheCheckpointAtTheSa
   EXPECT_EQ(losses(run).size(), 40u);
 }
 
+// Ctrl-C during the --verify replay (the run itself done): exit 130 with a
+// line that says the run finished and how to check it, and the run's own
+// summary lines already out (before: killed by the signal mid-replay, exit
+// 130 without a word, the summary lines lost in the pipe's buffer).
+TEST_F(CheckpointCliTest, CtrlCDuringTheVerifyReplaySaysTheRunFinished) {
+  const fs::path run = dir_ / "verify_interrupted";
+  const std::vector<std::string> args = {
+      "timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train", "--run-dir", run.string(),
+      "--verify", "--set", "model.preset=small", "--set", "model.seq_len=32", "--set", "parallel.dp=2", "--set",
+      "parallel.tp=2", "--set", "train.global_batch=8", "--set", "train.micro_batch=4", "--set", "train.steps=16"};
+  const fs::path out = dir_ / "verify_interrupted.out";
+  fs::create_directories(dir_);
+  const pid_t child = ntp::testing::spawn_logged(args, out);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (ntp::testing::events_named(run, "run_finished").empty() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // timeout(1) passes the signal on to ntp train, as a terminal's Ctrl-C reaches it.
+  ::kill(child, SIGINT);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const std::string output = read_file(out);
+  ASSERT_FALSE(ntp::testing::events_named(run, "run_finished").empty()) << "no run_finished within 90 s\n" << output;
+  if (output.find("\"verify\":\"pass\"") != std::string::npos) GTEST_SKIP() << "the replay ended before SIGINT";
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << output;
+  EXPECT_NE(output.find("done: 16 steps"), std::string::npos) << output;
+  EXPECT_NE(output.find("--verify interrupted (the replay stopped at step "), std::string::npos) << output;
+  EXPECT_NE(output.find("check it with: ntp verify " + run.string()), std::string::npos) << output;
+}
+
 TEST_F(CheckpointCliTest, EveryRankSavesTheStepsTheCountTheClockAndTheEndAskFor) {
   const std::string job = kModel + " --set parallel.dp=2 --set parallel.tp=2 --set train.steps=6"
                                    " --set train.keep_checkpoints=10";
