@@ -65,19 +65,26 @@ void Heartbeat::loop() {
 
 // One batched read (Redis MGET) for all the ranks: a watcher of N ranks makes
 // one store operation per check, not N.
-std::vector<std::int64_t> heartbeat_ages_ms(Store& store, const std::vector<int>& ranks) {
+std::vector<std::optional<std::string>> heartbeat_values(Store& store, const std::vector<int>& ranks) {
   std::vector<std::string> keys;
   for (int r : ranks) keys.push_back(heartbeat_key(r));
-  const auto values = store.get_many(keys);
+  std::vector<std::optional<std::string>> out;
+  for (const auto& value : store.get_many(keys)) {
+    out.push_back(value ? std::optional<std::string>(to_text(*value)) : std::nullopt);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> heartbeat_ages_ms(Store& store, const std::vector<int>& ranks) {
   std::vector<std::int64_t> ages;
   const std::int64_t now = wall_ms();
-  for (const auto& value : values) {
+  for (const auto& value : heartbeat_values(store, ranks)) {
     if (!value) {
       ages.push_back(-1);
       continue;
     }
     try {
-      ages.push_back(std::max<std::int64_t>(0, now - std::stoll(to_text(*value))));
+      ages.push_back(std::max<std::int64_t>(0, now - std::stoll(*value)));
     } catch (const std::exception&) {
       ages.push_back(-1);  // unreadable beat counts as none
     }

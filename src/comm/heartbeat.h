@@ -6,13 +6,17 @@
 // whose collectives hang keeps beating, which tells the two cases apart.
 //
 // Times are wall-clock milliseconds, so ranks on different hosts need clocks
-// in sync to well within max_age (NTP/chrony, as any cluster has).
+// in sync to well within max_age (NTP/chrony, as any cluster has). A watcher
+// of its own host's ranks can do without them: heartbeat_values() and how
+// long each has not changed.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -51,6 +55,11 @@ class Heartbeat {
 };
 
 std::string heartbeat_key(int global_rank);
+
+// Each rank's last beat as stored ("<wall ms> <beat>"), nullopt when it
+// never beat. A watcher that keeps them sees a beat change on its own
+// monotonic clock, which no wall-clock step can fake.
+std::vector<std::optional<std::string>> heartbeat_values(Store& store, const std::vector<int>& ranks);
 
 // Age of each rank's last beat (nullopt-like: -1 when it never beat).
 std::vector<std::int64_t> heartbeat_ages_ms(Store& store, const std::vector<int>& ranks);

@@ -111,7 +111,7 @@ void Fencer::tick() {
   for (const auto& [rank, pid] : pids_) ranks.push_back(rank);
   if (ranks.empty()) return;
   // Right after a store outage the beats are not judged; fence requests are.
-  const std::optional<std::vector<std::int64_t>> ages = ages_of(ranks);
+  const std::optional<std::vector<std::int64_t>> ages = local_ages(ranks);
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const int rank = ranks[i];
     const std::int64_t age = ages ? (*ages)[i] : 0;
@@ -211,7 +211,31 @@ bool Fencer::fresh_beat(const std::optional<std::vector<char>>& mark) const {
 // restarts): the ranks could not beat either, so for one
 // deadline.heartbeat_s their silence says nothing.
 std::optional<std::vector<std::int64_t>> Fencer::ages_of(const std::vector<int>& ranks) {
-  std::vector<std::int64_t> ages = comm::heartbeat_ages_ms(*store_, ranks);
+  return after_outage(comm::heartbeat_ages_ms(*store_, ranks));
+}
+
+// The local ranks' beat ages on this launcher's monotonic clock: since each
+// beat last changed. The wall times in the beats are not compared: a clock
+// step (NTP, a VM resumed) made every beat written before it look that much
+// older, and a step forward fenced every rank that was not busy at the time.
+std::optional<std::vector<std::int64_t>> Fencer::local_ages(const std::vector<int>& ranks) {
+  const std::vector<std::optional<std::string>> values = comm::heartbeat_values(*store_, ranks);
+  const std::int64_t now = now_ms();
+  std::vector<std::int64_t> ages;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (!values[i]) {
+      beat_seen_.erase(ranks[i]);
+      ages.push_back(-1);
+      continue;
+    }
+    auto [seen, fresh] = beat_seen_.try_emplace(ranks[i], *values[i], now);
+    if (!fresh && seen->second.first != *values[i]) seen->second = {*values[i], now};
+    ages.push_back(now - seen->second.second);
+  }
+  return after_outage(std::move(ages));
+}
+
+std::optional<std::vector<std::int64_t>> Fencer::after_outage(std::vector<std::int64_t> ages) {
   const std::int64_t after = now_ms();
   if (after - poll_started_ms_ > kStoreHiccupMs) store_back_ms_ = after;
   if (store_back_ms_ > 0 && after - store_back_ms_ < max_age_ms_) return std::nullopt;

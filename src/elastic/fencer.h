@@ -64,6 +64,8 @@ class Fencer {
   bool starved(int rank, std::int64_t age_ms);
   bool fresh_beat(const std::optional<std::vector<char>>& mark) const;
   std::optional<std::vector<std::int64_t>> ages_of(const std::vector<int>& ranks);
+  std::optional<std::vector<std::int64_t>> local_ages(const std::vector<int>& ranks);
+  std::optional<std::vector<std::int64_t>> after_outage(std::vector<std::int64_t> ages);
   void fence(int rank, const std::string& reason, std::int64_t age_ms);
 
   const train::Config& config_;
@@ -80,6 +82,9 @@ class Fencer {
   std::map<int, std::int64_t> fresh_sampled_ms_;
   std::set<int> starved_;  // stale but getting CPU: reported once
   std::set<int> beaten_;   // local ranks seen beating
+  // Local rank -> its beat as last read, and when (this clock) it was first
+  // read so: a local beat's age is how long it has not changed here.
+  std::map<int, std::pair<std::string, std::int64_t>> beat_seen_;
   void beat_host();
 
   std::set<int> local_;  // every rank this launcher started

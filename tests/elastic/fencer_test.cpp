@@ -117,5 +117,39 @@ TEST_F(FencerTest, AHostCutOffDeclaresNobodyLostWhenItIsBack) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 }
 
+// A local rank's beat is judged by whether it changes, on the launcher's own
+// clock: beats whose wall times read 10 s old (written just before the clock
+// stepped forward 10 s) but keep coming are fresh; once they stop, the rank
+// is fenced after deadline.heartbeat_s. (Comparing wall times fenced it at
+// the first poll: the worker, idle in pause(), had no CPU to vouch for it.)
+TEST_F(FencerTest, ALocalBeatIsJudgedByItsChangesNotItsWallTime) {
+  const pid_t worker = ::fork();
+  ASSERT_GE(worker, 0);
+  if (worker == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ::setpgid(worker, worker);
+  Fencer fencer(config_, *run_, store_);
+  RankExit started;
+  started.rank = 0;
+  started.pid = worker;
+  fencer.on_event("worker_started", started);
+  const auto beat_old = [&](int n) {
+    store_->set(comm::heartbeat_key(0), comm::to_bytes(std::to_string(wall_ms() - 10000) + " " + std::to_string(n)));
+  };
+  const auto fenced = [&] { return store_->try_get(dead_key(0)).has_value(); };
+  for (int n = 1; n <= 8; ++n) {  // 2 s of beats, twice deadline.heartbeat_s
+    beat_old(n);
+    poll(fencer);
+    ASSERT_FALSE(fenced()) << "fenced at beat " << n << " although its beats keep coming";
+  }
+  for (int i = 0; i < 8 && !fenced(); ++i) poll(fencer);  // no new beat: stale after 1 s here
+  EXPECT_TRUE(fenced()) << "a beat that stopped changing was not judged stale";
+  int status = 0;
+  ASSERT_EQ(::waitpid(worker, &status, 0), worker);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
 }  // namespace
 }  // namespace ntp::elastic
