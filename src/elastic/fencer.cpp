@@ -206,10 +206,7 @@ bool Fencer::fresh_beat(const std::optional<std::vector<char>>& mark) const {
   }
 }
 
-// The ranks' beat ages; none while the store was just unavailable (a call
-// of this poll or the last one blocked on a reconnect, as when the server
-// restarts): the ranks could not beat either, so for one
-// deadline.heartbeat_s their silence says nothing.
+// Other hosts' ranks' beat ages, by the wall times in their beats.
 std::optional<std::vector<std::int64_t>> Fencer::ages_of(const std::vector<int>& ranks) {
   return after_outage(comm::heartbeat_ages_ms(*store_, ranks));
 }
@@ -235,6 +232,10 @@ std::optional<std::vector<std::int64_t>> Fencer::local_ages(const std::vector<in
   return after_outage(std::move(ages));
 }
 
+// `ages`, or none while the store was just unavailable (a call of this poll
+// or the last one blocked on a reconnect, as when the server restarts): the
+// ranks could not beat either, so for one deadline.heartbeat_s their silence
+// says nothing.
 std::optional<std::vector<std::int64_t>> Fencer::after_outage(std::vector<std::int64_t> ages) {
   const std::int64_t after = now_ms();
   if (after - poll_started_ms_ > kStoreHiccupMs) store_back_ms_ = after;
