@@ -49,6 +49,25 @@ CliResult ntp(const std::string& args) {
   return {r.exit_code, r.out + r.err};
 }
 
+// `ntp train --run-dir RUN --verify SETS` in the background under the time
+// limit, its output to `out`; SETS is split at spaces (no quoting).
+pid_t spawn_train_verify(const fs::path& run, const std::string& sets, const fs::path& out) {
+  std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
+                                   "--run-dir", run.string(), "--verify"};
+  std::istringstream words(sets);
+  for (std::string word; words >> word;) args.push_back(word);
+  fs::create_directories(out.parent_path());
+  return ntp::testing::spawn_logged(args, out);
+}
+
+// Polls events.jsonl until `name` is there or `seconds` have passed.
+void wait_for_event(const fs::path& run, const std::string& name, int seconds) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (ntp::testing::events_named(run, name).empty() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 std::vector<double> losses(const fs::path& run) {
   std::vector<double> out;
   for (const nlohmann::json& row : ntp::testing::read_jsonl_lines(run / "metrics.jsonl")) {
@@ -389,18 +408,12 @@ TEST_F(CheckpointCliTest, EveryHolderOfAUnitLostRestartsFromTheCheckpoint) {
 // the same layout and the run verifies (before: exit 1, "the workers failed").
 TEST_F(CheckpointCliTest, EveryRankStalledAtOnceRestartsFromTheCheckpointAtTheSameLayout) {
   const fs::path run = dir_ / "all_stopped";
-  std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
-                                   "--run-dir", run.string(), "--verify"};
-  std::istringstream sets(kModel + " --set parallel.dp=2 --set parallel.tp=2 --set elastic.recover=true"
-                                   " --set elastic.settle_s=0.2 --set train.steps=40");
-  for (std::string word; sets >> word;) args.push_back(word);
   const fs::path out = dir_ / "all_stopped.out";
-  fs::create_directories(dir_);
-  const pid_t child = ntp::testing::spawn_logged(args, out);
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (ntp::testing::events_named(run, "checkpoint_saved").empty() && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const pid_t child = spawn_train_verify(run, kModel + " --set parallel.dp=2 --set parallel.tp=2"
+                                                  " --set elastic.recover=true --set elastic.settle_s=0.2"
+                                                  " --set train.steps=40",
+                                         out);
+  wait_for_event(run, "checkpoint_saved", 60);
   std::vector<pid_t> workers;
   for (const nlohmann::json& e : ntp::testing::events_named(run, "worker_started")) workers.push_back(e["pid"]);
   for (pid_t pid : workers) ::kill(pid, SIGSTOP);
@@ -426,17 +439,12 @@ TEST_F(CheckpointCliTest, EveryRankStalledAtOnceRestartsFromTheCheckpointAtTheSa
 // 130 without a word, the summary lines lost in the pipe's buffer).
 TEST_F(CheckpointCliTest, CtrlCDuringTheVerifyReplaySaysTheRunFinished) {
   const fs::path run = dir_ / "verify_interrupted";
-  const std::vector<std::string> args = {
-      "timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train", "--run-dir", run.string(),
-      "--verify", "--set", "model.preset=small", "--set", "model.seq_len=32", "--set", "parallel.dp=2", "--set",
-      "parallel.tp=2", "--set", "train.global_batch=8", "--set", "train.micro_batch=4", "--set", "train.steps=16"};
   const fs::path out = dir_ / "verify_interrupted.out";
-  fs::create_directories(dir_);
-  const pid_t child = ntp::testing::spawn_logged(args, out);
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  while (ntp::testing::events_named(run, "run_finished").empty() && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const pid_t child = spawn_train_verify(run, " --set model.preset=small --set model.seq_len=32 --set parallel.dp=2"
+                                              " --set parallel.tp=2 --set train.global_batch=8"
+                                              " --set train.micro_batch=4 --set train.steps=16",
+                                         out);
+  wait_for_event(run, "run_finished", 90);
   // timeout(1) passes the signal on to ntp train, as a terminal's Ctrl-C reaches it.
   ::kill(child, SIGINT);
   int status = 0;

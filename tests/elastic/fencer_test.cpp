@@ -46,6 +46,23 @@ class FencerTest : public ::testing::Test {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     fencer.poll();
   }
+  // A local worker that idles (no CPU) in its own process group; 0 if fork failed.
+  static pid_t paused_worker() {
+    const pid_t worker = ::fork();
+    if (worker == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    if (worker < 0) return 0;
+    ::setpgid(worker, worker);
+    return worker;
+  }
+  static void started(Fencer& fencer, int rank, pid_t pid) {
+    RankExit record;
+    record.rank = rank;
+    record.pid = pid;
+    fencer.on_event("worker_started", record);
+  }
   bool declared(int rank) {
     const auto mark = store_->try_get(dead_key(rank));
     return mark && comm::to_text(*mark) == kLostWithHost;
@@ -90,19 +107,11 @@ TEST_F(FencerTest, ItWritesItsOwnBeatWhileOtherHostsWatch) {
 // the network, host 1 sees host 0's beats stale (they were, from where it
 // stood) but it is the one that was lost: it declares nobody.
 TEST_F(FencerTest, AHostCutOffDeclaresNobodyLostWhenItIsBack) {
-  const pid_t worker = ::fork();
-  ASSERT_GE(worker, 0);
-  if (worker == 0) {
-    ::pause();
-    ::_exit(0);
-  }
-  ::setpgid(worker, worker);
+  const pid_t worker = paused_worker();
+  ASSERT_GT(worker, 0);
   Fencer fencer(config_, *run_, store_);
   fencer.watch_remote(1, {{0, {0, 1}}});
-  RankExit started;
-  started.rank = 4;
-  started.pid = worker;
-  fencer.on_event("worker_started", started);
+  started(fencer, 4, worker);
   store_->set(fence_key(4), comm::to_bytes(kLostWithHost));
   store_->set(dead_key(4), comm::to_bytes(kLostWithHost));
   beat(comm::heartbeat_key(0), 5000);
@@ -123,18 +132,10 @@ TEST_F(FencerTest, AHostCutOffDeclaresNobodyLostWhenItIsBack) {
 // is fenced after deadline.heartbeat_s. (Comparing wall times fenced it at
 // the first poll: the worker, idle in pause(), had no CPU to vouch for it.)
 TEST_F(FencerTest, ALocalBeatIsJudgedByItsChangesNotItsWallTime) {
-  const pid_t worker = ::fork();
-  ASSERT_GE(worker, 0);
-  if (worker == 0) {
-    ::pause();
-    ::_exit(0);
-  }
-  ::setpgid(worker, worker);
+  const pid_t worker = paused_worker();
+  ASSERT_GT(worker, 0);
   Fencer fencer(config_, *run_, store_);
-  RankExit started;
-  started.rank = 0;
-  started.pid = worker;
-  fencer.on_event("worker_started", started);
+  started(fencer, 0, worker);
   const auto beat_old = [&](int n) {
     store_->set(comm::heartbeat_key(0), comm::to_bytes(std::to_string(wall_ms() - 10000) + " " + std::to_string(n)));
   };
