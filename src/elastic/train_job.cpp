@@ -463,9 +463,11 @@ bool every_rank_lost(const LaunchResult& result) {
   });
 }
 
-// launch_workers for node 0 (or the only host): a store that stops answering
-// past its deadline ends the run, and the error says so in the product's
-// words (the launcher has killed the workers by then).
+// launch_workers on any host: a store that stops answering past its deadline
+// ends this host's part, and the error says so in the product's words (the
+// launcher has killed the workers by then). Another host cut off from the
+// store takes part in no agreement: the hosts that reach it recover without
+// it, so the job never splits in two.
 LaunchResult launch_or_lose_store(const train::Config& config, const train::RunDir& run, const NodeOptions& node,
                                   const std::function<void(const train::StepMetrics&)>& on_step) {
   const Host host = host_of(config, node);
@@ -473,8 +475,10 @@ LaunchResult launch_or_lose_store(const train::Config& config, const train::RunD
     return launch_workers(config, run, host, on_step);
   } catch (const comm::CommError& e) {
     const std::string store = node.store.empty() ? "file:" + run.store_dir().string() : comm::without_job(node.store);
-    throw std::runtime_error(fmt::format("{} lost the job's store {} and stopped its workers ({})",
-                                         node.nnodes > 1 ? "node 0" : "the launcher", store, e.what()));
+    const std::string who = node.nnodes > 1 ? fmt::format("node {}", node.node_rank) : "the launcher";
+    const char* rest = node.node_rank > 0 ? "; it leaves the job to the hosts that reach the store" : "";
+    throw std::runtime_error(
+        fmt::format("{} lost the job's store {} and stopped its workers{} ({})", who, store, rest, e.what()));
   }
 }
 
@@ -693,17 +697,7 @@ void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std
                node.nnodes, comm::job_of(node.store).c_str(), host.place.first_rank,
                host.place.first_rank + host.place.ranks - 1, run_dir.string().c_str());
   std::fflush(out);
-  LaunchResult result;
-  try {
-    result = launch_workers(config, run, host, [](const train::StepMetrics&) {});
-  } catch (const comm::CommError& e) {
-    // Cut off from the store, this host can take part in no agreement: it
-    // stops (its workers die with it) and the hosts that reach the store
-    // recover without it, so the job never splits in two.
-    throw std::runtime_error(fmt::format("node {} lost the job's store {}; it stopped its workers and leaves the job "
-                                         "to the hosts that reach the store ({})",
-                                         node.node_rank, comm::without_job(node.store), e.what()));
-  }
+  const LaunchResult result = launch_or_lose_store(config, run, node, [](const train::StepMetrics&) {});
   if (const std::vector<int> lost = declared_lost_with_host(*store, host); !lost.empty()) {
     // Cut off for less than the store deadline: the others declared its
     // ranks lost and went on; back on the network, it must not train again.
