@@ -15,6 +15,7 @@
 #include "elastic/launcher.h"
 #include "elastic/train_job.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 
 namespace {
 
@@ -163,6 +164,9 @@ int run_train(int argc, char** argv) {
   } catch (const ntp::train::CheckpointError& e) {
     spdlog::error("ntp train: checkpoint: {}", e.what());
     return ntp::cli::kExitBadInput;
+  } catch (const ntp::train::RunDirBusy& e) {
+    spdlog::error("ntp train: {}", e.what());
+    return ntp::cli::kExitFailure;
   } catch (const ntp::elastic::RunInterrupted& e) {
     spdlog::error("ntp train: {}", e.what());
     return ntp::cli::kExitInterrupted;

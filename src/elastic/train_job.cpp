@@ -820,11 +820,14 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   // An empty folder counts as new (choose_run_dir makes the default one).
   const bool existed = std::filesystem::exists(run_dir) && !std::filesystem::is_empty(run_dir);
   const train::RunDir run = continues ? train::RunDir::open(run_dir) : train::RunDir::create(run_dir);
+  // Held to the end: nobody else may train in this directory meanwhile.
+  const train::RunLock lock(run_dir);
   try {
     train::check_job(config, run_dir);
   } catch (const std::exception&) {  // ConfigError, CheckpointError
-    if (!existed) std::filesystem::remove_all(run_dir);  // nothing ran: leave nothing behind
-    if (existed) std::filesystem::remove(run.file("events.jsonl"));  // give the claim back
+    // A new run gives its claim back; a continued run's files are its history.
+    if (!continues && !existed) std::filesystem::remove_all(run_dir);  // nothing ran: leave nothing behind
+    if (!continues && existed) std::filesystem::remove(run.file("events.jsonl"));
     throw;
   }
   if (resuming) prepare_restart(run, config.run.resume);

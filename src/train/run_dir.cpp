@@ -3,6 +3,7 @@
 #include "train/config.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -116,6 +117,36 @@ RunDir RunDir::create(const std::filesystem::path& path) {
   if (fd < 0) io_error(path / "events.jsonl", "cannot create");
   ::close(fd);
   return RunDir(path);
+}
+
+RunLock::RunLock(const std::filesystem::path& run_dir) {
+  const std::filesystem::path path = run_dir / "run.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) io_error(path, "cannot open");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int reason = errno;
+    std::string holder(256, '\0');
+    const ssize_t n = ::pread(fd_, holder.data(), holder.size(), 0);
+    holder.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+    ::close(fd_);
+    if (reason != EWOULDBLOCK) {
+      errno = reason;
+      io_error(path, "cannot lock");
+    }
+    throw RunDirBusy(fmt::format("{}: another ntp train ({}) is running a job in this run directory; wait for it "
+                                  "to end, or stop it (Ctrl-C), before training in it again",
+                                 run_dir.string(), holder.empty() ? "holder unknown" : holder));
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string holder = fmt::format("pid {} on {}\n", ::getpid(), host);
+  // Who holds it, for the message above; the lock itself is the flock.
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) < 0) {}  // best effort
+}
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) ::close(fd_);  // drops the flock
 }
 
 RunDir RunDir::open(const std::filesystem::path& path) {

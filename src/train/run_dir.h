@@ -14,6 +14,7 @@
 // with one write() on an O_APPEND descriptor, so lines never interleave.
 #include <cstdint>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,31 @@ class RunDir {
  private:
   explicit RunDir(std::filesystem::path path) : path_(std::move(path)) {}
   std::filesystem::path path_;
+};
+
+// The run directory held by the `ntp train` that runs a job in it, for the
+// job's whole life: a second one on the same directory (a `--resume` while
+// the run is live, two resumes at once) is refused, naming the holder,
+// instead of training into the same files and checkpoints. An flock on
+// RUN_DIR/run.lock: the kernel drops it when the holder dies, SIGKILL
+// included, so a crashed run never leaves a stale lock; workers do not
+// inherit it (close-on-exec), and they die with the launcher. On several
+// hosts node 0 holds it.
+class RunDirBusy : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class RunLock {
+ public:
+  // Throws RunDirBusy, naming the holder, when another process holds it.
+  explicit RunLock(const std::filesystem::path& run_dir);
+  ~RunLock();
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_ = -1;
 };
 
 // Reads every line of a .jsonl file; throws std::runtime_error naming the

@@ -286,6 +286,35 @@ TEST_F(CheckpointCliTest, CtrlCSavesACheckpointThatResumes) {
   interrupt_and_resume(dir_, run, {}, [&] { return ntp::testing::read_jsonl_lines(run / "metrics.jsonl").size() >= 3; });
 }
 
+// A --resume while the run still trains is refused, naming the live run's
+// process, and changes nothing: the live run goes on, stops at Ctrl-C with
+// its checkpoint, and only then resumes and verifies (each step once).
+TEST_F(CheckpointCliTest, AResumeWhileTheRunTrainsIsRefusedAndChangesNothing) {
+  const fs::path run = dir_ / "live";
+  interrupt_and_resume(dir_, run, {"--set", "train.checkpoint_every=5"}, [&] {
+    if (!fs::exists(run / "checkpoints" / "step-5" / "manifest.json")) return false;
+    const CliResult second = ntp("train --resume " + run.string());
+    EXPECT_EQ(second.code, 1) << second.output;
+    EXPECT_NE(second.output.find(run.string() + ": another ntp train (pid "), std::string::npos) << second.output;
+    EXPECT_EQ(ntp::testing::events_named(run, "run_resumed").size(), 0u);
+    return true;
+  });
+}
+
+// A resume refused for its layout leaves the run's history as it was (it
+// used to give the "claim" back by deleting the run's events.jsonl).
+TEST_F(CheckpointCliTest, AResumeRefusedForItsLayoutKeepsTheRunsFiles) {
+  const fs::path run = stopped_at_12("refused");
+  const std::string events = read_file(run / "events.jsonl");
+  ASSERT_FALSE(events.empty());
+  const CliResult r = ntp("train --resume " + run.string() + " --set parallel.tp=13");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("parallel.tp: cannot lay out"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(run / "events.jsonl"), events);
+  const CliResult resumed = ntp("train --resume " + run.string() + " --verify");
+  EXPECT_EQ(resumed.code, 0) << resumed.output;
+}
+
 // Ctrl-C while the survivors recover from a death: the recovery completes,
 // the step redone is saved at the reduced TP, and the run resumes from it.
 TEST_F(CheckpointCliTest, CtrlCDuringAnInJobRecoverySavesACheckpointThatResumes) {

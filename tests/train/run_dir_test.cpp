@@ -327,6 +327,45 @@ TEST_F(RunDirTest, ConcurrentRunsOnOneFolderLetExactlyOneIn) {
   EXPECT_EQ(refused.load(), kRuns - 1);
 }
 
+// A live job holds its directory: another process (a --resume while the run
+// trains) is refused, naming the holder; once the holder dies, SIGKILL
+// included, the directory is free again without any clean-up.
+TEST_F(RunDirTest, ALiveJobHoldsItsDirectoryUntilItDies) {
+  fs::create_directories(dir_);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    const RunLock lock(dir_);
+    const char byte = 1;
+    if (::write(ready[1], &byte, 1) != 1) ::_exit(1);
+    ::pause();  // until SIGKILL
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the holder did not take the lock";
+  ::close(ready[0]);
+  try {
+    const RunLock second(dir_);
+    ADD_FAILURE() << "a second job got the directory of a live one";
+  } catch (const RunDirBusy& e) {
+    EXPECT_NE(std::string(e.what()).find("pid " + std::to_string(holder) + " on "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir_.string()), std::string::npos) << e.what();
+  }
+  ::kill(holder, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+  EXPECT_NO_THROW(RunLock{dir_});
+  {
+    // Within one process too: the lock belongs to its holder, not to the pid.
+    const RunLock first(dir_);
+    EXPECT_THROW(RunLock{dir_}, RunDirBusy);
+  }
+  EXPECT_NO_THROW(RunLock{dir_});
+}
+
 TEST_F(RunDirTest, NewRunFoldersAreUniqueWithinOneMillisecond) {
   constexpr int kRuns = 16;
   std::vector<fs::path> paths(kRuns);
