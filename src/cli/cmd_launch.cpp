@@ -14,6 +14,7 @@
 
 #include "cli/command.h"
 #include "cli/path_args.h"
+#include "comm/signal_thread.h"
 #include "elastic/job.h"
 #include "elastic/log_tee.h"
 
@@ -48,6 +49,9 @@ std::optional<std::string> check_seconds(const char* flag, double seconds) {
 }
 
 int run_launch(int argc, char** argv) {
+  // A reader of stdout that goes away (`| head`, a log collector that died)
+  // must not take the job down with it: writes to it just fail.
+  ntp::comm::ignore_sigpipe();
   CLI::App app{"Start N worker processes of a command with RANK, WORLD_SIZE, LOCAL_RANK, "
                "LOCAL_WORLD_SIZE, NTP_STORE and MASTER_ADDR/PORT set; report every death.",
                "ntp launch"};

@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "cli/path_args.h"
 #include "cli/run_report.h"
+#include "comm/signal_thread.h"
 #include "elastic/launcher.h"
 #include "elastic/train_job.h"
 #include "train/checkpoint.h"
@@ -79,6 +80,9 @@ void apply_slurm_nodes(ntp::elastic::NodeOptions& node, bool nodes_given) {
 }
 
 int run_train(int argc, char** argv) {
+  // A reader of stdout that goes away (`| head`, a log collector that died)
+  // must not take the job down with it: writes to it just fail.
+  ntp::comm::ignore_sigpipe();
   CLI::App app{"Train a GPT with data parallelism over (nonuniform) tensor-parallel replicas.",
                "ntp train"};
   std::string config_path;

@@ -12,23 +12,13 @@
 
 #include "comm/gloo_mesh.h"
 #include "comm/rendezvous.h"
+#include "comm/signal_thread.h"
 
 // GlooGroup's life cycle and error policy; the operations are in
 // gloo_collectives.cpp and gloo_p2p.cpp.
 namespace ntp::comm {
 
 namespace {
-
-// A peer that dies while we write to it must become an error, not SIGPIPE.
-void ignore_sigpipe() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction current {};
-    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
-      std::signal(SIGPIPE, SIG_IGN);
-    }
-  });
-}
 
 std::shared_ptr<gloo::transport::Device> make_device(const GroupOptions& opts) {
   gloo::transport::tcp::attr attr;
@@ -59,7 +49,7 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, GroupOptions opts)
     : GroupBase(std::move(store), std::move(opts)),
       prefix_(group_prefix(opts_.epoch, opts_.name)),
       check_every_call_(opts_.check_every_call || env_flag("NTP_COMM_CHECK_EVERY_CALL")) {
-  ignore_sigpipe();
+  ignore_sigpipe();  // a peer that dies while we write to it is an error, not death
   try {
     std::vector<std::vector<char>> peer_addresses;
     auto join = [&] { join_group(*store_, prefix_, opts_, connect_timeout()); };

@@ -29,10 +29,22 @@ void route_signals_to_one_thread() {
   });
 }
 
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      ::signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 void unblock_signals_in_child() {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  // An ignored signal stays ignored across exec; a handler does not survive it.
+  ::signal(SIGPIPE, SIG_DFL);
 }
 
 }  // namespace ntp::comm

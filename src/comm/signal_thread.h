@@ -19,8 +19,16 @@ void route_signals_to_one_thread();
 // The signals routed (for tests and for children, which unblock them).
 sigset_t routed_signals();
 
-// For a forked child before exec: the program started gets the mask it
-// expects (nothing blocked). Async-signal-safe.
+// SIGPIPE ignored (unless a handler is installed), so that a write to a
+// closed pipe or socket is an EPIPE error instead of death: a peer gone
+// mid-write (Gloo) or a reader of stdout gone (`ntp train | head`, a log
+// collector that died) must not take a training job down with it.
+// Idempotent.
+void ignore_sigpipe();
+
+// For a forked child before exec: the program started gets the mask and the
+// SIGPIPE disposition it expects (nothing blocked, the default action).
+// Async-signal-safe.
 void unblock_signals_in_child();
 
 }  // namespace ntp::comm

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -271,6 +273,35 @@ TEST_F(TrainCliTest, LaunchSpeaksTorchrunAndTeesWorkerOutput) {
   std::string first;
   std::getline(log, first);
   EXPECT_EQ(first, "a -- b");
+}
+
+// A reader of stdout that goes away (`ntp train | head -1`, a log collector
+// that died) does not stop the run: it used to die of SIGPIPE with its
+// workers, leaving no record of why. The run trains on, records its end and
+// verifies. The programs `ntp launch` starts still get the default SIGPIPE.
+TEST_F(TrainCliTest, AReaderOfStdoutThatGoesAwayDoesNotStopTheRun) {
+  const fs::path run = dir_ / "piped";
+  ASSERT_EQ(shell("(timeout -s KILL 120 " + std::string(NTP_BINARY) + " train --run-dir " + run.string() + " " +
+                  kSmall + "--set parallel.dp=2 --set train.steps=10 2>err.txt; echo $? >rc.txt) | head -1 >/dev/null"),
+            0);
+  std::ifstream rc(dir_ / "rc.txt");
+  int code = -1;
+  rc >> code;
+  std::ifstream err(dir_ / "err.txt");
+  const std::string errors{std::istreambuf_iterator<char>(err), {}};
+  EXPECT_EQ(code, 0) << "141 is death by SIGPIPE\n" << errors;
+  EXPECT_EQ(read_lines(run / "metrics.jsonl").size(), 10u);
+  EXPECT_TRUE(fs::exists(run / "summary.json"));
+  const auto verified = ntp("verify " + run.string());
+  EXPECT_EQ(verified.exit_code, 0) << text_of(verified);
+
+  const std::string launch_dir = (dir_ / "l").string();
+  ASSERT_EQ(ntp("launch --run-dir " + launch_dir + " --nproc 1 -- sh -c 'grep SigIgn /proc/$$/status'").exit_code, 0);
+  std::ifstream log(dir_ / "l" / "logs" / "rank-0.log");
+  std::string label, mask;
+  log >> label >> mask;
+  ASSERT_EQ(label, "SigIgn:");
+  EXPECT_EQ(std::stoull(mask, nullptr, 16) & (1ull << (SIGPIPE - 1)), 0u) << "the program inherited SIGPIPE ignored";
 }
 
 TEST_F(TrainCliTest, LaunchNamesACommandItCannotExecute) {
