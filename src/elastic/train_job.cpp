@@ -848,6 +848,11 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
                                                             : train_with_workers(config, run, node, out, show);
   } catch (const std::exception& e) {
     progress.finish();
+    if (!std::filesystem::exists(run_dir / "config.toml")) {
+      // Every later error (the store, events.jsonl) follows from this one.
+      throw std::runtime_error(fmt::format("the run directory {} was removed while the job ran, and the job stopped "
+                                           "({})", run_dir.string(), e.what()));
+    }
     record_failure(config, run, e.what(), out);
     throw;
   }

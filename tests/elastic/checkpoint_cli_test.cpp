@@ -301,6 +301,52 @@ TEST_F(CheckpointCliTest, AResumeWhileTheRunTrainsIsRefusedAndChangesNothing) {
   });
 }
 
+// Live processes (not zombies) whose command line names `text`.
+std::vector<int> processes_naming(const std::string& text) {
+  std::vector<int> found;
+  for (const fs::directory_entry& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const std::size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z') continue;
+    if (read_file(entry.path() / "cmdline").find(text) != std::string::npos) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+// The run directory removed under a live job (a mistaken rm -rf): the job
+// stops within seconds, names the cause rather than a store error that
+// follows from it, and leaves no process behind.
+TEST_F(CheckpointCliTest, ARunDirectoryRemovedWhileTheJobTrainsStopsItAndSaysWhy) {
+  const fs::path run = dir_ / "removed";
+  const fs::path out = dir_ / "removed.out";
+  const pid_t child = spawn_train_verify(run, " --set model.layers=1 --set model.seq_len=32 --set parallel.dp=2"
+                                              " --set parallel.tp=2 --set train.global_batch=8"
+                                              " --set train.micro_batch=2 --set train.steps=2000 --set run.trace_steps=0",
+                                         out);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ntp::testing::read_jsonl_lines(run / "metrics.jsonl").size() < 3 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::error_code error;
+  do fs::remove_all(run, error);  // workers may still create files meanwhile
+  while (fs::exists(run));
+  const auto removed = std::chrono::steady_clock::now();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - removed).count();
+  const std::string output = read_file(out);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+  EXPECT_LT(seconds, 45.0) << "the job went on " << seconds << " s without its run directory\n" << output;
+  EXPECT_NE(output.find("the run directory " + run.string() + " was removed while the job ran"), std::string::npos)
+      << output;
+  EXPECT_EQ(processes_naming(run.string()), std::vector<int>{}) << "processes outlived the job";
+}
+
 // A resume refused for its layout leaves the run's history as it was (it
 // used to give the "claim" back by deleting the run's events.jsonl).
 TEST_F(CheckpointCliTest, AResumeRefusedForItsLayoutKeepsTheRunsFiles) {
