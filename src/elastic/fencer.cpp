@@ -251,6 +251,7 @@ void Fencer::fence(int rank, const std::string& reason, std::int64_t age_ms) {
   store_->set(dead_key(rank), comm::to_bytes("fenced"));
   ::kill(-it->second, SIGKILL);
   ::kill(it->second, SIGKILL);
+  killed_pids_.insert(it->second);
   run_.event("rank_fenced", {{"rank", rank}, {"pid", it->second}, {"reason", reason},
                              {"heartbeat_age_ms", age_ms}});
   // Said at once: the rank's exit line that follows reads "killed by signal 9".

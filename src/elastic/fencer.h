@@ -49,6 +49,9 @@ class Fencer {
   // Every launcher tick: the local ranks, then the other hosts'.
   void poll();
 
+  // Whether this worker was fenced (SIGKILLed here): LaunchOptions::killed.
+  bool killed(pid_t pid) const { return killed_pids_.contains(pid); }
+
   // This host (`node`) and the ranks of the other hosts, by host. A whole
   // host lost takes its launcher with it, so nobody there marks its ranks
   // dead: a rank whose beat and whose launcher's beat both went stale is
@@ -76,6 +79,7 @@ class Fencer {
   std::map<int, int> pids_;
   std::map<int, std::int64_t> started_ms_;
   std::set<int> fenced_;
+  std::set<pid_t> killed_pids_;
   std::map<int, std::int64_t> lost_ms_;  // lost ranks waiting for their repair
   std::set<int> restarted_;
   std::map<int, ProcessSample> fresh_cpu_;  // CPU time at a recent fresh heartbeat

@@ -11,8 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
@@ -155,6 +157,14 @@ std::string signal_name(int sig) {
   return text != nullptr ? text : "unknown signal";
 }
 
+// A worker still running kill_wait after a SIGKILL is stuck in the kernel and
+// may never die: the launcher stops waiting for it.
+void leave_behind(RankExit& r) {
+  r.running = false;
+  r.unkillable = true;
+  r.stopped_by_launcher = true;
+}
+
 class Supervisor {
  public:
   using Spawn = std::function<pid_t(int local_rank, bool restart)>;
@@ -168,6 +178,7 @@ class Supervisor {
       reap();
       restart();
       escalate();
+      leave_unkillable_behind();
       if (options_.on_tick && Clock::now() - last_tick > std::chrono::milliseconds(100)) {
         options_.on_tick();
         last_tick = Clock::now();
@@ -265,7 +276,25 @@ class Supervisor {
     }
     if (now >= kill_at_) {
       kill_at_ = kNever;
-      signal_all(SIGKILL);
+      signal_all(options_.kill_signal);
+      killed_at_ = now;
+    }
+  }
+
+  // A worker still there kill_wait after a SIGKILL, the launcher's or the
+  // caller's, is left behind.
+  void leave_unkillable_behind() {
+    const auto now = Clock::now();
+    for (RankExit& r : result_.ranks) {
+      if (!r.running) continue;
+      Clock::time_point since = killed_at_;
+      if (options_.killed && options_.killed(r.pid)) {
+        since = std::min(since, caller_killed_at_.try_emplace(r.pid, now).first->second);
+      }
+      if (since == kNever || now - since < options_.kill_wait) continue;
+      leave_behind(r);
+      r.runtime_s = std::chrono::duration<double>(now - started_).count();
+      if (options_.on_event) options_.on_event("worker_unkillable", r);
     }
   }
 
@@ -276,6 +305,8 @@ class Supervisor {
   static constexpr Clock::time_point kNever = Clock::time_point::max();
   Clock::time_point term_at_ = kNever;  // straggler deadline: then SIGTERM
   Clock::time_point kill_at_ = kNever;  // end of the grace: then SIGKILL
+  Clock::time_point killed_at_ = kNever;  // the launcher's SIGKILL to every worker left
+  std::map<pid_t, Clock::time_point> caller_killed_at_;  // first seen killed by the caller
 };
 
 // Cleans up after a failed start, or a launcher loop that threw (its store
@@ -283,14 +314,25 @@ class Supervisor {
 // no worker, nor anything it started, outlives the error. All are killed
 // before any is reaped: one dead early would read to the others as a failure
 // to recover from.
-void kill_started(LaunchResult& result) {
+void kill_started(LaunchResult& result, const LaunchOptions& options) {
   for (const RankExit& r : result.ranks) {
-    if (r.running) ::kill(-r.pid, SIGKILL);
+    if (r.running) ::kill(-r.pid, options.kill_signal);
+  }
+  const auto give_up = Clock::now() + options.kill_wait;
+  for (;;) {
+    bool left = false;
+    for (RankExit& r : result.ranks) {
+      if (r.running && ::waitpid(r.pid, nullptr, WNOHANG) == r.pid) r.running = false;
+      left = left || r.running;
+    }
+    if (!left) return;
+    if (Clock::now() >= give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   for (RankExit& r : result.ranks) {
     if (!r.running) continue;
-    ::waitpid(r.pid, nullptr, 0);
-    r.running = false;
+    leave_behind(r);
+    spdlog::error("ntp: {}", r.describe());
   }
 }
 
@@ -300,6 +342,9 @@ std::string RankExit::describe() const {
   std::string text = fmt::format("rank {} (pid {}) ", rank, pid);
   if (running) {
     text += "is running";
+  } else if (unkillable) {
+    return text + "did not die after SIGKILL: stuck in the kernel (uninterruptible sleep: a hung device driver or "
+                  "file system?); left behind";
   } else if (exited) {
     text += fmt::format("exited with code {}", code);
   } else {
@@ -455,7 +500,7 @@ LaunchResult launch(const LaunchOptions& options_in) {
     try {
       record.pid = spawn_rank(local, false);
     } catch (...) {
-      kill_started(result);
+      kill_started(result, options);
       throw;
     }
     result.ranks.push_back(record);
@@ -464,7 +509,7 @@ LaunchResult launch(const LaunchOptions& options_in) {
   try {
     supervisor.run();
   } catch (...) {
-    kill_started(result);
+    kill_started(result, options);
     throw;
   }
   return result;

@@ -13,6 +13,8 @@
 // (a shell script) is stopped as a whole.
 #include <sys/types.h>
 
+#include <csignal>
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -71,6 +73,18 @@ struct LaunchOptions {
   // usual environment. Their earlier records move to LaunchResult::restarted.
   std::function<std::vector<int>()> restarts;
   Environment restart_env;
+  // After a SIGKILL, how long a worker may take to die. One that
+  // outlives it is stuck in the kernel (uninterruptible sleep: a hung GPU
+  // driver or file system) and may never die: it is reported and left behind
+  // rather than waited for forever.
+  std::chrono::milliseconds kill_wait{10000};
+  // Whether the caller SIGKILLed this worker itself (`ntp train` fences a rank
+  // whose heartbeat stopped): one still there kill_wait later is left behind
+  // too.
+  std::function<bool(pid_t pid)> killed;
+  // Tests only: the signal sent in SIGKILL's place, so that a worker can stand
+  // in for one that SIGKILL does not end.
+  int kill_signal = SIGKILL;
 };
 
 struct RankExit {
@@ -89,9 +103,14 @@ struct RankExit {
   // Found stopped (SIGSTOP) when the launcher ended the job: it was continued
   // so that it could act on the signal instead of sitting out the grace.
   bool found_stopped = false;
+  // Still there LaunchOptions::kill_wait after a SIGKILL (the launcher's or
+  // the caller's): left behind, no longer running as far as the launcher is
+  // concerned.
+  bool unkillable = false;
   double runtime_s = 0;
   bool ok() const { return exited && code == 0; }
-  // "rank 2 (pid 4711) exited with code 3", "... killed by signal 9 (Killed)".
+  // "rank 2 (pid 4711) exited with code 3", "... killed by signal 9 (Killed)",
+  // "... did not die after SIGKILL: stuck in the kernel ...; left behind".
   std::string describe() const;
 };
 

@@ -448,6 +448,7 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
     fencer->watch_remote(host.node.node_rank, host.remote());
     options.on_event = [&fencer](const std::string& event, const RankExit& r) { fencer->on_event(event, r); };
     options.restarts = [&] { return fencer->restarts(logged_steps); };
+    options.killed = [&fencer](pid_t pid) { return fencer->killed(pid); };
     options.restart_env["NTP_REJOIN"] = "1";
   }
   return run_job(options, {run.file("events.jsonl"), stderr, "ntp train"});

@@ -4,8 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -214,6 +216,87 @@ TEST_F(LauncherTest, AnErrorInTheLaunchersLoopLeavesNoWorkerNorItsChildren) {
     for (int i = 0; i < 100 && alive(pid); ++i) std::this_thread::sleep_for(10ms);
     EXPECT_FALSE(alive(pid)) << "pid " << pid << " outlived the launcher's error";
   }
+}
+
+// A worker that SIGKILL does not end (stuck in the kernel: a hung GPU driver
+// or file system) must not hold the launcher forever, neither at the end of
+// the grace nor when the launcher's loop fails: after kill_wait it is
+// reported and left behind. A signal the worker ignores stands in for the
+// SIGKILL it cannot take.
+TEST_F(LauncherTest, AWorkerThatOutlivesSigkillIsLeftBehindNotWaitedFor) {
+  const std::string script =
+      "trap '' TERM USR1; touch \"$OUT/up-$RANK\"; if [ \"$RANK\" = 0 ]; then exit 1; fi; "
+      "while true; do sleep 0.05; done";
+  std::vector<pid_t> pids;
+  std::vector<std::string> events;
+  const auto stuck_case = [&] {
+    LaunchOptions o = shell(2, script);
+    o.term_grace = 300ms;
+    o.kill_wait = 500ms;
+    o.kill_signal = SIGUSR1;
+    events.clear();
+    o.on_event = [&](const std::string& event, const RankExit& r) {
+      events.push_back(event);
+      if (event == "worker_started") pids.push_back(r.pid);
+    };
+    return o;
+  };
+  // launch(o) with a deadline: past it the test fails naming the wait, and the
+  // stand-ins get the real SIGKILL so that launch() returns.
+  const auto launch_within = [&](const LaunchOptions& o, const char* what) {
+    auto done = std::async(std::launch::async, [&] { return launch(o); });
+    if (done.wait_for(10s) != std::future_status::ready) {
+      ADD_FAILURE() << what << " waited for a worker that does not die";
+      for (pid_t pid : pids) ::kill(-pid, SIGKILL);
+    }
+    return done;
+  };
+  {
+    const LaunchResult result = launch_within(stuck_case(), "the launcher").get();
+    const RankExit& stuck = result.ranks[1];
+    EXPECT_TRUE(stuck.unkillable);
+    EXPECT_FALSE(stuck.running);
+    EXPECT_NE(result.report().find("rank 1 (pid " + std::to_string(stuck.pid) + ") did not die after SIGKILL"),
+              std::string::npos)
+        << result.report();
+    EXPECT_EQ(std::count(events.begin(), events.end(), "worker_unkillable"), 1) << "no event says so";
+  }
+  {
+    // The launcher's loop throws (its store lost, say) while a worker cannot die.
+    fs::remove(dir_ / "up-0");
+    fs::remove(dir_ / "up-1");
+    LaunchOptions o = stuck_case();
+    o.on_tick = [&] {  // once rank 1's trap is set
+      if (fs::exists(dir_ / "up-1")) throw std::runtime_error("store lost");
+    };
+    EXPECT_THROW(launch_within(o, "the failed launcher").get(), std::runtime_error);
+  }
+  for (pid_t pid : pids) ::kill(-pid, SIGKILL);  // the stand-ins do die of the real one
+  for (pid_t pid : pids) ::waitpid(pid, nullptr, 0);
+}
+
+// A worker the caller SIGKILLed (`ntp train` fencing a rank) that is still
+// there kill_wait later is left behind too, so the job's end does not wait
+// for it. Here the caller only says it killed rank 1, which goes on looping,
+// as a worker stuck in the kernel would stay.
+TEST_F(LauncherTest, AWorkerTheCallerKilledThatDoesNotDieIsLeftBehind) {
+  LaunchOptions o = shell(2, "if [ \"$RANK\" = 0 ]; then sleep 1; exit 0; fi; while true; do sleep 0.05; done");
+  o.kill_wait = 300ms;
+  pid_t fenced = 0;
+  o.on_event = [&](const std::string& event, const RankExit& r) {
+    if (event == "worker_started" && r.rank == 1) fenced = r.pid;
+  };
+  o.killed = [&](pid_t pid) { return pid == fenced; };
+  auto done = std::async(std::launch::async, [&] { return launch(o); });
+  if (done.wait_for(10s) != std::future_status::ready) {
+    ADD_FAILURE() << "the launcher waited for a fenced worker that does not die";
+    ::kill(-fenced, SIGKILL);
+  }
+  const LaunchResult result = done.get();
+  EXPECT_TRUE(result.ranks[0].ok());
+  EXPECT_TRUE(result.ranks[1].unkillable) << result.report();
+  ::kill(-fenced, SIGKILL);
+  ::waitpid(fenced, nullptr, 0);
 }
 
 // exec's failure comes back through a close-on-exec pipe: the launcher names
