@@ -38,6 +38,10 @@ const std::string kModel =
     " --set train.global_batch=8 --set train.steps=20 --set train.lr=1e-3 --set train.checkpoint_every=5"
     " --set deadline.collective_s=10 --set deadline.rendezvous_s=30 --set deadline.heartbeat_s=1.5";
 
+// A dp 2 x tp 2 job of short sequences (the model and steps are the test's).
+const std::string kDp2Tp2 =
+    " --set model.seq_len=32 --set parallel.dp=2 --set parallel.tp=2 --set train.global_batch=8";
+
 struct CliResult {
   int code = -1;  // 137: killed at the time limit
   std::string output;
@@ -323,10 +327,9 @@ std::vector<int> processes_naming(const std::string& text) {
 TEST_F(CheckpointCliTest, ARunDirectoryRemovedWhileTheJobTrainsStopsItAndSaysWhy) {
   const fs::path run = dir_ / "removed";
   const fs::path out = dir_ / "removed.out";
-  const pid_t child = spawn_train_verify(run, " --set model.layers=1 --set model.seq_len=32 --set parallel.dp=2"
-                                              " --set parallel.tp=2 --set train.global_batch=8"
-                                              " --set train.micro_batch=2 --set train.steps=2000 --set run.trace_steps=0",
-                                         out);
+  const pid_t child = spawn_train_verify(
+      run, kDp2Tp2 + " --set model.layers=1 --set train.micro_batch=2 --set train.steps=2000 --set run.trace_steps=0",
+      out);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (ntp::testing::read_jsonl_lines(run / "metrics.jsonl").size() < 3 && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -515,10 +518,8 @@ TEST_F(CheckpointCliTest, EveryRankStalledAtOnceRestartsFromTheCheckpointAtTheSa
 TEST_F(CheckpointCliTest, CtrlCDuringTheVerifyReplaySaysTheRunFinished) {
   const fs::path run = dir_ / "verify_interrupted";
   const fs::path out = dir_ / "verify_interrupted.out";
-  const pid_t child = spawn_train_verify(run, " --set model.preset=small --set model.seq_len=32 --set parallel.dp=2"
-                                              " --set parallel.tp=2 --set train.global_batch=8"
-                                              " --set train.micro_batch=4 --set train.steps=16",
-                                         out);
+  const pid_t child =
+      spawn_train_verify(run, kDp2Tp2 + " --set model.preset=small --set train.micro_batch=4 --set train.steps=16", out);
   wait_for_event(run, "run_finished", 90);
   // timeout(1) passes the signal on to ntp train, as a terminal's Ctrl-C reaches it.
   ::kill(child, SIGINT);
