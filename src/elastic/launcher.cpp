@@ -158,11 +158,13 @@ std::string signal_name(int sig) {
 }
 
 // A worker still running kill_wait after a SIGKILL is stuck in the kernel and
-// may never die: the launcher stops waiting for it.
-void leave_behind(RankExit& r) {
+// may never die: the launcher stops waiting for it. One the caller killed (a
+// fenced rank) counts as lost like one that died of it; one the launcher
+// killed, as stopped by the launcher.
+void leave_behind(RankExit& r, bool killed_by_launcher) {
   r.running = false;
   r.unkillable = true;
-  r.stopped_by_launcher = true;
+  r.stopped_by_launcher = killed_by_launcher;
 }
 
 class Supervisor {
@@ -292,7 +294,7 @@ class Supervisor {
         since = std::min(since, caller_killed_at_.try_emplace(r.pid, now).first->second);
       }
       if (since == kNever || now - since < options_.kill_wait) continue;
-      leave_behind(r);
+      leave_behind(r, since == killed_at_);
       r.runtime_s = std::chrono::duration<double>(now - started_).count();
       if (options_.on_event) options_.on_event("worker_unkillable", r);
     }
@@ -331,7 +333,7 @@ void kill_started(LaunchResult& result, const LaunchOptions& options) {
   }
   for (RankExit& r : result.ranks) {
     if (!r.running) continue;
-    leave_behind(r);
+    leave_behind(r, true);
     spdlog::error("ntp: {}", r.describe());
   }
 }

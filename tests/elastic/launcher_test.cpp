@@ -255,6 +255,7 @@ TEST_F(LauncherTest, AWorkerThatOutlivesSigkillIsLeftBehindNotWaitedFor) {
     const LaunchResult result = launch_within(stuck_case(), "the launcher").get();
     const RankExit& stuck = result.ranks[1];
     EXPECT_TRUE(stuck.unkillable);
+    EXPECT_TRUE(stuck.stopped_by_launcher);
     EXPECT_FALSE(stuck.running);
     EXPECT_NE(result.report().find("rank 1 (pid " + std::to_string(stuck.pid) + ") did not die after SIGKILL"),
               std::string::npos)
@@ -295,6 +296,8 @@ TEST_F(LauncherTest, AWorkerTheCallerKilledThatDoesNotDieIsLeftBehind) {
   const LaunchResult result = done.get();
   EXPECT_TRUE(result.ranks[0].ok());
   EXPECT_TRUE(result.ranks[1].unkillable) << result.report();
+  // Lost like a rank that died of the fencing, so in-job recovery tolerates it.
+  EXPECT_FALSE(result.ranks[1].stopped_by_launcher);
   ::kill(-fenced, SIGKILL);
   ::waitpid(fenced, nullptr, 0);
 }
