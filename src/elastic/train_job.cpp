@@ -425,7 +425,7 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
   options.log_dir = run.log_dir();
   options.straggler_timeout =
       std::chrono::milliseconds(static_cast<long>(config.deadline.straggler_s * 1000));
-  // On SIGINT/SIGTERM the workers finish the step in flight and save a checkpoint.
+  // On SIGINT/SIGTERM/SIGHUP the workers finish the step in flight and save a checkpoint.
   options.term_grace = std::chrono::milliseconds(static_cast<long>(
       std::clamp(config.deadline.checkpoint_s, 5.0, 60.0) * 1000));
   train::JsonlTail tail(run.file("metrics.jsonl"));

@@ -22,7 +22,7 @@ class UnsupportedRequest : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// SIGINT or SIGTERM stopped the run after the step in flight; a checkpoint of
+// SIGINT, SIGTERM or SIGHUP stopped the run after the step in flight; a checkpoint of
 // that step was saved, or, if that save lost a writer, an earlier one is the
 // newest (`ntp train` exits 130, naming how to resume: interruption() below).
 class RunInterrupted : public std::runtime_error {

@@ -91,7 +91,7 @@ int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan&
         trainer.step(s);
         ++s;
         if (trainer.stop_requested()) {
-          // SIGINT/SIGTERM: the step's checkpoint is being saved; end once it is.
+          // SIGINT/SIGTERM/SIGHUP: the step's checkpoint is being saved; end once it is.
           trainer.wait_for_checkpoint();
           if (trainer.is_writer()) trainer.event("run_interrupted", {{"steps_done", s}});
           return 0;
@@ -130,7 +130,7 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
     train::drop_injected_failures(run_config);
   }
   FaultPlan faults(run_config, options.rank, options.world_size, [&heartbeat] { heartbeat.pause(); });
-  const train::StopRequest stop;  // SIGINT/SIGTERM: finish the step, save, end
+  const train::StopRequest stop;  // SIGINT/SIGTERM/SIGHUP: finish the step, save, end
   try {
     const int code = run_loop(trainer, config, faults, rejoining);
     trainer.restore_power("exit");

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -22,7 +23,10 @@ std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
 }
 
-struct sigaction g_previous[2];
+// A hang-up (the terminal or ssh session closed) stops the run as Ctrl-C
+// does: the step in flight is finished and saved, not lost.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction g_previous[std::size(kStopSignals)];
 
 }  // namespace
 
@@ -157,13 +161,15 @@ StopRequest::StopRequest() {
   action.sa_handler = remember_stop;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  ::sigaction(SIGINT, &action, &g_previous[0]);
-  ::sigaction(SIGTERM, &action, &g_previous[1]);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
+    ::sigaction(kStopSignals[i], &action, &g_previous[i]);
+  }
 }
 
 StopRequest::~StopRequest() {
-  ::sigaction(SIGINT, &g_previous[0], nullptr);
-  ::sigaction(SIGTERM, &g_previous[1], nullptr);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
+    ::sigaction(kStopSignals[i], &g_previous[i], nullptr);
+  }
 }
 
 int StopRequest::signal() { return g_stop_signal; }

@@ -10,7 +10,7 @@
 // When to save (the same answer on every rank, so that every writer copies the
 // same step): every train.checkpoint_every steps, when train.checkpoint_every_s
 // passed on the writer's clock (the vote travels in the commit record), after
-// the last step, and after the step in flight when SIGINT or SIGTERM arrived.
+// the last step, and after the step in flight when SIGINT, SIGTERM or SIGHUP arrived.
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -101,7 +101,7 @@ class StopRequest {
   ~StopRequest();
   StopRequest(const StopRequest&) = delete;
   StopRequest& operator=(const StopRequest&) = delete;
-  // The signal received (SIGINT or SIGTERM), or 0.
+  // The signal received (SIGINT, SIGTERM or SIGHUP), or 0.
   static int signal();
 };
 

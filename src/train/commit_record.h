@@ -21,7 +21,7 @@ struct CommitRecord {
   std::int64_t replica = 0;
   bool join_pending = false;
   bool checkpoint_due = false;  // the writer's clock says train.checkpoint_every_s passed
-  bool stop = false;            // this rank received SIGINT or SIGTERM
+  bool stop = false;            // this rank received SIGINT, SIGTERM or SIGHUP
   // This rank's forward passes of the step: its compute alone, which no other
   // replica can delay (the gradient sync runs only from the backward pass on).
   double forward_s = 0;

@@ -83,7 +83,7 @@ struct OptimConfig {  // the [train] table
   std::int64_t seed = 1337;
   // Checkpoints (train/checkpoint.h): every this many steps (0 = not by
   // count), every this many seconds (0 = not by time); always after the last
-  // step and on SIGINT/SIGTERM. The newest keep_checkpoints complete ones stay.
+  // step and on SIGINT/SIGTERM/SIGHUP. The newest keep_checkpoints complete ones stay.
   std::int64_t checkpoint_every = 0;
   double checkpoint_every_s = 600.0;
   std::int64_t keep_checkpoints = 2;

@@ -149,7 +149,7 @@ class NtpTrainer {
   const std::optional<StepMetrics>& last_metrics() const { return last_metrics_; }
   // Whether the last committed step carried a rejoin request (see WorkerOptions).
   bool join_pending() const { return join_pending_; }
-  // Whether the last committed step carried a stop request (SIGINT/SIGTERM
+  // Whether the last committed step carried a stop request (SIGINT/SIGTERM/SIGHUP
   // on some rank): its checkpoint is being saved; the job should end.
   bool stop_requested() const { return stop_requested_; }
   // Blocks until this rank's checkpoint save in flight ended.

@@ -238,12 +238,12 @@ TEST_F(CheckpointCliTest, AWriterLostInTheFinalSaveStillLeavesTheFinalCheckpoint
   EXPECT_EQ(read_file(exported), read_file(run / "model.bin"));
 }
 
-// Starts a 200-step dp 2 x tp 2 run under `timeout`, sends it SIGINT (as a
-// terminal's Ctrl-C; `timeout` forwards it) once `ready` holds, and checks
+// Starts a 200-step dp 2 x tp 2 run under `timeout`, sends it `signal` (SIGINT
+// as a terminal's Ctrl-C; `timeout` forwards it) once `ready` holds, and checks
 // that it stops with exit 130 and a checkpoint of the last step done, which
 // resumes and verifies.
 void interrupt_and_resume(const fs::path& dir, const fs::path& run, const std::vector<std::string>& extra,
-                          const std::function<bool()>& ready) {
+                          const std::function<bool()>& ready, int signal = SIGINT) {
   std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
                                    "--run-dir", run.string()};
   for (const char* set : {"model.layers=1", "model.seq_len=32", "train.micro_batch=2", "train.steps=200",
@@ -263,7 +263,7 @@ void interrupt_and_resume(const fs::path& dir, const fs::path& run, const std::v
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ::kill(child, SIGINT);
+  ::kill(child, signal);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   const std::string output = read_file(out);
@@ -288,6 +288,15 @@ void interrupt_and_resume(const fs::path& dir, const fs::path& run, const std::v
 TEST_F(CheckpointCliTest, CtrlCSavesACheckpointThatResumes) {
   const fs::path run = dir_ / "interrupted";
   interrupt_and_resume(dir_, run, {}, [&] { return ntp::testing::read_jsonl_lines(run / "metrics.jsonl").size() >= 3; });
+}
+
+// A hang-up (the terminal or ssh session closed) stops the run as Ctrl-C
+// does, with a checkpoint of the step in flight (before: the workers died of
+// the forwarded SIGHUP and the steps since the last checkpoint were lost).
+TEST_F(CheckpointCliTest, AHangUpSavesACheckpointThatResumes) {
+  const fs::path run = dir_ / "hung_up";
+  interrupt_and_resume(
+      dir_, run, {}, [&] { return ntp::testing::read_jsonl_lines(run / "metrics.jsonl").size() >= 3; }, SIGHUP);
 }
 
 // A --resume while the run still trains is refused, naming the live run's
