@@ -314,22 +314,6 @@ TEST_F(CheckpointCliTest, AResumeWhileTheRunTrainsIsRefusedAndChangesNothing) {
   });
 }
 
-// Live processes (not zombies) whose command line names `text`.
-std::vector<int> processes_naming(const std::string& text) {
-  std::vector<int> found;
-  for (const fs::directory_entry& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const std::size_t paren = line.rfind(')');
-    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z') continue;
-    if (read_file(entry.path() / "cmdline").find(text) != std::string::npos) found.push_back(std::stoi(name));
-  }
-  return found;
-}
-
 // The run directory removed under a live job (a mistaken rm -rf): the job
 // stops within seconds, names the cause rather than a store error that
 // follows from it, and leaves no process behind.
@@ -356,7 +340,7 @@ TEST_F(CheckpointCliTest, ARunDirectoryRemovedWhileTheJobTrainsStopsItAndSaysWhy
   EXPECT_LT(seconds, 45.0) << "the job went on " << seconds << " s without its run directory\n" << output;
   EXPECT_NE(output.find("the run directory " + run.string() + " was removed while the job ran"), std::string::npos)
       << output;
-  EXPECT_EQ(processes_naming(run.string()), std::vector<int>{}) << "processes outlived the job";
+  EXPECT_EQ(ntp::testing::processes_naming(run.string()), std::vector<pid_t>{}) << "processes outlived the job";
 }
 
 // A resume refused for its layout leaves the run's history as it was (it

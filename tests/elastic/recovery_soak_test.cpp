@@ -168,6 +168,7 @@ class LineTail {
   std::string partial_;
 };
 
+using ntp::testing::alive_naming;
 using ntp::testing::read_jsonl_lines;
 
 std::size_t count_rows(const fs::path& path) {
@@ -175,19 +176,6 @@ std::size_t count_rows(const fs::path& path) {
   if (!in) return 0;
   return static_cast<std::size_t>(
       std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n'));
-}
-
-// The process is alive (a zombie or a reused pid of another program is not
-// ours): its command line names the run directory.
-bool worker_alive(int pid, const fs::path& run_dir) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!stat || !std::getline(stat, line)) return false;
-  const std::size_t paren = line.rfind(')');
-  if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z') return false;
-  std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-  const std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-  return cmdline.find(run_dir.string()) != std::string::npos;
 }
 
 std::string tail_of(const std::string& text, std::size_t chars) {
@@ -293,7 +281,7 @@ Outcome run_once(const RunPlan& plan, const fs::path& dir, int time_limit_s) {
         const auto it = pids.find(f.rank);
         if (it == pids.end()) {
           s.why_not = "no worker_started for the rank";
-        } else if (exited.contains(f.rank) || !worker_alive(it->second, dir)) {
+        } else if (exited.contains(f.rank) || !alive_naming(it->second, dir.string())) {
           s.pid = it->second;
           s.why_not = "the worker had already ended";
         } else {
@@ -320,13 +308,13 @@ Outcome run_once(const RunPlan& plan, const fs::path& dir, int time_limit_s) {
   // Nothing of the run may outlive it: a worker still there after ntp train
   // ended (it was timed out, or leaked) is killed and noted.
   for (const auto& [rank, pid] : pids) {
-    if (worker_alive(pid, dir)) {
+    if (alive_naming(pid, dir.string())) {
       o.lingering.push_back(pid);
       ::kill(pid, SIGKILL);
     }
   }
   for (const Sent& s : o.sent) {
-    if (s.pid > 0 && worker_alive(s.pid, dir)) ::kill(s.pid, SIGKILL);
+    if (s.pid > 0 && alive_naming(s.pid, dir.string())) ::kill(s.pid, SIGKILL);
   }
   classify(o, time_limit_s);
   return o;

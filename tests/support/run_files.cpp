@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 extern char** environ;
@@ -22,6 +23,31 @@ std::vector<nlohmann::json> read_jsonl_lines(const std::filesystem::path& path) 
     }
   }
   return lines;
+}
+
+bool alive_naming(pid_t pid, const std::string& text) {
+  const std::filesystem::path proc = "/proc/" + std::to_string(pid);
+  std::ifstream stat(proc / "stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  // The state follows the command name, which may itself hold ')'.
+  const std::size_t paren = line.rfind(')');
+  if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z') return false;
+  std::ifstream cmd(proc / "cmdline", std::ios::binary);
+  const std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+  return cmdline.find(text) != std::string::npos;
+}
+
+std::vector<pid_t> processes_naming(const std::string& text) {
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stoi(name));
+    if (alive_naming(pid, text)) found.push_back(pid);
+  }
+  return found;
 }
 
 std::vector<nlohmann::json> events_named(const std::filesystem::path& run_dir, const std::string& name) {

@@ -24,4 +24,11 @@ std::vector<nlohmann::json> events_named(const std::filesystem::path& run_dir, c
 // its pid. Throws std::runtime_error naming the command when it cannot start.
 pid_t spawn_logged(const std::vector<std::string>& args, const std::filesystem::path& out);
 
+// Whether `pid` is a live process (not a zombie) whose command line names
+// `text`: a reused pid of another program is not the one a test started.
+bool alive_naming(pid_t pid, const std::string& text);
+
+// Every live process whose command line names `text`.
+std::vector<pid_t> processes_naming(const std::string& text);
+
 }  // namespace ntp::testing
