@@ -186,7 +186,7 @@ train::Config fallback_config(const train::Config& config, const LaunchResult& r
   try {
     if (train::job_places(next.parallel).empty()) throw train::ConfigError("no replica keeps parallel.min_tp slots");
     train::validate(next);
-    train::check_job(next, run.path());
+    train::check_job(next, run.path());  // the checkpoint's data included
   } catch (const std::exception& e) {
     throw UnsupportedRequest(fmt::format("in-job recovery is impossible ({}) and a restart from {} is too: {}",
                                          reason, checkpoint->string(), e.what()));
@@ -823,8 +823,9 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   const train::RunDir run = continues ? train::RunDir::open(run_dir) : train::RunDir::create(run_dir);
   // Held to the end: nobody else may train in this directory meanwhile.
   const train::RunLock lock(run_dir);
+  train::JobData data;
   try {
-    train::check_job(config, run_dir);
+    data = train::check_job(config, run_dir);
   } catch (const std::exception&) {  // ConfigError, CheckpointError
     // A new run gives its claim back; a continued run's files are its history.
     if (!continues && !existed) std::filesystem::remove_all(run_dir);  // nothing ran: leave nothing behind
@@ -833,6 +834,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   }
   if (resuming) prepare_restart(run, config.run.resume);
   run.write_config(train::to_toml(config));
+  train::record_job_data(run_dir, data);  // before any worker reads the data
   run.event("run_started", {{"job", describe_job(config)}, {"ranks", train::job_places(config.parallel).size()}});
   std::fprintf(out, "ntp train: %s\nrun directory: %s\n", describe_job(config).c_str(),
                run_dir.string().c_str());

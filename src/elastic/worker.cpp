@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -18,6 +19,7 @@
 #include "layout/errors.h"
 #include "train/checkpoint_saver.h"
 #include "train/faults.h"
+#include "train/run_dir.h"
 
 namespace ntp::elastic {
 namespace {
@@ -116,7 +118,20 @@ int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan&
 
 int run_worker(const train::Config& config, const std::filesystem::path& run_dir,
                const train::WorkerOptions& options) {
-  train::NtpTrainer trainer(config, run_dir, options);
+  std::optional<train::NtpTrainer> started;
+  try {
+    started.emplace(config, run_dir, options);
+  } catch (const train::ConfigError& e) {
+    // A rank that cannot start (its data differs from the job's, say) says
+    // why in events.jsonl, so that ntp train's verdict names the cause.
+    const std::string reason = fmt::format("rank {} could not start: {}", options.rank, e.what());
+    try {
+      train::RunDir::open(run_dir).event("run_stopped", {{"rank", options.rank}, {"reason", reason}});
+    } catch (const std::exception&) {  // the run directory gone: the error below still says why
+    }
+    throw;
+  }
+  train::NtpTrainer& trainer = *started;
   // The launcher fences a rank whose beats stop (a stopped or wedged process).
   const auto interval = std::chrono::milliseconds(
       std::max<long>(50, static_cast<long>(config.deadline.heartbeat_s * 1000 / 5)));

@@ -10,6 +10,22 @@
 
 namespace ntp::model {
 
+namespace {
+constexpr std::uint64_t kFnvPrime = 1099511628211ull;
+}  // namespace
+
+std::uint64_t checksum_bytes(std::uint64_t h, const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, p + i, 8);
+    h = (h ^ word) * kFnvPrime;
+  }
+  for (; i < bytes; ++i) h = (h ^ p[i]) * kFnvPrime;
+  return h;
+}
+
 void fail_file(const std::string& path, const std::string& field, const std::string& why) {
   throw std::runtime_error(path + ": " + field + ": " + why);
 }

@@ -10,6 +10,12 @@ namespace ntp::model {
 
 constexpr std::size_t kHeaderInts = 256;
 
+// FNV-1a (64 bit) over the bytes taken as little-endian 64-bit words (a
+// shorter tail byte by byte): one multiply per 8 bytes. The checksum of
+// checkpoint parts and of a run's training tokens.
+std::uint64_t checksum_bytes(std::uint64_t h, const void* data, std::size_t bytes);
+inline constexpr std::uint64_t kChecksumBasis = 1469598103934665603ull;
+
 class BinaryReader {
  public:
   explicit BinaryReader(std::string path);  // throws if the file cannot be opened

@@ -18,7 +18,6 @@
 namespace ntp::train {
 namespace {
 
-constexpr std::uint64_t kFnvPrime = 1099511628211ull;
 constexpr int kFormatVersion = 1;
 constexpr std::array<const char*, 3> kStateNames = {"parameters", "first moment", "second moment"};
 
@@ -146,18 +145,6 @@ void check_coverage(const std::vector<PartRecord>& parts, const model::GptConfig
 
 }  // namespace
 
-std::uint64_t checksum_bytes(std::uint64_t h, const void* data, std::size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    std::uint64_t word = 0;
-    std::memcpy(&word, p + i, 8);
-    h = (h ^ word) * kFnvPrime;
-  }
-  for (; i < bytes; ++i) h = (h ^ p[i]) * kFnvPrime;
-  return h;
-}
-
 CheckpointPart snapshot_part(const model::ParameterLayout& layout, std::span<const float> params,
                              std::span<const float> m, std::span<const float> v, bool replicated,
                              std::vector<float> reuse) {
@@ -214,7 +201,7 @@ PartRecord write_part(const std::filesystem::path& dir, int rank, const Checkpoi
   PartRecord record;
   record.file = fmt::format("rank-{}.bin", rank);
   record.bytes = part.values.size() * sizeof(float);
-  record.checksum = checksum_bytes(kChecksumBasis, part.values.data(), record.bytes);
+  record.checksum = model::checksum_bytes(model::kChecksumBasis, part.values.data(), record.bytes);
   record.shard = part.shard;
   record.replicated = part.replicated;
   try {
@@ -268,6 +255,7 @@ std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const st
                              {"seq_len", info.seq_len},
                              {"schedule", {{"seed", info.seed}, {"order", info.order},
                                            {"global_batch", info.global_batch}, {"next_step", info.step}}},
+                             {"data", info.data ? info.data->to_json() : nlohmann::json(nullptr)},
                              {"saved_by", info.saved_by},
                              {"time", unix_time_s()},
                              {"parts", nlohmann::json::array()}};
@@ -353,6 +341,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
     i.seed = m.at("schedule").at("seed");
     i.order = m.at("schedule").at("order");
     i.global_batch = m.at("schedule").at("global_batch");
+    if (m.contains("data") && !m.at("data").is_null()) i.data = DataIdentity::from_json(m.at("data"));
     i.saved_by = m.value("saved_by", nlohmann::json::object());
     for (const nlohmann::json& p : m.at("parts")) c.parts_.push_back(PartRecord::from_json(p, manifest_path.string()));
   } catch (const CheckpointError& e) {
@@ -389,13 +378,13 @@ void Checkpoint::verify_checksums() const {
     const std::filesystem::path file = dir_ / p.file;
     const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) io_fail(file, "cannot open");
-    std::uint64_t h = kChecksumBasis;
+    std::uint64_t h = model::kChecksumBasis;
     std::uint64_t done = 0;
     try {
       while (done < p.bytes) {
         const std::uint64_t n = std::min<std::uint64_t>(buffer.size(), p.bytes - done);
         read_at(fd, file, done, buffer.data(), n);
-        h = checksum_bytes(h, buffer.data(), n);
+        h = model::checksum_bytes(h, buffer.data(), n);
         done += n;
       }
     } catch (...) {

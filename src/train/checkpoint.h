@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/parameters.h"
+#include "train/dataset.h"
 
 namespace ntp::train {
 
@@ -71,11 +72,6 @@ struct PartRecord {
   static PartRecord from_json(const nlohmann::json& j, const std::string& where);
 };
 
-// FNV-1a (64 bit) over the bytes taken as little-endian 64-bit words (a
-// shorter tail byte by byte): one multiply per 8 bytes.
-std::uint64_t checksum_bytes(std::uint64_t h, const void* data, std::size_t bytes);
-inline constexpr std::uint64_t kChecksumBasis = 1469598103934665603ull;
-
 // Writes <dir>/rank-<rank>.bin (fsync'd) and then <dir>/rank-<rank>.json (its
 // PartRecord, atomically): the json's presence says the part is complete.
 PartRecord write_part(const std::filesystem::path& dir, int rank, const CheckpointPart& part);
@@ -91,6 +87,9 @@ struct CheckpointInfo {
   std::int64_t seed = 0;
   std::string order;
   std::int64_t global_batch = 0;
+  // The training data the schedule indexes (none in checkpoints of older
+  // builds): a resume over other tokens under the same name is refused.
+  std::optional<DataIdentity> data;
   nlohmann::json saved_by;  // the layout and epoch of the job that saved it
 };
 

@@ -31,7 +31,7 @@ struct sigaction g_previous[std::size(kStopSignals)];
 }  // namespace
 
 CheckpointInfo checkpoint_info(const Config& config, const model::GptConfig& model, std::int64_t seq_len,
-                               std::int64_t steps_done, std::int64_t optimizer_steps,
+                               const DataIdentity& data, std::int64_t steps_done, std::int64_t optimizer_steps,
                                const ParallelConfig& parallel, std::uint64_t epoch) {
   CheckpointInfo info;
   info.step = steps_done;
@@ -41,6 +41,7 @@ CheckpointInfo checkpoint_info(const Config& config, const model::GptConfig& mod
   info.seed = config.train.seed;
   info.order = to_string(config.data.order);
   info.global_batch = config.train.global_batch;
+  info.data = data;
   info.saved_by = {{"dp", parallel.dp},
                    {"tp", parallel.tp},
                    {"epoch", epoch},

@@ -46,9 +46,9 @@ struct SaveJob {
 };
 
 // The manifest fields of a checkpoint after `steps_done` steps of `config`'s
-// run, saved by a job laid out as `parallel` in layout epoch `epoch`.
+// run over `data`, saved by a job laid out as `parallel` in layout epoch `epoch`.
 CheckpointInfo checkpoint_info(const Config& config, const model::GptConfig& model, std::int64_t seq_len,
-                               std::int64_t steps_done, std::int64_t optimizer_steps,
+                               const DataIdentity& data, std::int64_t steps_done, std::int64_t optimizer_steps,
                                const ParallelConfig& parallel, std::uint64_t epoch);
 
 // The config.toml a checkpoint keeps: the run's, at its current layout,

@@ -26,8 +26,10 @@ void span(TraceRecorder* trace, const char* name, double start, std::int64_t ste
 LocalTrainer::LocalTrainer(const Config& config, const std::filesystem::path& run_dir)
     : config_(config),
       data_(open_dataset(config.data, run_dir)),
+      data_identity_(identity_of(data_, config.data.path)),
       setup_(resolve_model(config.model, data_.max_token())),
       ctx_(std::make_unique<tensor::Context>(train::thread_setup(config.model, 1))) {
+  check_job_data(run_dir, data_identity_);  // the data the job started on
   tensor::set_huge_pages(config.model.huge_pages);
   const model::Shard full = model::Shard::full(setup_.gpt);
   model_ = std::make_unique<model::Model>(setup_.gpt, full, *ctx_);
@@ -111,7 +113,7 @@ void save_checkpoint(const Config& config, const LocalTrainer& trainer, Checkpoi
   saver.wait();
   SaveJob job;
   job.wait_s = unix_time_s() - start;
-  job.info = checkpoint_info(config, trainer.setup().gpt, trainer.setup().seq_len, steps_done,
+  job.info = checkpoint_info(config, trainer.setup().gpt, trainer.setup().seq_len, trainer.data_identity(), steps_done,
                              trainer.optimizer_steps(), config.parallel, 0);
   job.copy = [&trainer](std::vector<float> reuse) { return trainer.snapshot(std::move(reuse)); };
   job.assemble = true;

@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "model/token_data.h"
+#include "train/dataset.h"
 #include "tensor/context.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -43,6 +44,7 @@ class LocalTrainer {
 
   const ModelSetup& setup() const { return setup_; }
   const model::TokenData& data() const { return data_; }
+  const DataIdentity& data_identity() const { return data_identity_; }
   std::span<const float> params() const { return model_->params(); }
   std::string describe_threads() const { return ctx_->describe(); }
   // Seconds the parameters' first values took (model.init_from's read, or the random init).
@@ -69,6 +71,7 @@ class LocalTrainer {
  private:
   Config config_;
   model::TokenData data_;
+  DataIdentity data_identity_;
   ModelSetup setup_;
   std::unique_ptr<tensor::Context> ctx_;
   std::unique_ptr<model::Model> model_;

@@ -170,6 +170,7 @@ struct NtpTrainer::Impl {
   RunDir run;
   model::TokenData data;
   std::optional<model::TokenData> val;  // data.val_path
+  DataIdentity data_identity;           // data's, checked against the job's record
   ModelSetup setup;
   SampleSchedule schedule;
   RankLayout layout;
@@ -194,6 +195,7 @@ struct NtpTrainer::Impl {
       : run(RunDir::open(run_dir)),
         data(open_dataset(config.data, run_dir)),
         val(open_val_dataset(config.data)),
+        data_identity(identity_of(data, config.data.path)),
         setup(resolve_model(config.model, data.max_token())),
         schedule(samples_in(data.size(), setup.seq_len), config.train.global_batch, config.data.order,
                  config.train.seed),
@@ -220,6 +222,9 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
       config, run_dir, fmt::format("rank {}: replica {} slot {}", options.rank, me_.replica, me_.slot),
       options.rank);
   Impl& x = *impl_;
+  JobData read{x.data_identity, std::nullopt};
+  if (x.val) read.val = identity_of(*x.val, config.data.val_path);
+  check_job_data(run_dir, read);  // a rank started (again) mid-run reads the file again
   x.power = std::make_unique<RankPowerRun>(config, x.run, PowerRank{options.rank, me_.replica, me_.slot},
                                            options.gpu);
   adopt(parallel_, epoch_);
@@ -473,7 +478,8 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
   Impl& x = *impl_;
   const int writer_replica = places_.at(static_cast<std::size_t>(writer_rank_)).replica;
   SaveJob job;
-  job.info = checkpoint_info(config_, x.setup.gpt, x.setup.seq_len, steps_done, x.optimizer->steps(), parallel_,
+  job.info = checkpoint_info(config_, x.setup.gpt, x.setup.seq_len, x.data_identity, steps_done, x.optimizer->steps(),
+                             parallel_,
                              epoch_);
   job.epoch = epoch_;
   job.rank = options_.rank;
@@ -723,7 +729,7 @@ layout::JobConfig job_config(const ParallelConfig& p, std::int64_t units) {
 namespace {
 
 // The checkpoint of run.resume fits the configured model and schedule.
-void check_resume(const Config& config, const ModelSetup& setup) {
+void check_resume(const Config& config, const ModelSetup& setup, const DataIdentity& data) {
   const Checkpoint checkpoint = Checkpoint::open(config.run.resume);
   checkpoint.check_model(setup.gpt);
   const CheckpointInfo& info = checkpoint.info();
@@ -737,6 +743,15 @@ void check_resume(const Config& config, const ModelSetup& setup) {
   differs("train.seed", std::to_string(info.seed), std::to_string(config.train.seed));
   differs("data.order", info.order, to_string(config.data.order));
   differs("train.global_batch", std::to_string(info.global_batch), std::to_string(config.train.global_batch));
+  // The schedule's position is a step over these tokens (data.path cannot
+  // change on a resume; its contents can).
+  if (info.data && !info.data->same_tokens(data)) {
+    throw CheckpointError(fmt::format(
+        "{}: saved over {} ({}), but data.path now holds {}: the file changed since, and the run would go on over "
+        "other samples; put back the data the run trained on",
+        checkpoint.dir().string(), info.data->path.empty() ? "the built-in corpus" : info.data->path,
+        info.data->describe(), data.describe()));
+  }
   if (info.step > config.train.steps) {
     throw CheckpointError(fmt::format("{}: holds {} steps, more than train.steps = {}", checkpoint.dir().string(),
                                       info.step, config.train.steps));
@@ -745,17 +760,19 @@ void check_resume(const Config& config, const ModelSetup& setup) {
 
 }  // namespace
 
-void check_job(const Config& config, const std::filesystem::path& run_dir) {
+JobData check_job(const Config& config, const std::filesystem::path& run_dir) {
   const model::TokenData data = open_dataset(config.data, run_dir);
   const ModelSetup setup = resolve_model(config.model, data.max_token());
-  if (const auto val = open_val_dataset(config.data)) check_val_data(*val, setup.seq_len, setup.gpt.vocab);
+  const std::optional<model::TokenData> val = open_val_dataset(config.data);
+  if (val) check_val_data(*val, setup.seq_len, setup.gpt.vocab);
+  const JobData read = job_data_of(config.data, data, val);
   const std::int64_t samples = samples_in(data.size(), setup.seq_len);
   if (samples < config.train.global_batch) {
     throw ConfigError(fmt::format(
         "train.global_batch: {} sequences per step, but the data holds only {} sequences of {} tokens",
         config.train.global_batch, samples, setup.seq_len));
   }
-  if (!config.run.resume.empty()) check_resume(config, setup);
+  if (!config.run.resume.empty()) check_resume(config, setup, read.train);
   const std::pair<const char*, std::int64_t> kinds[] = {
       {setup.gpt.llama() ? "KV groups" : "heads", setup.gpt.head_units()}, {"FFN neurons", setup.gpt.ffn()}, {"vocabulary rows", setup.gpt.padded_vocab}};
   for (const auto& [kind, units] : kinds) {
@@ -766,6 +783,7 @@ void check_job(const Config& config, const std::filesystem::path& run_dir) {
                                     e.what()));
     }
   }
+  return read;
 }
 
 }  // namespace ntp::train

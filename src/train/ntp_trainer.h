@@ -32,6 +32,7 @@
 #include "layout/job_layout.h"
 #include "layout/transition.h"
 #include "train/config.h"
+#include "train/dataset.h"
 #include "train/metrics.h"
 #include "train/mutations.h"
 #include "train/state_hash.h"
@@ -59,9 +60,11 @@ layout::JobConfig job_config(const ParallelConfig& parallel, std::int64_t units)
 
 // Everything about the job that can be wrong before a process starts: the
 // data, the model against the data, and the layouts of every unit kind (e.g.
-// fewer heads than the active slots of a replica). Throws ConfigError naming
-// the key. Reads the data (`run_dir` hosts the built-in corpus).
-void check_job(const Config& config, const std::filesystem::path& run_dir);
+// fewer heads than the active slots of a replica), and for a resume the
+// checkpoint against the configuration and the data. Throws ConfigError
+// naming the key. Reads the data (`run_dir` hosts the built-in corpus) and
+// returns what it read, for the job's record (record_job_data).
+JobData check_job(const Config& config, const std::filesystem::path& run_dir);
 
 struct WorkerOptions {
   int rank = 0;

@@ -314,6 +314,42 @@ TEST_F(CheckpointCliTest, AResumeWhileTheRunTrainsIsRefusedAndChangesNothing) {
   });
 }
 
+// A text file of numbered lines whose words are `word`.
+void write_text_data(const fs::path& path, const std::string& word) {
+  std::ofstream out(path);
+  for (int i = 0; i < 1500; ++i) out << "line " << i << " of the " << word << " data, as " << word << " as it was\n";
+}
+
+// The data file changed between a run and its --resume (regenerated in
+// place): a checkpoint's place in the sample order is a step over the tokens
+// it trained on, and going on over other tokens mixed two datasets, silently.
+// The resume is refused, naming the file and both identities, and changes
+// nothing; with the data put back it resumes and verifies.
+TEST_F(CheckpointCliTest, AResumeOverADataFileChangedSinceIsRefusedAndChangesNothing) {
+  const fs::path run = dir_ / "run";
+  const fs::path data = dir_ / "data.txt";
+  write_text_data(data, "first");
+  const CliResult first = ntp("train --run-dir " + run.string() + kModel + " --set data.path=" + data.string() +
+                              " --set parallel.dp=2 --set 'test.failures=\"1@7:start\"'");
+  ASSERT_EQ(first.code, 1) << first.output;
+  const std::string events = read_file(run / "events.jsonl");
+
+  write_text_data(data, "other");
+  const CliResult refused = ntp("train --resume " + run.string());
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find((run / "checkpoints" / "step-5").string() + ": saved over " + data.string() + " ("),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("but data.path now holds "), std::string::npos) << refused.output;
+  EXPECT_EQ(read_file(run / "events.jsonl"), events);
+  EXPECT_EQ(losses(run).size(), 7u);
+
+  write_text_data(data, "first");
+  const CliResult resumed = ntp("train --resume " + run.string() + " --verify");
+  EXPECT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_EQ(losses(run).size(), 20u);
+}
+
 // The run directory removed under a live job (a mistaken rm -rf): the job
 // stops within seconds, names the cause rather than a store error that
 // follows from it, and leaves no process behind.

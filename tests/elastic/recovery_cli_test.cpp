@@ -294,10 +294,10 @@ TEST_F(RecoveryCliTest, ARepairedRankRejoinsAndTheReplicaGoesBackToFullTp) {
 }
 
 // `ntp train` of the test model with `sets` (KEY=VALUE) under the time limit;
-// once `ready()` holds (polled for at most 60 s) `sig` goes by pid to the
-// newest worker of `rank`. `sent`: whether it went.
-TrainRun train_and_signal(const fs::path& dir, const std::vector<std::string>& sets, int rank, int sig,
-                          const std::function<bool()>& ready, bool& sent) {
+// once `ready()` holds (polled for at most 60 s) `act()` runs, once; `acted`:
+// whether it did.
+TrainRun train_and_act(const fs::path& dir, const std::vector<std::string>& sets, const std::function<bool()>& ready,
+                       const std::function<bool()>& act, bool& acted) {
   std::vector<std::string> args = {"timeout", "-s", "KILL", std::to_string(kTimeLimitS), NTP_BINARY, "train",
                                    "--run-dir", dir.string(), "--verify"};
   std::vector<std::string> all = {"model.layers=1", "model.seq_len=32", "train.micro_batch=2", "run.trace_steps=0",
@@ -309,15 +309,71 @@ TrainRun train_and_signal(const fs::path& dir, const std::vector<std::string>& s
   const pid_t child = ntp::testing::spawn_logged(args, out);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!ready() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  pid_t worker = 0;
-  for (const nlohmann::json& e : events_named(dir, "worker_started"))
-    if (e["rank"] == rank) worker = e["pid"].get<pid_t>();  // the last one: a restarted worker if any
-  sent = ready() && worker > 0 && ::kill(worker, sig) == 0;
+  acted = ready() && act();
   int status = 0;
   ::waitpid(child, &status, 0);
   std::ifstream log(out);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
           std::string(std::istreambuf_iterator<char>(log), {})};
+}
+
+// train_and_act whose act sends `sig` by pid to the newest worker of `rank`.
+TrainRun train_and_signal(const fs::path& dir, const std::vector<std::string>& sets, int rank, int sig,
+                          const std::function<bool()>& ready, bool& sent) {
+  return train_and_act(
+      dir, sets, ready,
+      [&] {
+        pid_t worker = 0;
+        for (const nlohmann::json& e : events_named(dir, "worker_started"))
+          if (e["rank"] == rank) worker = e["pid"].get<pid_t>();  // the last one: a restarted worker if any
+        return worker > 0 && ::kill(worker, sig) == 0;
+      },
+      sent);
+}
+
+// A text file of `lines` numbered lines, written atomically (a dataset
+// regenerated in place), each line's words as `word` says.
+void write_text_data(const fs::path& path, int lines, const std::string& word) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    for (int i = 0; i < lines; ++i) out << "line " << i << " of the " << word << " data, as " << word << " as it was\n";
+  }
+  fs::rename(tmp, path);
+}
+
+// The data file rewritten while the run trains, before a lost rank's worker
+// is started again: the restarted worker reads the file again and, with no
+// record of the job's data, trained on other tokens than its replica partner,
+// silently. Now it refuses to start, naming the file and the job's record; the
+// others finish the run over the data they read, and ntp train's verdict
+// names the cause.
+TEST_F(RecoveryCliTest, ARankRestartedAfterTheDataFileChangedRefusesItAndTheVerdictSaysWhy) {
+  const fs::path data = dir_.string() + ".data.txt";
+  write_text_data(data, 1500, "first");
+  bool rewritten = false;
+  const TrainRun run = train_and_act(
+      dir_,
+      {"train.steps=40", "parallel.dp=2", "parallel.tp=2", "test.failures=\"1@2:forward\"", "elastic.rejoin=true",
+       "test.repair_at_step=8", "data.path=" + data.string()},
+      [&] { return !events_named(dir_, "failure_detected").empty(); },
+      [&] {
+        write_text_data(data, 1500, "other");
+        return true;
+      },
+      rewritten);
+  fs::remove(data);
+  ASSERT_NE(run.code, 137) << stall_report(dir_);
+  ASSERT_TRUE(rewritten) << "no failure detected within 60 s\n" << run.output;
+  ASSERT_FALSE(events_named(dir_, "rank_restarted").empty()) << "rank 1 was not started again\n" << run.output;
+  EXPECT_EQ(run.code, 1) << run.output;
+  EXPECT_NE(run.output.find("rank 1 could not start: data.path: " + data.string() + " holds "), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("but this job started on "), std::string::npos) << run.output;
+  EXPECT_TRUE(events_named(dir_, "rank_rejoined").empty()) << run.output;
+  const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 40u) << run.output;
+  EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse("[1, 2]")) << run.output;
 }
 
 // The job's Redis store killed mid-run and not brought back: the workers

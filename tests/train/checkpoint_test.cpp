@@ -2,6 +2,7 @@
 // back every parameter and moment bit for bit; every broken checkpoint (a
 // truncated, corrupted or missing file, an unfinished save, another model, a
 // manifest that loses or doubles units) must be rejected naming the file.
+#include "model/binary_file.h"
 #include "train/checkpoint.h"
 
 #include <thread>
@@ -299,10 +300,10 @@ TEST_F(CheckpointTest, PruningKeepsTheNewestAndSavesStillInFlight) {
 
 TEST(CheckpointChecksum, ChangesWithAnyBitAndTheTail) {
   std::vector<unsigned char> bytes(37, 0x5a);
-  const std::uint64_t h = ntp::train::checksum_bytes(ntp::train::kChecksumBasis, bytes.data(), bytes.size());
+  const std::uint64_t h = ntp::model::checksum_bytes(ntp::model::kChecksumBasis, bytes.data(), bytes.size());
   for (std::size_t i : {std::size_t{0}, std::size_t{17}, std::size_t{36}}) {
     bytes[i] ^= 1;
-    EXPECT_NE(h, ntp::train::checksum_bytes(ntp::train::kChecksumBasis, bytes.data(), bytes.size())) << i;
+    EXPECT_NE(h, ntp::model::checksum_bytes(ntp::model::kChecksumBasis, bytes.data(), bytes.size())) << i;
     bytes[i] ^= 1;
   }
 }
