@@ -233,8 +233,8 @@ std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const st
     const std::filesystem::path record = partial / fmt::format("rank-{}.json", rank);
     while (!std::filesystem::exists(record)) {
       if (abandoned && abandoned(rank) && !std::filesystem::exists(record)) {
-        throw CheckpointError(fmt::format("{}: abandoned: rank {} was lost or the job reconfigured before it "
-                                          "wrote its part",
+        throw CheckpointError(fmt::format("{}: abandoned: rank {} was lost, could not write its part, or the job "
+                                          "reconfigured before it wrote it",
                                           partial.string(), rank));
       }
       if (std::chrono::steady_clock::now() > give_up) {

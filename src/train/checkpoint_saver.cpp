@@ -116,16 +116,27 @@ void CheckpointSaver::write(SaveJob& job) {
   try {
     std::filesystem::create_directories(partial);
     if (job.before_part) job.before_part();
+    if (part) write_part(partial, job.rank, *part);
+  } catch (const std::exception& e) {
+    if (part && job.part_failed) {
+      try {
+        job.part_failed(e.what());
+      } catch (const std::exception&) {  // the assembler then waits for the part until its deadline
+      }
+    }
+    report_failure(job, e.what());
+    return;
+  }
+  try {
     if (part) {
-      const PartRecord record = write_part(partial, job.rank, *part);
       run_.event("checkpoint_part_written", {{"rank", job.rank},
                                              {"step", job.info.step},
-                                             {"bytes", record.bytes},
+                                             {"bytes", static_cast<std::uint64_t>(part->values.size() * sizeof(float))},
                                              {"wait_s", job.wait_s},
                                              {"copy_s", copy_s},
                                              {"write_s", unix_time_s() - start - copy_s}});
+      spare_ = std::move(part->values);
     }
-    spare_ = std::move(part->values);
     if (!job.assemble) return;
     const std::filesystem::path final = final_dir(root(), job.info.step);
     const std::uint64_t bytes = complete_checkpoint(partial, final, job.info, job.writers, job.config_toml,

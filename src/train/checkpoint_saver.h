@@ -43,6 +43,12 @@ struct SaveJob {
   std::string config_toml;
   std::function<void()> before_part;  // fault injection: called before the part is written
   std::function<bool(int rank)> abandoned;  // true once waiting for that writer's part is pointless
+  // Called (best effort) when this rank's part could not be written (a full
+  // disk, say): it tells the assembler, whose `abandoned` looks, so that it
+  // stops waiting for the part. Without it the assembler waited until
+  // deadline.checkpoint_s, and its next save stalled its training that long:
+  // past the collective deadline, the others took it for a failed rank.
+  std::function<void(const std::string& reason)> part_failed;
 };
 
 // The manifest fields of a checkpoint after `steps_done` steps of `config`'s

@@ -474,6 +474,16 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   return m;
 }
 
+namespace {
+
+// Set by a writer whose part of the checkpoint after `steps_done` steps, in
+// layout epoch `epoch`, could not be written.
+std::string part_failed_key(std::uint64_t epoch, std::int64_t steps_done, int rank) {
+  return fmt::format("ntp/checkpoint/e{}/s{}/part_failed/{}", epoch, steps_done, rank);
+}
+
+}  // namespace
+
 void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
   Impl& x = *impl_;
   const int writer_replica = places_.at(static_cast<std::size_t>(writer_rank_)).replica;
@@ -510,14 +520,19 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
   // Only a beat that is there and old counts: a key missing for a moment (a
   // store that restarted empty) or a store that does not answer is no
   // verdict on the writer, and the wait goes on (deadline.checkpoint_s).
+  // A writer whose part failed (a full disk) says so in the store.
   const auto max_age = static_cast<std::int64_t>(config_.deadline.heartbeat_s * 1000);
-  job.abandoned = [this, epoch = epoch_, max_age](int rank) {
+  job.abandoned = [this, epoch = epoch_, steps_done, max_age](int rank) {
     if (live_epoch_.load() != epoch) return true;
     try {
+      if (store_->try_get(part_failed_key(epoch, steps_done, rank))) return true;
       return comm::heartbeat_ages_ms(*store_, {rank}).at(0) > max_age;
     } catch (const std::exception&) {
       return false;
     }
+  };
+  job.part_failed = [this, epoch = epoch_, steps_done](const std::string& reason) {
+    store_->set(part_failed_key(epoch, steps_done, options_.rank), comm::to_bytes(reason));
   };
   job.before_part = [this, s = steps_done - 1] {
     if (fault_point_) fault_point_(s, StepPhase::kCheckpoint);

@@ -314,12 +314,6 @@ TEST_F(CheckpointCliTest, AResumeWhileTheRunTrainsIsRefusedAndChangesNothing) {
   });
 }
 
-// A text file of numbered lines whose words are `word`.
-void write_text_data(const fs::path& path, const std::string& word) {
-  std::ofstream out(path);
-  for (int i = 0; i < 1500; ++i) out << "line " << i << " of the " << word << " data, as " << word << " as it was\n";
-}
-
 // The data file changed between a run and its --resume (regenerated in
 // place): a checkpoint's place in the sample order is a step over the tokens
 // it trained on, and going on over other tokens mixed two datasets, silently.
@@ -328,13 +322,13 @@ void write_text_data(const fs::path& path, const std::string& word) {
 TEST_F(CheckpointCliTest, AResumeOverADataFileChangedSinceIsRefusedAndChangesNothing) {
   const fs::path run = dir_ / "run";
   const fs::path data = dir_ / "data.txt";
-  write_text_data(data, "first");
+  ntp::testing::write_text_data(data, "first");
   const CliResult first = ntp("train --run-dir " + run.string() + kModel + " --set data.path=" + data.string() +
                               " --set parallel.dp=2 --set 'test.failures=\"1@7:start\"'");
   ASSERT_EQ(first.code, 1) << first.output;
   const std::string events = read_file(run / "events.jsonl");
 
-  write_text_data(data, "other");
+  ntp::testing::write_text_data(data, "other");
   const CliResult refused = ntp("train --resume " + run.string());
   EXPECT_EQ(refused.code, 2) << refused.output;
   EXPECT_NE(refused.output.find((run / "checkpoints" / "step-5").string() + ": saved over " + data.string() + " ("),
@@ -344,10 +338,52 @@ TEST_F(CheckpointCliTest, AResumeOverADataFileChangedSinceIsRefusedAndChangesNot
   EXPECT_EQ(read_file(run / "events.jsonl"), events);
   EXPECT_EQ(losses(run).size(), 7u);
 
-  write_text_data(data, "first");
+  ntp::testing::write_text_data(data, "first");
   const CliResult resumed = ntp("train --resume " + run.string() + " --verify");
   EXPECT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_EQ(losses(run).size(), 20u);
+}
+
+// One writer's part of a checkpoint cannot be written (here a folder stands
+// where its file goes; on a cluster, a full or failing disk): that save fails,
+// training goes on, and the next save completes. Before, the assembler waited
+// for the part until deadline.checkpoint_s, so its next save stalled its
+// training that long, and the others, past the collective deadline, took the
+// healthy assembler for a failed rank and fenced it.
+TEST_F(CheckpointCliTest, AWriterWhosePartFailsDoesNotStallTheAssemblerIntoBeingFenced) {
+  const fs::path run = dir_ / "run";
+  const fs::path out = dir_ / "run.out";
+  const pid_t child = spawn_train_verify(
+      run, kDp2Tp2 + " --set model.layers=1 --set train.micro_batch=2 --set run.trace_steps=0 --set train.steps=60"
+                     " --set train.checkpoint_every=20 --set elastic.recover=true --set deadline.collective_s=10"
+                     " --set deadline.heartbeat_s=1.5",
+      out);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(run / "config.toml") && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  fs::create_directories(run / "checkpoints" / "step-20.partial-e0" / "rank-1.bin" / "in-the-way");
+  const std::size_t rows_then = ntp::testing::read_jsonl_lines(run / "metrics.jsonl").size();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const std::string output = read_file(out);
+  ASSERT_LT(rows_then, 20u) << "the obstacle came after the save of step 20";
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_TRUE(ntp::testing::events_named(run, "failure_detected").empty()) << output;
+  EXPECT_TRUE(ntp::testing::events_named(run, "rank_fenced").empty()) << output;
+  std::vector<std::string> failed;
+  for (const nlohmann::json& e : ntp::testing::events_named(run, "checkpoint_failed")) {
+    EXPECT_EQ(e["step"], 20) << e.dump();
+    failed.push_back(e["rank"].dump() + ": " + e["reason"].get<std::string>());
+  }
+  ASSERT_EQ(failed.size(), 2u) << output;
+  EXPECT_NE(std::find_if(failed.begin(), failed.end(),
+                         [](const std::string& f) { return f.find("0: ") == 0 && f.find("abandoned") != std::string::npos; }),
+            failed.end())
+      << output;
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-40" / "manifest.json")) << output;
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-60" / "manifest.json")) << output;
 }
 
 // The run directory removed under a live job (a mistaken rm -rf): the job

@@ -331,17 +331,6 @@ TrainRun train_and_signal(const fs::path& dir, const std::vector<std::string>& s
       sent);
 }
 
-// A text file of `lines` numbered lines, written atomically (a dataset
-// regenerated in place), each line's words as `word` says.
-void write_text_data(const fs::path& path, int lines, const std::string& word) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    for (int i = 0; i < lines; ++i) out << "line " << i << " of the " << word << " data, as " << word << " as it was\n";
-  }
-  fs::rename(tmp, path);
-}
-
 // The data file rewritten while the run trains, before a lost rank's worker
 // is started again: the restarted worker reads the file again and, with no
 // record of the job's data, trained on other tokens than its replica partner,
@@ -350,7 +339,7 @@ void write_text_data(const fs::path& path, int lines, const std::string& word) {
 // names the cause.
 TEST_F(RecoveryCliTest, ARankRestartedAfterTheDataFileChangedRefusesItAndTheVerdictSaysWhy) {
   const fs::path data = dir_.string() + ".data.txt";
-  write_text_data(data, 1500, "first");
+  ntp::testing::write_text_data(data, "first");
   bool rewritten = false;
   const TrainRun run = train_and_act(
       dir_,
@@ -358,7 +347,7 @@ TEST_F(RecoveryCliTest, ARankRestartedAfterTheDataFileChangedRefusesItAndTheVerd
        "test.repair_at_step=8", "data.path=" + data.string()},
       [&] { return !events_named(dir_, "failure_detected").empty(); },
       [&] {
-        write_text_data(data, 1500, "other");
+        ntp::testing::write_text_data(data, "other");
         return true;
       },
       rewritten);

@@ -25,6 +25,15 @@ std::vector<nlohmann::json> read_jsonl_lines(const std::filesystem::path& path) 
   return lines;
 }
 
+void write_text_data(const std::filesystem::path& path, const std::string& word) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    for (int i = 0; i < 1500; ++i) out << "line " << i << " of the " << word << " data, as " << word << " as it was\n";
+  }
+  std::filesystem::rename(tmp, path);
+}
+
 bool alive_naming(pid_t pid, const std::string& text) {
   const std::filesystem::path proc = "/proc/" + std::to_string(pid);
   std::ifstream stat(proc / "stat");

@@ -24,6 +24,10 @@ std::vector<nlohmann::json> events_named(const std::filesystem::path& run_dir, c
 // its pid. Throws std::runtime_error naming the command when it cannot start.
 pid_t spawn_logged(const std::vector<std::string>& args, const std::filesystem::path& out);
 
+// Writes a text data file of 1500 numbered lines whose words are `word`,
+// atomically (a dataset regenerated in place): another word, other tokens.
+void write_text_data(const std::filesystem::path& path, const std::string& word);
+
 // Whether `pid` is a live process (not a zombie) whose command line names
 // `text`: a reused pid of another program is not the one a test started.
 bool alive_naming(pid_t pid, const std::string& text);
