@@ -121,7 +121,7 @@ void check_same(const std::filesystem::path& run_dir, const char* key, const Dat
       "{}: {} holds {}, but this job started on {} ({}): the file changed while the job ran, or this host reads "
       "another copy of it, and this rank would train on other samples than the rest of the job; put back the data "
       "the job started with",
-      key, now.path.empty() ? "the built-in corpus" : now.path, now.describe(), started.describe(),
+      key, now.file(), now.describe(), started.describe(),
       job_data_file(run_dir).string()));
 }
 

@@ -42,6 +42,7 @@ struct DataIdentity {
     return tokens == other.tokens && checksum == other.checksum;
   }
   std::string describe() const;  // "N tokens, checksum 0123456789abcdef"
+  std::string file() const { return path.empty() ? "the built-in corpus" : path; }  // for messages
   nlohmann::json to_json() const;
   // Throws std::exception (nlohmann's or std::invalid_argument) when malformed.
   static DataIdentity from_json(const nlohmann::json& j);

@@ -764,8 +764,7 @@ void check_resume(const Config& config, const ModelSetup& setup, const DataIdent
     throw CheckpointError(fmt::format(
         "{}: saved over {} ({}), but data.path now holds {}: the file changed since, and the run would go on over "
         "other samples; put back the data the run trained on",
-        checkpoint.dir().string(), info.data->path.empty() ? "the built-in corpus" : info.data->path,
-        info.data->describe(), data.describe()));
+        checkpoint.dir().string(), info.data->file(), info.data->describe(), data.describe()));
   }
   if (info.step > config.train.steps) {
     throw CheckpointError(fmt::format("{}: holds {} steps, more than train.steps = {}", checkpoint.dir().string(),
