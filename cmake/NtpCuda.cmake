@@ -14,6 +14,12 @@ if(NTP_WITH_CUDA)
     find_path(NTP_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
     if(CUDAToolkit_FOUND AND NTP_NCCL_LIBRARY AND NTP_NCCL_INCLUDE)
       set(NTP_HAVE_CUDA ON)
+      # sm_90 machine code for the H100 / H200 this project targets, and its
+      # PTX, which the driver compiles for newer GPUs.
+      if(NOT CMAKE_CUDA_ARCHITECTURES)
+        set(CMAKE_CUDA_ARCHITECTURES "90-real;90-virtual")
+      endif()
+      enable_language(CUDA)
     endif()
   endif()
 endif()

@@ -1,11 +1,13 @@
 // `ntp export CHECKPOINT --llmc model.bin` (GPT-2) or `--llama2c model.bin`
 // (Llama): write a checkpoint's parameters as the llm.c or llama2.c checkpoint
 // (fp32; the formats model.init_from reads).
-// CHECKPOINT is a checkpoint folder or a run directory (its newest). Exit 0,
+// CHECKPOINT is a checkpoint folder or a run directory (its newest); an llm.c
+// or llama2.c file there is refused saying which it is. Exit 0,
 // 1 on an I/O failure, 2 on a bad or incomplete checkpoint (named), 3 when the
 // format cannot hold the model (llama2.c: a non-default RoPE base or RMSNorm
 // epsilon).
 #include <cstdio>
+#include <filesystem>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +16,7 @@
 #include "cli/command.h"
 #include "model/llama2c_checkpoint.h"
 #include "model/llmc_checkpoint.h"
+#include "model/model_file.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -37,6 +40,21 @@ int run_export(int argc, char** argv) {
   }
   if (llmc.empty() && llama2c.empty()) {
     spdlog::error("ntp export: one of --llmc (GPT-2) or --llama2c (Llama) is required");
+    return ntp::cli::kExitBadInput;
+  }
+  // An llm.c or llama2.c file is what export writes, not what it reads: say which it is.
+  if (std::filesystem::is_regular_file(source)) {
+    try {
+      const ntp::model::ModelFileHeader file = ntp::model::read_model_header(source);
+      spdlog::error("ntp export: {}: a checkpoint in {}'s format ({}), not a checkpoint folder: ntp export "
+                    "reads a checkpoint folder or a run directory; the file is already what {} writes (use it as "
+                    "model.init_from or with ntp sample)",
+                    source, ntp::model::to_string(file.format), ntp::model::to_string(file.config),
+                    file.config.llama() ? "--llama2c" : "--llmc");
+    } catch (const std::exception& e) {
+      spdlog::error("ntp export: {} (and not a checkpoint folder or a run directory, which ntp export reads)",
+                    e.what());
+    }
     return ntp::cli::kExitBadInput;
   }
   try {

@@ -1,6 +1,7 @@
 // `ntp power`: the power policy's command-line face.
 //   ntp power plan  - what the boost-and-rebalance policy would do (pure)
-//   ntp power show  - devices and their limits, through a controller
+//   ntp power show  - devices, their limits, draw and clocks, through a controller
+//                     (reads only: it never sets anything)
 //   ntp power reset - put devices back to their default limits (after a job
 //                     was killed with SIGKILL while boosted)
 // Formats and formulas: docs/power.md.
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -188,15 +190,22 @@ std::unique_ptr<pw::PowerController> open_controller(const DeviceArgs& args) {
   return pw::make_power_controller(mode, options);
 }
 
+// "1980", or "-" where the device does not report the clock.
+std::string mhz_text(const std::optional<unsigned>& mhz) { return mhz ? std::to_string(*mhz) : "-"; }
+
+// Reads every device, sets nothing.
 int run_show(const DeviceArgs& args) {
   const auto controller = open_controller(args);
-  std::printf("%-48s %9s %9s %9s %9s %9s\n", "device", "min_w", "max_w", "default_w", "limit_w",
-              "usage_w");
+  std::printf("%-48s %-24s %9s %9s %9s %9s %9s %7s %7s\n", "device", "model", "min_w", "max_w",
+              "default_w", "limit_w", "usage_w", "sm_mhz", "mem_mhz");
   for (int d = 0; d < controller->device_count(); ++d) {
     const pw::LimitRange range = controller->limit_range(d);
-    std::printf("%-48s %9.1f %9.1f %9.1f %9.1f %9.1f\n", controller->device_name(d).c_str(),
-                range.min_w, range.max_w, controller->default_limit_w(d),
-                controller->get_limit_w(d), controller->power_usage_w(d));
+    const std::string model = controller->product_name(d);
+    const pw::Clocks clocks = controller->clocks(d);
+    std::printf("%-48s %-24s %9.1f %9.1f %9.1f %9.1f %9.1f %7s %7s\n", controller->device_name(d).c_str(),
+                model.empty() ? "-" : model.c_str(), range.min_w, range.max_w, controller->default_limit_w(d),
+                controller->get_limit_w(d), controller->power_usage_w(d), mhz_text(clocks.sm_mhz).c_str(),
+                mhz_text(clocks.mem_mhz).c_str());
   }
   return kExitOk;
 }
@@ -246,7 +255,8 @@ int run_power(int argc, char** argv) {
   plan_cmd->add_option("--global-batch", plan.global_batch, "sequences per step")->required();
   plan_cmd->add_flag("--json", plan.json, "print JSON instead of a table");
   DeviceArgs device;
-  CLI::App* show_cmd = app.add_subcommand("show", "devices, limit ranges, limits and usage");
+  CLI::App* show_cmd =
+      app.add_subcommand("show", "devices: model, limit ranges, limits, usage and clocks (reads only)");
   add_device_options(*show_cmd, device);
   CLI::App* reset_cmd = app.add_subcommand("reset", "set devices back to their default limits");
   add_device_options(*reset_cmd, device);

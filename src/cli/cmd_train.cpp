@@ -17,6 +17,7 @@
 #include "elastic/train_job.h"
 #include "train/checkpoint.h"
 #include "train/run_dir.h"
+#include "train/verify.h"
 
 namespace {
 
@@ -26,7 +27,7 @@ namespace {
 bool may_change_on_resume(const std::string& key) {
   for (const char* prefix : {"parallel.", "elastic.", "deadline.", "sync.", "power.", "run.", "test.",
                              "train.checkpoint_", "train.keep_checkpoints", "train.micro_batch", "train.on_nan",
-                             "model.threads"}) {
+                             "model.threads", "model.device"}) {
     if (key.rfind(prefix, 0) == 0) return true;
   }
   return false;
@@ -102,8 +103,13 @@ int run_train(int argc, char** argv) {
   bool print_config = false;
   app.add_flag("--print-config", print_config,
                "print the resolved configuration (every key with its value, TOML) and exit");
-  app.add_flag("--verify", verify,
-               "after training, replay the schedule at TP = 1, DP = 1 and compare (exit 1 on fail)");
+  auto* verify_flag = app.add_flag(
+      "--verify", verify,
+      "after training, replay the schedule at TP = 1, DP = 1 and compare (exit 1 on fail); prints a one-line "
+      "verdict, the full result in RUN_DIR/verify.json");
+  bool json = false;
+  app.add_flag("--json", json, "with --verify: print the verdict as one JSON object instead of the line")
+      ->needs(verify_flag);
   ntp::elastic::NodeOptions node;
   auto* nnodes = app.add_option("--nnodes", node.nnodes,
                                 "hosts in the job, one ntp train on each (default 1, or Slurm's SLURM_NNODES)");
@@ -158,7 +164,8 @@ int run_train(int argc, char** argv) {
         config, ntp::elastic::choose_run_dir(config, run_dir), verify, stdout, node);
     write_report(result.run_dir);
     if (result.verify) {
-      std::printf("%s\n", result.verify->to_json().dump().c_str());
+      const std::string verdict = json ? result.verify->to_json().dump() : ntp::train::verdict_line(*result.verify);
+      std::printf("%s\n", verdict.c_str());
       return result.verify->pass ? ntp::cli::kExitOk : ntp::cli::kExitFailure;
     }
     return ntp::cli::kExitOk;

@@ -1,6 +1,8 @@
 // `ntp verify RUN_DIR [--json]`: check a finished run directory against a
 // single-process replay of its schedule (docs/train.md, "What --verify proves").
-// Exit 0 pass, 1 fail, 2 bad input (a missing or malformed run file, named).
+// Prints the one-line verdict (the JSON with --json) and writes the full result
+// to RUN_DIR/verify.json. Exit 0 pass, 1 fail, 2 bad input (a missing or
+// malformed run file, named).
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
@@ -21,7 +23,8 @@ int run_verify(int argc, char** argv) {
   std::string run_dir;
   bool json = false;
   app.add_option("run_dir", run_dir, "the run directory")->required()->check(ntp::cli::input_folder());
-  app.add_flag("--json", json, "print one JSON object (every tensor's worst element, per-step scalars)");
+  app.add_flag("--json", json,
+               "print one JSON object (every tensor's worst element, per-step scalars) instead of the verdict line");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -29,11 +32,13 @@ int run_verify(int argc, char** argv) {
   }
   try {
     const ntp::train::VerifyResult result = ntp::train::verify_run(run_dir);
-    if (json) {
-      std::printf("%s\n", result.to_json(true).dump().c_str());
-    } else {
-      std::fputs(result.summary().c_str(), stdout);
+    try {
+      ntp::train::write_verify_json(run_dir, result);
+    } catch (const std::exception& e) {
+      spdlog::warn("ntp verify: {}", e.what());  // a read-only run directory: the verdict is still printed
     }
+    const std::string verdict = json ? result.to_json(true).dump() : ntp::train::verdict_line(result);
+    std::printf("%s\n", verdict.c_str());
     return result.pass ? ntp::cli::kExitOk : ntp::cli::kExitFailure;
   } catch (const ntp::train::VerifyInputError& e) {
     spdlog::error("ntp verify: {}", e.what());

@@ -48,7 +48,9 @@ std::string describe_job(const train::Config& c) {
   for (const auto& [replica, slots] : c.parallel.failed) {
     failed += fmt::format(" replica {} without slots [{}];", replica, fmt::join(slots, ","));
   }
-  return fmt::format("model {}, dp {} x tp {},{} batch {} ({}), {} steps, data {}", c.model.preset,
+  // The device only when it is a GPU: a CPU run's line stays as it was.
+  const std::string device = c.model.device == tensor::Device::kCuda ? " on cuda" : "";
+  return fmt::format("model {}{}, dp {} x tp {},{} batch {} ({}), {} steps, data {}", c.model.preset, device,
                      c.parallel.dp, c.parallel.tp, failed.empty() ? " all healthy;" : failed,
                      c.train.global_batch, train::to_string(c.parallel.batch_policy), c.train.steps,
                      c.data.path.empty() ? "built-in corpus" : c.data.path);
@@ -691,6 +693,7 @@ void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std
   }
   const train::Config config = train::load_config((run_dir / "config.toml").string(), {});
   const Host host = host_of(config, node);
+  train::check_device(config.model);  // this host's GPUs, as node 0 checked its own
   check_power(config, host.place.ranks);
   train::warn_if_oversubscribed(config.model, host.place.ranks);
   const train::RunDir run = train::RunDir::open(run_dir);
@@ -807,6 +810,7 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
   validate(node_in);
   NodeOptions node = node_in;
   const Host host = host_of(config, node);  // --nnodes that does not fit the replicas: before anything runs
+  train::check_device(config.model);        // model.device = "cuda" on a host that cannot have it: exit 2
   check_power(config, host.place.ranks);
   check_ports(config, host.place.ranks);
   train::warn_if_oversubscribed(config.model, host.place.ranks);
@@ -882,6 +886,11 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
                                        e.what(), run_dir.string(), run_dir.string()));
     }
     run.event("verify", result.verify->to_json());
+    try {
+      train::write_verify_json(run_dir, *result.verify);
+    } catch (const std::exception& e) {
+      spdlog::warn("ntp train: {}", e.what());  // the verdict is still printed and in events.jsonl
+    }
   }
   return result;
 }

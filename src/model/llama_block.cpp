@@ -25,7 +25,7 @@ void Model::forward_llama_block(int l, const float* residual) {
   Activations& a = *acts_;
   const Dims d = dims_of(*layout_);
   const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
-  const float* p = params_.data();
+  const float* p = kernel_params();
   const std::int64_t n = a.n;
   const float eps = config().norm_eps;
   const tensor::AttentionShape shape{a.batch, a.seq, d.heads, d.hd, d.group};
@@ -55,8 +55,8 @@ void Model::backward_llama_block(int l, const float* residual) {
   Activations& a = *acts_;
   const Dims d = dims_of(*layout_);
   const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
-  const float* p = params_.data();
-  float* g = grads_.data();
+  const float* p = kernel_params();
+  float* g = kernel_grads();
   const std::int64_t n = a.n;
   const tensor::AttentionShape shape{a.batch, a.seq, d.heads, d.hd, d.group};
   const auto [ln1, qkv, att, atty, res2, ln2, gate_up, act, res3] = a.layer(d, l);

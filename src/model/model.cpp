@@ -11,6 +11,7 @@
 #include "tensor/attention.h"
 #include "tensor/fill.h"
 #include "tensor/gelu.h"
+#include "tensor/gpu.h"
 #include "tensor/layernorm.h"
 #include "tensor/matmul.h"
 #include "tensor/residual.h"
@@ -33,8 +34,18 @@ Dims dims_of(const ParameterLayout& layout) {
           s.vocab.size(),   s.vocab.intersect(layout::IntervalSet::range(0, c.vocab)).size()};
 }
 
+const std::int64_t* KernelIds::put(tensor::Gpu* gpu, const std::vector<std::int64_t>& ids) {
+  if (gpu == nullptr) return ids.data();
+  if (ids.size() > capacity_) {
+    device_.reset(static_cast<std::int64_t*>(gpu->alloc(ids.size() * sizeof(std::int64_t))));
+    capacity_ = ids.size();
+  }
+  gpu->upload(device_.get(), ids.data(), ids.size() * sizeof(std::int64_t));
+  return device_.get();
+}
+
 Model::Model(const GptConfig& config, const Shard& shard, tensor::Context& ctx, comm::Group* tp)
-    : ctx_(ctx), tp_(tp) {
+    : ctx_(ctx), gpu_(ctx.gpu()), tp_(tp) {
   if (tp_ == nullptr && !(shard == Shard::full(config)))
     throw std::invalid_argument("model: a shard smaller than the full model needs a TP group");
   layout_ = std::make_unique<ParameterLayout>(config, shard);
@@ -53,6 +64,12 @@ void Model::adopt(const Shard& next, Buffer values) {
   params_ = std::move(values);
   grads_ = Buffer(params_.size());
   grads_pending_zero_ = false;
+  if (gpu_ != nullptr) {
+    device_params_ = Buffer(params_.size(), gpu_);
+    device_grads_ = Buffer(params_.size(), gpu_);
+  }
+  params_changed_ = true;
+  device_grads_pending_zero_ = false;
   blocks_.clear();
   for (int l = 0; l < layout_->config().layers; ++l) {
     const std::string prefix = "h" + std::to_string(l) + ".";
@@ -98,7 +115,23 @@ std::vector<float> Model::gather_full() {
   return values;
 }
 
-void Model::zero_grad() { grads_pending_zero_ = true; }
+void Model::zero_grad() {
+  grads_pending_zero_ = true;
+  device_grads_pending_zero_ = true;
+}
+
+void Model::upload_params() {
+  if (gpu_ == nullptr || !params_changed_) return;
+  gpu_->upload(device_params_.data(), params_.data(), params_.size() * sizeof(float));
+  params_changed_ = false;
+}
+
+void Model::download_grads(std::size_t first, std::size_t last) {
+  if (gpu_ == nullptr || first >= last) return;
+  const auto& tensors = layout_->tensors();
+  const std::int64_t begin = tensors[first].offset, end = tensors[last - 1].offset + tensors[last - 1].count;
+  tensor::copy_to_host(ctx_, grads_.data() + begin, device_grads_.data() + begin, end - begin);
+}
 
 std::span<float> Model::settled_grads() const {
   if (std::exchange(grads_pending_zero_, false)) grads_.zero();
@@ -113,7 +146,7 @@ void Model::zero_accumulated_grads() {
   for (const BlockOffsets& o : blocks_) gemm_written.insert(gemm_written.end(), {o.qkv_w, o.proj_wt, o.fc1_w, o.fc2_wt});
   for (const TensorSpec& t : layout_->tensors()) {
     if (std::find(gemm_written.begin(), gemm_written.end(), t.offset) != gemm_written.end()) continue;
-    std::fill_n(grads_.data() + t.offset, t.count, 0.0f);
+    tensor::zero(ctx_, kernel_grads() + t.offset, t.count);
   }
 }
 
@@ -121,8 +154,20 @@ std::int64_t Model::head_offset() const {
   return (*layout_)[config().llama() ? "lm_head" : "wte"].offset;
 }
 
-void Model::all_reduce(float* data, std::int64_t count) {
-  if (tp_ != nullptr) tp_->all_reduce(data, static_cast<std::size_t>(count));
+void Model::all_reduce(float* data, std::int64_t count, comm::ReduceOp op) {
+  if (tp_ == nullptr) return;
+  if (gpu_ == nullptr) return tp_->all_reduce(data, static_cast<std::size_t>(count), op);
+  staging_.resize(static_cast<std::size_t>(count));
+  tensor::copy_to_host(ctx_, staging_.data(), data, count);
+  tp_->all_reduce(staging_.data(), staging_.size(), op);
+  tensor::copy_from_host(ctx_, data, staging_.data(), count);
+}
+
+KernelAllReduce Model::group_reduce() {
+  if (tp_ == nullptr || tp_->size() == 1) return {};
+  return [this](float* data, std::size_t count, comm::ReduceOp op) {
+    all_reduce(data, static_cast<std::int64_t>(count), op);
+  };
 }
 
 void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
@@ -136,7 +181,7 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   const Dims d = dims_of(*layout_);
   const std::int64_t L = config().layers;
   const std::int64_t n = batch * seq;
-  const auto sz = [](std::int64_t count) { return Buffer(static_cast<std::size_t>(count)); };
+  const auto sz = [this](std::int64_t count) { return Buffer(static_cast<std::size_t>(count), gpu_); };
   auto a = std::make_unique<Activations>();
   a->batch = batch;
   a->capacity = batch;
@@ -186,11 +231,14 @@ LossStats Model::forward(const Batch& batch) {
   const std::int64_t n = a.n;
   a.token_col = local_columns(layout_->shard().vocab, batch.inputs, n, c.vocab, "inputs");
   a.target_col = local_columns(layout_->shard().vocab, batch.targets, n, c.vocab, "targets");
+  a.token_ids = a.token_store.put(gpu_, a.token_col);
+  a.target_ids = a.target_store.put(gpu_, a.target_col);
+  upload_params();
 
-  const float* p = params_.data();
+  const float* p = kernel_params();
   const TensorSpec* wpe = layout_->find("wpe");  // Llama: none (RoPE in the blocks)
-  embedding_forward(ctx_, a.encoded.data(), a.token_col, p + (*layout_)["wte"].offset,
-                    wpe != nullptr ? p + wpe->offset : nullptr, batch.seq, d.C, tp_);
+  embedding_forward(ctx_, a.encoded.data(), a.token_ids, n, p + (*layout_)["wte"].offset,
+                    wpe != nullptr ? p + wpe->offset : nullptr, batch.seq, d.C, group_reduce());
   for (int l = 0; l < c.layers; ++l) {
     const float* residual = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C;
     if (c.llama()) forward_llama_block(l, residual);
@@ -209,11 +257,13 @@ LossStats Model::forward(const Batch& batch) {
   tensor::matmul_forward(ctx_, a.logits.data(), a.lnf.data(), p + head_offset(), nullptr, n,
                          d.C, d.vocab_rows, WeightLayout::kOutIn);
   const float scale = loss_scale_ != 0.0f ? loss_scale_ : 1.0f / static_cast<float>(n);
-  vocab_parallel_cross_entropy(ctx_, a.losses.data(), a.logits.data(), a.target_col,
-                               {n, d.vocab_rows, d.vocab_valid}, scale, a.ce_scratch.data(), tp_);
+  vocab_parallel_cross_entropy(ctx_, a.losses.data(), a.logits.data(), a.target_col, a.target_ids,
+                               {n, d.vocab_rows, d.vocab_valid}, scale, a.ce_scratch.data(), group_reduce());
+  std::vector<float> losses(static_cast<std::size_t>(n));
+  tensor::copy_to_host(ctx_, losses.data(), a.losses.data(), n);
   LossStats stats;
   stats.tokens = n;
-  for (std::int64_t i = 0; i < n; ++i) stats.sum += a.losses.data()[i];
+  for (float loss : losses) stats.sum += loss;
   have_forward_ = true;
   return stats;
 }
@@ -222,7 +272,7 @@ void Model::forward_block(int l, const float* residual) {
   Activations& a = *acts_;
   const Dims d = dims_of(*layout_);
   const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
-  const float* p = params_.data();
+  const float* p = kernel_params();
   const std::int64_t n = a.n;
   const auto [ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3] = a.layer(d, l);
 
@@ -253,13 +303,18 @@ void Model::backward(const BackwardHooks& hooks) {
   const GptConfig& c = config();
   const Dims d = dims_of(*layout_);
   const std::int64_t n = a.n;
-  const float* p = params_.data();
-  float* g = grads_.data();
+  const float* p = kernel_params();
+  float* g = kernel_grads();
   const auto& lay = *layout_;
   const auto notify = [&](std::size_t first, std::size_t last) {
+    download_grads(first, last);
     if (hooks.grads_ready) hooks.grads_ready(first, last);
   };
-  if (std::exchange(grads_pending_zero_, false)) {
+  // On a GPU every host gradient is overwritten by its download below.
+  if (gpu_ != nullptr) grads_pending_zero_ = false;
+  const bool pending_zero = gpu_ != nullptr ? std::exchange(device_grads_pending_zero_, false)
+                                            : std::exchange(grads_pending_zero_, false);
+  if (pending_zero) {
     zero_accumulated_grads();
     weight_grads_ = Into::kOverwrite;
   } else {
@@ -295,15 +350,21 @@ void Model::backward(const BackwardHooks& hooks) {
     const auto [first, end] = lay.layer_range(l);
     notify(first, end);
   }
+  a.groups = row_groups(a.token_col);
+  a.group_ids = {a.group_store[0].put(gpu_, a.groups.row), a.group_store[1].put(gpu_, a.groups.start),
+                 a.group_store[2].put(gpu_, a.groups.positions), a.group_store[3].put(gpu_, a.groups.slot),
+                 a.groups.groups()};
   if (split_wte) {
-    embedding_backward_rows(embedding_rows_, g + lay["wpe"].offset, a.token_col, a.dres.data(), a.seq, d.C);
+    // dln is free by now: it holds the embedding rows' sums on their way to the host.
+    embedding_backward_rows(ctx_, embedding_rows_, g + lay["wpe"].offset, a.groups, a.group_ids, a.dln.data(),
+                            a.dres.data(), n, a.seq, d.C);
     notify(lay.index_of("wpe"), lay.index_of("wpe") + 1);
     hooks.embedding_rows(embedding_rows_);
     return;
   }
   const TensorSpec* wpe = lay.find("wpe");
-  embedding_backward(g + lay["wte"].offset, wpe != nullptr ? g + wpe->offset : nullptr, a.token_col,
-                     a.dres.data(), a.seq, d.C);
+  embedding_backward(ctx_, g + lay["wte"].offset, wpe != nullptr ? g + wpe->offset : nullptr, a.group_ids,
+                     a.dres.data(), n, a.seq, d.C);
   notify(lay.index_of("wte"), lay.index_of(wpe != nullptr ? "wpe" : "wte") + 1);
 }
 
@@ -311,8 +372,8 @@ void Model::backward_block(int l, const float* residual) {
   Activations& a = *acts_;
   const Dims d = dims_of(*layout_);
   const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
-  const float* p = params_.data();
-  float* g = grads_.data();
+  const float* p = kernel_params();
+  float* g = kernel_grads();
   const std::int64_t n = a.n;
   const auto [ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3] = a.layer(d, l);
   float* dres = a.dres.data();  // gradient of the residual stream, flows through unchanged
@@ -346,7 +407,7 @@ double Model::local_grad_sq_norm() {
   double total = 0.0;
   for (const TensorSpec& t : layout_->tensors()) {
     if (t.kind == UnitKind::kReplicated && !counts_replicated()) continue;
-    total += tensor::sum_squares(ctx_, grads_.data() + t.offset, t.count);
+    total += tensor::sum_squares(ctx_.host(), grads_.data() + t.offset, t.count);
   }
   return total;
 }
@@ -364,7 +425,8 @@ std::vector<float> Model::next_token_probs(std::span<const std::int32_t> tokens)
   have_forward_ = false;
   const Dims d = dims_of(*layout_);
   const float* last = acts_->logits.data() + (static_cast<std::int64_t>(tokens.size()) - 1) * d.vocab_rows;
-  std::vector<float> probs(last, last + config().vocab);
+  std::vector<float> probs(static_cast<std::size_t>(config().vocab));
+  tensor::copy_to_host(ctx_, probs.data(), last, config().vocab);
   probs[0] += 1.0f;
   return probs;
 }

@@ -8,6 +8,15 @@
 // vocabulary-parallel embedding, LM head and cross-entropy. With tp == nullptr the model is a single rank
 // and must hold every unit.
 //
+// On a GPU context (model.device = "cuda") the forward and backward run on
+// that GPU: the activations and a device copy of the parameters and
+// gradients live in its memory. params() and grads() stay host memory, the
+// master copies that the optimizer, the gradient sync, checkpoints and
+// recovery use: the parameters go up before a forward when params() was taken
+// for writing since the last one, and each gradient tensor comes down as
+// backward reports it ready. The TP all-reduces of activations are staged
+// through the host (the group is Gloo's).
+//
 //   Model m(config, shard, ctx, tp_group);
 //   m.init(seed);                 // or load values into m.params()
 //   m.set_loss_scale(1.0f / global_tokens);
@@ -72,7 +81,11 @@ class Model {
   comm::Group* tp_group() const { return tp_; }
   tensor::Context& context() { return ctx_; }
 
-  std::span<float> params() { return params_.span(); }
+  // For writing: the next forward first copies the parameters to the GPU.
+  std::span<float> params() {
+    params_changed_ = true;
+    return params_.span();
+  }
   std::span<const float> params() const { return params_.span(); }
   // The gradients; a zero_grad() not yet overtaken by backward() is applied first.
   std::span<float> grads() { return settled_grads(); }
@@ -128,18 +141,31 @@ class Model {
   void forward_llama_block(int layer, const float* residual);  // llama_block.cpp
   void backward_llama_block(int layer, const float* residual);
   std::int64_t head_offset() const;  // the LM head's weights: wte (GPT-2) or lm_head
-  void all_reduce(float* data, std::int64_t count);
+  // The TP group's all-reduce of activations, staged through the host on a GPU.
+  void all_reduce(float* data, std::int64_t count, comm::ReduceOp op = comm::ReduceOp::kSum);
+  KernelAllReduce group_reduce();  // empty for a single rank
+  // Where the kernels read the parameters and write the gradients: the host
+  // buffers on the CPU, their device copies on a GPU.
+  const float* kernel_params() const { return gpu_ != nullptr ? device_params_.data() : params_.data(); }
+  float* kernel_grads() { return gpu_ != nullptr ? device_grads_.data() : grads_.data(); }
+  void upload_params();
+  void download_grads(std::size_t first, std::size_t last);  // tensors [first, last)
   void ensure_activations(std::int64_t batch, std::int64_t seq);
   std::span<float> settled_grads() const;
   void zero_accumulated_grads();
 
   tensor::Context& ctx_;
+  tensor::Gpu* gpu_;  // ctx_'s GPU, or null
   comm::Group* tp_;
   std::unique_ptr<ParameterLayout> layout_;
   std::vector<BlockOffsets> blocks_;
   tensor::Buffer params_;
   mutable tensor::Buffer grads_;
   mutable bool grads_pending_zero_ = false;  // zero_grad() not yet applied
+  tensor::Buffer device_params_, device_grads_;  // GPU only
+  bool params_changed_ = true;                   // params() taken for writing since the last upload
+  bool device_grads_pending_zero_ = false;       // zero_grad() not yet applied to device_grads_
+  std::vector<float> staging_;                   // activations on their way through a TP all-reduce
   tensor::Into weight_grads_ = tensor::Into::kAdd;  // this backward's weight GEMMs
   std::unique_ptr<Activations> acts_;
   EmbeddingRows embedding_rows_;  // the split embedding scatter of the last backward

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/vocab_parallel.h"
 #include "tensor/buffer.h"
+#include "tensor/gpu.h"
 
 namespace ntp::model {
 
@@ -25,12 +27,32 @@ struct Dims {
 };
 Dims dims_of(const ParameterLayout& layout);
 
+// Integer arrays where the kernels read them: the host vector itself on the
+// CPU, a device copy (grow-only) on a GPU.
+class KernelIds {
+ public:
+  const std::int64_t* put(tensor::Gpu* gpu, const std::vector<std::int64_t>& ids);
+
+ private:
+  struct Free {
+    void operator()(std::int64_t* p) const { tensor::gpu_free(p); }
+  };
+  std::unique_ptr<std::int64_t, Free> device_;
+  std::size_t capacity_ = 0;
+};
+
 // Everything forward keeps for backward, sized for one (batch, seq); per layer
 // arrays are [layers][...]. Llama leaves the *_mean buffers unused.
 struct Model::Activations {
   std::int64_t batch = 0, seq = 0, n = 0;  // n = batch * seq rows
   std::int64_t capacity = 0;               // the largest batch the buffers hold
-  std::vector<std::int64_t> token_col, target_col;
+  std::vector<std::int64_t> token_col, target_col;  // host
+  const std::int64_t* token_ids = nullptr;  // token_col / target_col where the kernels read them
+  const std::int64_t* target_ids = nullptr;
+  KernelIds token_store, target_store;
+  RowGroups groups;  // the batch's positions by embedding row, and where the kernels read them
+  RowGroupsView group_ids;
+  KernelIds group_store[4];
   tensor::Buffer encoded;                   // [n, C]
   tensor::Buffer ln1, ln1_mean, ln1_rstd;   // [L, n, C], [L, n]
   tensor::Buffer qkv;                       // [L, n, qkv] (Llama: after RoPE)

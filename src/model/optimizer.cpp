@@ -60,7 +60,7 @@ StepStats AdamW::step_with_norm(Model& model, float lr, double grad_norm) {
     if (t.name == frozen_for_test_) continue;
     segments.push_back({t.offset, t.count, t.weight_decay ? config_.weight_decay : 0.0f});
   }
-  tensor::adamw_update(model.context(), model.params().data(), model.grads().data(), m_.data(), v_.data(),
+  tensor::adamw_update(model.context().host(), model.params().data(), model.grads().data(), m_.data(), v_.data(),
                        segments, s);  // one pass over the pool
   return stats;
 }

@@ -4,6 +4,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "tensor/embedding.h"
+#include "tensor/fill.h"
+
 namespace ntp::model {
 
 std::vector<std::int64_t> local_columns(const layout::IntervalSet& rows, const std::int32_t* ids,
@@ -19,67 +22,50 @@ std::vector<std::int64_t> local_columns(const layout::IntervalSet& rows, const s
   return cols;
 }
 
-void embedding_forward(tensor::Context& ctx, float* out, const std::vector<std::int64_t>& token_col,
+RowGroups row_groups(const std::vector<std::int64_t>& token_col) {
+  RowGroups g;
+  for (std::size_t i = 0; i < token_col.size(); ++i)
+    if (token_col[i] >= 0) g.positions.push_back(static_cast<std::int64_t>(i));
+  std::stable_sort(g.positions.begin(), g.positions.end(),
+                   [&](std::int64_t a, std::int64_t b) { return token_col[static_cast<std::size_t>(a)] < token_col[static_cast<std::size_t>(b)]; });
+  for (std::size_t k = 0; k < g.positions.size(); ++k) {
+    const std::int64_t col = token_col[static_cast<std::size_t>(g.positions[k])];
+    if (g.row.empty() || g.row.back() != col) {
+      g.slot.push_back(static_cast<std::int64_t>(g.row.size()));
+      g.row.push_back(col);
+      g.start.push_back(static_cast<std::int64_t>(k));
+    }
+  }
+  g.start.push_back(static_cast<std::int64_t>(g.positions.size()));
+  return g;
+}
+
+void embedding_forward(tensor::Context& ctx, float* out, const std::int64_t* cols, std::int64_t n,
                        const float* wte, const float* wpe, std::int64_t seq, std::int64_t dim,
-                       comm::Group* tp) {
-  const auto n = static_cast<std::int64_t>(token_col.size());
-  for (std::int64_t i = 0; i < n; ++i) {
-    float* row = out + i * dim;
-    const std::int64_t col = token_col[static_cast<std::size_t>(i)];
-    if (col >= 0) std::copy_n(wte + col * dim, dim, row);
-    else std::fill_n(row, dim, 0.0f);
-  }
+                       const KernelAllReduce& reduce) {
+  tensor::embedding_gather(ctx, out, cols, wte, n, dim);
   // Exactly one rank holds each row, so the sum is exact (x + 0 = x).
-  if (tp != nullptr) tp->all_reduce(out, static_cast<std::size_t>(n * dim));
-  if (wpe == nullptr) return;
-  ctx.pool().parallel_for(n, 16, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const float* pos = wpe + (i % seq) * dim;
-      float* row = out + i * dim;
-      for (std::int64_t j = 0; j < dim; ++j) row[j] += pos[j];
-    }
-  });
+  if (reduce) reduce(out, static_cast<std::size_t>(n * dim), comm::ReduceOp::kSum);
+  if (wpe != nullptr) tensor::embedding_add_positions(ctx, out, wpe, n, seq, dim);
 }
 
-namespace {
-// dwpe[t] += dout, and row_of(col) += dout for each held token, in position order.
-template <typename RowOf>
-void scatter_backward(float* dwpe, const std::vector<std::int64_t>& token_col, const float* dout,
-                      std::int64_t seq, std::int64_t dim, RowOf row_of) {
-  const auto n = static_cast<std::int64_t>(token_col.size());
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* d = dout + i * dim;
-    if (dwpe != nullptr) {
-      float* pos = dwpe + (i % seq) * dim;
-      for (std::int64_t j = 0; j < dim; ++j) pos[j] += d[j];
-    }
-    const std::int64_t col = token_col[static_cast<std::size_t>(i)];
-    if (col < 0) continue;
-    float* row = row_of(col);
-    for (std::int64_t j = 0; j < dim; ++j) row[j] += d[j];
-  }
-}
-}  // namespace
-
-void embedding_backward(float* dwte, float* dwpe, const std::vector<std::int64_t>& token_col,
-                        const float* dout, std::int64_t seq, std::int64_t dim) {
-  scatter_backward(dwpe, token_col, dout, seq, dim, [&](std::int64_t col) { return dwte + col * dim; });
+void embedding_backward(tensor::Context& ctx, float* dwte, float* dwpe, const RowGroupsView& groups,
+                        const float* dout, std::int64_t n, std::int64_t seq, std::int64_t dim) {
+  if (dwpe != nullptr) tensor::embedding_positions_backward(ctx, dwpe, dout, n, seq, dim);
+  tensor::embedding_rows_backward(ctx, dwte, groups.row, groups.start, groups.positions, groups.groups, dout, dim);
 }
 
-void embedding_backward_rows(EmbeddingRows& rows, float* dwpe,
-                             const std::vector<std::int64_t>& token_col, const float* dout,
+void embedding_backward_rows(tensor::Context& ctx, EmbeddingRows& rows, float* dwpe, const RowGroups& host_groups,
+                             const RowGroupsView& groups, float* scratch, const float* dout, std::int64_t n,
                              std::int64_t seq, std::int64_t dim) {
+  if (dwpe != nullptr) tensor::embedding_positions_backward(ctx, dwpe, dout, n, seq, dim);
   rows.dim = dim;
-  rows.cols.clear();
-  for (std::int64_t col : token_col)
-    if (col >= 0) rows.cols.push_back(col);
-  std::sort(rows.cols.begin(), rows.cols.end());
-  rows.cols.erase(std::unique(rows.cols.begin(), rows.cols.end()), rows.cols.end());
+  rows.cols = host_groups.row;
   rows.values.assign(rows.cols.size() * static_cast<std::size_t>(dim), 0.0f);
-  scatter_backward(dwpe, token_col, dout, seq, dim, [&](std::int64_t col) {
-    const auto slot = std::lower_bound(rows.cols.begin(), rows.cols.end(), col) - rows.cols.begin();
-    return rows.values.data() + slot * dim;
-  });
+  const std::int64_t count = groups.groups * dim;
+  tensor::zero(ctx, scratch, count);
+  tensor::embedding_rows_backward(ctx, scratch, groups.slot, groups.start, groups.positions, groups.groups, dout, dim);
+  tensor::copy_to_host(ctx, rows.values.data(), scratch, count);
 }
 
 namespace {
@@ -94,29 +80,31 @@ void check_target_holders(const float* holders, std::size_t rows) {
 }  // namespace
 
 void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* logits,
-                                  const std::vector<std::int64_t>& target_col,
-                                  const tensor::LogitShape& shape, float dloss_scale,
-                                  float* scratch, comm::Group* tp) {
+                                  const std::vector<std::int64_t>& target_col, const std::int64_t* kernel_cols,
+                                  const tensor::LogitShape& shape, float dloss_scale, float* scratch,
+                                  const KernelAllReduce& reduce) {
   const auto rows = static_cast<std::size_t>(shape.rows);
   float* row_max = scratch;
   float* sums = scratch + rows;  // [sum_exp | target_logit | holders]
-  float* holders = sums + 2 * rows;
+  std::vector<float> holders(rows);
   for (std::size_t i = 0; i < rows; ++i) holders[i] = target_col[i] >= 0 ? 1.0f : 0.0f;
-  if (tp == nullptr || tp->size() == 1) {  // the whole vocabulary here: one pass per row
-    check_target_holders(holders, rows);
-    tensor::crossentropy_local(ctx, losses, logits, target_col.data(), sums, dloss_scale, shape);
+  if (!reduce) {  // the whole vocabulary here: one pass per row
+    check_target_holders(holders.data(), rows);
+    tensor::crossentropy_local(ctx, losses, logits, kernel_cols, sums, dloss_scale, shape);
     return;
   }
   tensor::crossentropy_local_max(ctx, row_max, logits, shape);
-  tp->all_reduce(row_max, rows, comm::ReduceOp::kMax);
-  tensor::crossentropy_local_sums(ctx, sums, logits, target_col.data(), row_max, shape);
+  reduce(row_max, rows, comm::ReduceOp::kMax);
+  tensor::crossentropy_local_sums(ctx, sums, logits, kernel_cols, row_max, shape);
   // Counting the holders of each target in the same all-reduce costs `rows`
   // floats and turns shards that miss (or repeat) a row from a silently wrong
   // loss into the same error on every rank.
-  tp->all_reduce(sums, 3 * rows, comm::ReduceOp::kSum);
-  check_target_holders(holders, rows);
-  tensor::crossentropy_finish(ctx, losses, logits, target_col.data(), row_max, sums, dloss_scale,
-                              shape);
+  const auto n = static_cast<std::int64_t>(rows);
+  tensor::copy_from_host(ctx, sums + 2 * rows, holders.data(), n);
+  reduce(sums, 3 * rows, comm::ReduceOp::kSum);
+  tensor::copy_to_host(ctx, holders.data(), sums + 2 * rows, n);
+  check_target_holders(holders.data(), rows);
+  tensor::crossentropy_finish(ctx, losses, logits, kernel_cols, row_max, sums, dloss_scale, shape);
 }
 
 }  // namespace ntp::model

@@ -17,6 +17,9 @@ using NvmlDevice = struct NvmlDeviceOpaque*;
 constexpr NvmlReturn kNvmlSuccess = 0;
 constexpr NvmlReturn kNvmlNoPermission = 4;
 constexpr NvmlReturn kNvmlNotSupported = 3;
+// nvmlClockType_t values.
+constexpr int kNvmlClockSm = 1;
+constexpr int kNvmlClockMem = 2;
 
 struct NvmlFunctions {
   NvmlReturn (*init)() = nullptr;                                     // nvmlInit_v2
@@ -31,6 +34,9 @@ struct NvmlFunctions {
   NvmlReturn (*limit)(NvmlDevice, unsigned*) = nullptr;          // ..PowerManagementLimit
   NvmlReturn (*set_limit)(NvmlDevice, unsigned) = nullptr;       // ..SetPowerManagementLimit
   NvmlReturn (*usage)(NvmlDevice, unsigned*) = nullptr;          // nvmlDeviceGetPowerUsage
+  // Read by `ntp power show` alone; null where the library lacks them.
+  NvmlReturn (*name)(NvmlDevice, char*, unsigned) = nullptr;     // nvmlDeviceGetName
+  NvmlReturn (*clock)(NvmlDevice, int, unsigned*) = nullptr;     // nvmlDeviceGetClockInfo
 };
 
 template <typename Fn>
@@ -54,6 +60,9 @@ void bind_all(void* h, const std::string& lib, NvmlFunctions& f) {
   bind(h, lib, "nvmlDeviceGetPowerManagementLimit", f.limit);
   bind(h, lib, "nvmlDeviceSetPowerManagementLimit", f.set_limit);
   bind(h, lib, "nvmlDeviceGetPowerUsage", f.usage);
+  // Optional: a library without them still controls limits.
+  f.name = reinterpret_cast<decltype(f.name)>(::dlsym(h, "nvmlDeviceGetName"));
+  f.clock = reinterpret_cast<decltype(f.clock)>(::dlsym(h, "nvmlDeviceGetClockInfo"));
 }
 
 double to_watts(unsigned milliwatts) { return milliwatts / 1000.0; }
@@ -200,6 +209,28 @@ double NvmlPowerController::power_usage_w(int device) const {
   unsigned mw = 0;
   nvml_->call(device, "power usage", nvml_->fn.usage, &mw);
   return to_watts(mw);
+}
+
+std::string NvmlPowerController::product_name(int device) const {
+  check_device(device);
+  if (nvml_->fn.name == nullptr) return "";
+  char name[96] = {};  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+  const NvmlReturn code = nvml_->fn.name(nvml_->devices[static_cast<std::size_t>(device)], name, sizeof name);
+  return code == kNvmlSuccess ? std::string(name) : "";
+}
+
+Clocks NvmlPowerController::clocks(int device) const {
+  check_device(device);
+  Clocks clocks;
+  if (nvml_->fn.clock == nullptr) return clocks;
+  const auto read = [&](int type) -> std::optional<unsigned> {
+    unsigned mhz = 0;
+    const NvmlReturn code = nvml_->fn.clock(nvml_->devices[static_cast<std::size_t>(device)], type, &mhz);
+    return code == kNvmlSuccess ? std::optional<unsigned>(mhz) : std::nullopt;
+  };
+  clocks.sm_mhz = read(kNvmlClockSm);
+  clocks.mem_mhz = read(kNvmlClockMem);
+  return clocks;
 }
 
 }  // namespace ntp::power

@@ -35,6 +35,10 @@ class NvmlPowerController final : public PowerController {
   double get_limit_w(int device) const override;
   void set_limit_w(int device, double watts) override;
   double power_usage_w(int device) const override;
+  // nvmlDeviceGetName / nvmlDeviceGetClockInfo (SM, memory); empty where the
+  // library or the device does not report them (read only, never an error).
+  std::string product_name(int device) const override;
+  Clocks clocks(int device) const override;
 
  private:
   struct Library;

@@ -15,6 +15,16 @@ void PowerController::check_device(int device) const {
   }
 }
 
+std::string PowerController::product_name(int device) const {
+  check_device(device);
+  return "";
+}
+
+Clocks PowerController::clocks(int device) const {
+  check_device(device);
+  return {};
+}
+
 void PowerController::check_limit(int device, double watts) const {
   // One milliwatt (NVML's resolution) of slack: a plan's max_frac * tdp_w may
   // land an ulp above the device maximum it was derived from.

@@ -6,6 +6,7 @@
 //
 // Devices are numbered 0 .. device_count()-1 in the controller's own order.
 // Every call that fails throws PowerError naming the device; none crashes.
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,13 @@ class PowerError : public std::runtime_error {
 struct LimitRange {
   double min_w = 0.0;
   double max_w = 0.0;
+};
+
+// A device's clocks now, in MHz (`ntp power show`); empty where the backend or
+// the device does not report one.
+struct Clocks {
+  std::optional<unsigned> sm_mhz;   // streaming multiprocessors
+  std::optional<unsigned> mem_mhz;  // memory
 };
 
 class PowerController {
@@ -40,6 +48,10 @@ class PowerController {
   // caller lacks the permission, or when the device refuses.
   virtual void set_limit_w(int device, double watts) = 0;
   virtual double power_usage_w(int device) const = 0;
+  // Read only, for `ntp power show`: the product name ("NVIDIA H200"; empty
+  // where unknown) and the clocks now. The base class knows neither.
+  virtual std::string product_name(int device) const;
+  virtual Clocks clocks(int device) const;
 
  protected:
   // Throws PowerError unless 0 <= device < device_count().

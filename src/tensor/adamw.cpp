@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tensor/gpu.h"
 #include "tensor/simd/loops.h"
 
 namespace ntp::tensor {
@@ -16,6 +17,7 @@ constexpr std::int64_t kGrain = 1 << 15;
 
 void adamw_update(Context& ctx, float* param, const float* grad, float* m, float* v,
                   std::int64_t count, const AdamWStep& s) {
+  NTP_ON_GPU(ctx, adamw_update, param, grad, m, v, count, s);
   adamw_update(ctx, param, grad, m, v, {{0, count, s.weight_decay}}, s);
 }
 

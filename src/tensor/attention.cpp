@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tensor/attention_heads.h"
+#include "tensor/gpu.h"
 #include "tensor/simd/loops.h"
 
 namespace ntp::tensor {
@@ -99,12 +100,14 @@ std::string_view attention_path_name(AttentionPath path) {
 
 void attention_forward(Context& ctx, float* out, float* att, const float* qkv, const AttentionShape& shape,
                        AttentionPath path) {
+  NTP_ON_GPU(ctx, attention_forward, out, att, qkv, shape);
   if (resolve(path, shape) == AttentionPath::kGemm) attention_detail::gemm_forward(ctx, out, att, qkv, shape);
   else loops_forward(ctx, out, att, qkv, shape);
 }
 
 void attention_backward(Context& ctx, float* dqkv, const float* dout, const float* qkv, const float* att,
                         const AttentionShape& shape, AttentionPath path) {
+  NTP_ON_GPU(ctx, attention_backward, dqkv, dout, qkv, att, shape);
   if (resolve(path, shape) == AttentionPath::kGemm) {
     attention_detail::gemm_backward(ctx, dqkv, dout, qkv, att, shape);
   } else {

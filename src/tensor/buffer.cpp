@@ -8,6 +8,8 @@
 #include <cstring>
 #include <new>
 
+#include "tensor/gpu.h"
+
 namespace ntp::tensor {
 
 namespace {
@@ -47,7 +49,9 @@ void set_huge_pages(bool on) { g_huge_pages.store(on, std::memory_order_relaxed)
 bool huge_pages() { return g_huge_pages.load(std::memory_order_relaxed); }
 
 void Buffer::Free::operator()(float* p) const {
-  if (mapped_bytes > 0) {
+  if (device) {
+    gpu_free(p);
+  } else if (mapped_bytes > 0) {
     munmap(p, mapped_bytes);
   } else {
     std::free(p);
@@ -59,17 +63,29 @@ Buffer::Buffer(std::size_t count) : size_(count) {
   const std::size_t raw = count * sizeof(float);
   if (raw >= kHugePage) {
     const std::size_t bytes = (raw + kHugePage - 1) / kHugePage * kHugePage;
-    data_ = std::unique_ptr<float[], Free>(static_cast<float*>(map_aligned(bytes, huge_pages())), Free{bytes});
+    data_ = std::unique_ptr<float[], Free>(static_cast<float*>(map_aligned(bytes, huge_pages())), Free{bytes, false});
     return;  // already zero
   }
   const std::size_t bytes = (raw + kAlignment - 1) / kAlignment * kAlignment;
   auto* p = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
   if (p == nullptr) throw std::bad_alloc();
-  data_ = std::unique_ptr<float[], Free>(p, Free{0});
+  data_ = std::unique_ptr<float[], Free>(p, Free{0, false});
+  zero();
+}
+
+Buffer::Buffer(std::size_t count, Gpu* gpu) : Buffer(gpu == nullptr ? count : 0) {
+  if (gpu == nullptr || count == 0) return;
+  size_ = count;
+  gpu_ = gpu;
+  data_ = std::unique_ptr<float[], Free>(static_cast<float*>(gpu->alloc(count * sizeof(float))), Free{0, true});
   zero();
 }
 
 void Buffer::zero() {
+  if (gpu_ != nullptr) {
+    if (size_ > 0) gpu_->zero(data_.get(), size_ * sizeof(float));
+    return;
+  }
   if (size_ > 0) std::memset(data_.get(), 0, size_ * sizeof(float));
 }
 

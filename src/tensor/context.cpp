@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "tensor/buffer.h"
+#include "tensor/gpu.h"
 
 namespace ntp::tensor {
 
@@ -25,13 +26,34 @@ void make_openblas_single_threaded() {
 }
 }  // namespace
 
-Context::Context(ThreadSetup setup) : setup_(checked(setup)), pool_(setup_.threads) {
+Context::Context(ThreadSetup setup)
+    : setup_(checked(setup)), pool_(std::make_shared<ThreadPool>(setup_.threads)) {
   make_openblas_single_threaded();
+  if (!setup_.cuda) return;
+  if (!cuda_built())
+    throw std::runtime_error("model.device = \"cuda\": this ntp was built without CUDA (no toolkit found "
+                             "at configure time); use model.device = \"cpu\"");
+  if (Gpu::count() == 0)
+    throw std::runtime_error("model.device = \"cuda\": no CUDA device is visible to this process "
+                             "(check the driver and CUDA_VISIBLE_DEVICES); use model.device = \"cpu\"");
+  gpu_ = std::make_unique<Gpu>(setup_.gpu_device >= 0 ? setup_.gpu_device : Gpu::device_for_local_rank());
+  ThreadSetup host_setup = setup_;
+  host_setup.cuda = false;
+  host_.reset(new Context(host_setup, pool_));
 }
 
+Context::Context(ThreadSetup setup, std::shared_ptr<ThreadPool> pool)
+    : setup_(setup), pool_(std::move(pool)) {}
+
+Context::~Context() = default;
+
+Device Context::device() const { return gpu_ != nullptr ? Device::kCuda : Device::kCpu; }
+
 std::string Context::describe() const {
+  if (gpu_ != nullptr)
+    return "cuda " + gpu_->describe() + ", cuBLAS fp32; host pool " + std::to_string(pool_->threads()) + " threads";
   return "gemm " + describe_gemm_backend(setup_.gemm) + ", one call per pool thread; pool " +
-         std::to_string(pool_.threads()) + " threads; cores online " +
+         std::to_string(pool_->threads()) + " threads; cores online " +
          std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + (huge_pages() ? "; huge pages" : "; no huge pages");
 }
 

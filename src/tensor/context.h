@@ -1,9 +1,13 @@
 #pragma once
-// The execution context of the CPU kernels: one pool of threads that runs the
-// GEMMs (each split into one single-threaded library call per thread) and every
-// other loop, and the sgemm library the GEMMs use. One pool means no library
-// thread spins on a core the pool needs. A CUDA backend would put its stream and
-// handles here; the kernel signatures would not change.
+// The execution context of the kernels. On the CPU: one pool of threads that
+// runs the GEMMs (each split into one single-threaded library call per thread)
+// and every other loop, and the sgemm library the GEMMs use. One pool means no
+// library thread spins on a core the pool needs. With device cuda the context
+// also owns a Gpu (tensor/gpu.h): every kernel called with it runs on that GPU,
+// on device pointers; host() is the CPU context beside it (the same pool) for
+// work on host memory (the optimizer on the master weights, norms). The kernel
+// signatures are the same for both.
+#include <memory>
 #include <string>
 
 #include "tensor/gemm_backend.h"
@@ -11,16 +15,31 @@
 
 namespace ntp::tensor {
 
+class Gpu;
+enum class Device;
+
 struct ThreadSetup {
   int threads = 1;  // pool threads for GEMMs and every other loop, the caller included
   GemmBackend gemm = GemmBackend::kOneDnn;
+  bool cuda = false;    // the kernels run on a GPU (model.device = "cuda")
+  int gpu_device = -1;  // which one; -1: Gpu::device_for_local_rank()
 };
 
 class Context {
  public:
+  // Throws std::runtime_error naming the device when setup.cuda asks for a
+  // GPU this process cannot use (none visible, or a build without CUDA).
   explicit Context(ThreadSetup setup);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
 
-  ThreadPool& pool() { return pool_; }
+  ThreadPool& pool() { return *pool_; }
+  // The GPU the kernels run on; null for a CPU context.
+  Gpu* gpu() { return gpu_.get(); }
+  Device device() const;
+  // The CPU context for host memory: this one, or the GPU context's twin.
+  Context& host() { return host_ != nullptr ? *host_ : *this; }
   const ThreadSetup& setup() const { return setup_; }
   GemmBackend gemm_backend() const { return setup_.gemm; }
   // Wall-clock seconds spent in gemm() on this context so far, and in the
@@ -34,8 +53,12 @@ class Context {
   std::string describe() const;
 
  private:
+  Context(ThreadSetup setup, std::shared_ptr<ThreadPool> pool);  // host() of a GPU context
+
   ThreadSetup setup_;
-  ThreadPool pool_;
+  std::shared_ptr<ThreadPool> pool_;
+  std::unique_ptr<Gpu> gpu_;
+  std::unique_ptr<Context> host_;  // GPU contexts only
   double gemm_seconds_ = 0.0;  // only the thread that owns the context calls gemm()
 };
 

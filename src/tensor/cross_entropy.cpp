@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tensor/gpu.h"
 #include "tensor/simd/loops.h"
 
 namespace ntp::tensor {
@@ -41,12 +42,14 @@ void for_each_row(Context& ctx, const LogitShape& shape, RowFn&& fn) {
 
 void crossentropy_local_max(Context& ctx, float* row_max_out, const float* logits,
                             const LogitShape& shape) {
+  NTP_ON_GPU(ctx, crossentropy_local_max, row_max_out, logits, shape);
   for_each_row(ctx, shape, [&](std::int64_t i) { row_max_out[i] = row_max(logits + i * shape.cols, shape); });
 }
 
 void crossentropy_local_sums(Context& ctx, float* sums, float* logits,
                              const std::int64_t* target_col, const float* row_max_in,
                              const LogitShape& shape) {
+  NTP_ON_GPU(ctx, crossentropy_local_sums, sums, logits, target_col, row_max_in, shape);
   for_each_row(ctx, shape, [&](std::int64_t i) {
     row_sums(sums, logits + i * shape.cols, i, target_col[i], row_max_in[i], shape);
   });
@@ -55,6 +58,7 @@ void crossentropy_local_sums(Context& ctx, float* sums, float* logits,
 void crossentropy_finish(Context& ctx, float* losses, float* logits,
                          const std::int64_t* target_col, const float* row_max_in, const float* sums,
                          float dloss_scale, const LogitShape& shape) {
+  NTP_ON_GPU(ctx, crossentropy_finish, losses, logits, target_col, row_max_in, sums, dloss_scale, shape);
   for_each_row(ctx, shape, [&](std::int64_t i) {
     row_finish(losses, logits + i * shape.cols, i, target_col[i], row_max_in[i], sums, dloss_scale, shape);
   });
@@ -62,6 +66,7 @@ void crossentropy_finish(Context& ctx, float* losses, float* logits,
 
 void crossentropy_local(Context& ctx, float* losses, float* logits, const std::int64_t* target_col,
                         float* scratch, float dloss_scale, const LogitShape& shape) {
+  NTP_ON_GPU(ctx, crossentropy_local, losses, logits, target_col, scratch, dloss_scale, shape);
   float* sums = scratch;  // [sum_exp | target_logit], as the passes lay them out
   for_each_row(ctx, shape, [&](std::int64_t i) {
     float* row = logits + i * shape.cols;

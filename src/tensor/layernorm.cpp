@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tensor/gpu.h"
 #include "tensor/simd/loops.h"
 
 namespace ntp::tensor {
@@ -14,6 +15,7 @@ constexpr std::int64_t kColumnGrain = 64;
 
 void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, std::int64_t n, std::int64_t dim) {
+  NTP_ON_GPU(ctx, layernorm_forward, out, mean, rstd, inp, weight, bias, n, dim);
   ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const float* x = inp + i * dim;
@@ -31,6 +33,7 @@ void layernorm_forward(Context& ctx, float* out, float* mean, float* rstd, const
 void layernorm_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, std::int64_t n, std::int64_t dim) {
+  NTP_ON_GPU(ctx, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, dim);
   const simd::Loops& loops = simd::loops();
   ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "tensor/gpu.h"
 #include "tensor/simd/loops.h"
 
 namespace ntp::tensor {
@@ -68,11 +69,13 @@ void gemm_blocks(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::
 void gemm(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t k_out,
           std::int64_t inner, float alpha, const float* a, std::int64_t lda, const float* b,
           std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  NTP_ON_GPU(ctx, gemm, trans_a, trans_b, m, k_out, inner, alpha, a, lda, b, ldb, beta, c, ldc);
   gemm_blocks(ctx, trans_a, trans_b, m, k_out, inner, alpha, a, lda, b, ldb, beta, c, ldc, nullptr);
 }
 
 void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight, const float* bias,
                     std::int64_t n, std::int64_t in_dim, std::int64_t out_dim, WeightLayout layout) {
+  NTP_ON_GPU(ctx, matmul_forward, out, inp, weight, bias, n, in_dim, out_dim, layout);
   // With a bias, each output row starts as the bias and the GEMM adds onto it.
   if (layout == WeightLayout::kOutIn) {
     gemm_blocks(ctx, false, true, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, in_dim, 0.0f, out, out_dim, bias);
@@ -84,6 +87,7 @@ void matmul_forward(Context& ctx, float* out, const float* inp, const float* wei
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, std::int64_t n, std::int64_t in_dim,
                      std::int64_t out_dim, WeightLayout layout, BackwardInto into) {
+  NTP_ON_GPU(ctx, matmul_backward, dinp, dweight, dbias, dout, inp, weight, n, in_dim, out_dim, layout, into);
   const bool out_in = layout == WeightLayout::kOutIn;
   const auto beta = [](Into mode) { return mode == Into::kAdd ? 1.0f : 0.0f; };
   if (dinp != nullptr) {  // dinp[n, in] += dout[n, out] · Wᵀ
@@ -103,6 +107,7 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
 }
 
 void bias_backward(Context& ctx, float* dbias, const float* dout, std::int64_t n, std::int64_t dim) {
+  NTP_ON_GPU(ctx, bias_backward, dbias, dout, n, dim);
   // Row by row within a block of columns, so the inner loop is contiguous
   // (the SIMD axpy; 1 * x is exact, so it adds the same bits as +=).
   const simd::Loops& loops = simd::loops();

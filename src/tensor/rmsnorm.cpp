@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tensor/gpu.h"
 #include "tensor/simd/loops.h"
 
 namespace ntp::tensor {
@@ -13,6 +14,7 @@ constexpr std::int64_t kColumnGrain = 64;
 
 void rmsnorm_forward(Context& ctx, float* out, float* rstd, const float* inp, const float* weight,
                      std::int64_t n, std::int64_t dim, float eps) {
+  NTP_ON_GPU(ctx, rmsnorm_forward, out, rstd, inp, weight, n, dim, eps);
   const simd::Loops& loops = simd::loops();
   ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) rstd[i] = loops.rmsnorm_row(out + i * dim, inp + i * dim, weight, eps, dim);
@@ -21,6 +23,7 @@ void rmsnorm_forward(Context& ctx, float* out, float* rstd, const float* inp, co
 
 void rmsnorm_backward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, std::int64_t n, std::int64_t dim) {
+  NTP_ON_GPU(ctx, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, n, dim);
   const simd::Loops& loops = simd::loops();
   ctx.pool().parallel_for(n, kRowGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i)

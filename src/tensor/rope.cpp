@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "tensor/gpu.h"
+
 namespace ntp::tensor {
 
 RopeTable rope_table(std::int64_t positions, std::int64_t head_dim, float theta) {
@@ -53,10 +55,12 @@ void rotate(Context& ctx, float* qkv, const AttentionShape& shape, const RopeTab
 }  // namespace
 
 void rope_forward(Context& ctx, float* qkv, const AttentionShape& shape, const RopeTable& table) {
+  NTP_ON_GPU(ctx, rope_forward, qkv, shape, table);
   rotate(ctx, qkv, shape, table, 1.0f);
 }
 
 void rope_backward(Context& ctx, float* dqkv, const AttentionShape& shape, const RopeTable& table) {
+  NTP_ON_GPU(ctx, rope_backward, dqkv, shape, table);
   rotate(ctx, dqkv, shape, table, -1.0f);
 }
 

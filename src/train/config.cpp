@@ -32,6 +32,8 @@ const Choices<DataOrder> kOrders = {{"shuffled", DataOrder::kShuffled},
                                     {"sequential", DataOrder::kSequential}};
 const Choices<tensor::GemmBackend> kGemms = {{"onednn", tensor::GemmBackend::kOneDnn},
                                              {"openblas", tensor::GemmBackend::kOpenBlas}};
+const Choices<tensor::Device> kDevices = {{"cpu", tensor::Device::kCpu},
+                                          {"cuda", tensor::Device::kCuda}};
 const Choices<DataFormat> kFormats = {{"auto", DataFormat::kAuto},
                                       {"llmc", DataFormat::kLlmc},
                                       {"nanogpt", DataFormat::kNanogpt},
@@ -251,6 +253,8 @@ const std::vector<KeyDef>& schema() {
       int_key("model.threads", "kernel threads per rank; 0 = host cores / ranks on the host",
               NTP_FIELD(model.threads)),
       choice_key("model.gemm", "sgemm library: onednn | openblas", kGemms, NTP_FIELD(model.gemm)),
+      choice_key("model.device", "where each rank's forward and backward run: cpu | cuda (a GPU each)",
+                 kDevices, NTP_FIELD(model.device)),
       bool_key("model.huge_pages", "buffers of 2 MiB or more on transparent huge pages (faster steps; on a "
                "VM a cold host can take seconds longer to start)", NTP_FIELD(model.huge_pages)),
       string_key("data.path", "text file (bytes) or token .bin (llm.c or nanoGPT); empty = built-in corpus",

@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "power/power_mode.h"
 #include "tensor/gemm_backend.h"
+#include "tensor/gpu.h"
 
 namespace ntp::train {
 
@@ -55,6 +56,9 @@ struct ModelConfig {
   std::string init_from;  // llm.c checkpoint; empty = random init from train.seed
   std::int64_t threads = 0;  // kernel threads per rank; 0 = cores / ranks on this host
   tensor::GemmBackend gemm = tensor::GemmBackend::kOneDnn;  // every rank of a job uses the same
+  // Where each rank's forward and backward run (tensor/gpu.h); the master
+  // weights, the optimizer and the gradient sync stay on the host either way.
+  tensor::Device device = tensor::Device::kCpu;
   bool huge_pages = true;  // large buffers on transparent huge pages (tensor/buffer.h)
   bool operator==(const ModelConfig&) const = default;
 };

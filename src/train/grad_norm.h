@@ -47,7 +47,7 @@ struct NormPart {
 NormPart grad_norm_part(const model::ParameterLayout& layout, std::span<const float> grads,
                         bool count_replicated, tensor::Context& ctx);
 inline NormPart grad_norm_part(model::Model& model) {
-  return grad_norm_part(model.layout(), model.grads(), model.counts_replicated(), model.context());
+  return grad_norm_part(model.layout(), model.grads(), model.counts_replicated(), model.context().host());
 }
 
 }  // namespace ntp::train

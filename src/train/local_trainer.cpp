@@ -21,14 +21,23 @@ void span(TraceRecorder* trace, const char* name, double start, std::int64_t ste
   if (trace != nullptr) trace->add({name, Track::kCompute, start, unix_time_s() - start, step});
 }
 
+// The kernels' context of a trainer alone on its host. The --verify replay is
+// the CPU reference a GPU run is checked against: it runs on the host's cores
+// whatever model.device says (so it also needs no GPU to check a cuda run).
+tensor::ThreadSetup context_setup(const ModelConfig& keys, TrainerRole role) {
+  tensor::ThreadSetup setup = thread_setup(keys, 1);
+  if (role == TrainerRole::kReference) setup.cuda = false;
+  return setup;
+}
+
 }  // namespace
 
-LocalTrainer::LocalTrainer(const Config& config, const std::filesystem::path& run_dir)
+LocalTrainer::LocalTrainer(const Config& config, const std::filesystem::path& run_dir, TrainerRole role)
     : config_(config),
       data_(open_dataset(config.data, run_dir)),
       data_identity_(identity_of(data_, config.data.path)),
       setup_(resolve_model(config.model, data_.max_token())),
-      ctx_(std::make_unique<tensor::Context>(train::thread_setup(config.model, 1))) {
+      ctx_(std::make_unique<tensor::Context>(context_setup(config.model, role))) {
   check_job_data(run_dir, data_identity_);  // the data the job started on
   tensor::set_huge_pages(config.model.huge_pages);
   const model::Shard full = model::Shard::full(setup_.gpt);
@@ -126,7 +135,7 @@ void save_checkpoint(const Config& config, const LocalTrainer& trainer, Checkpoi
 std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, RankPowerRun& power,
                                    const std::function<void(const StepMetrics&)>& on_step) {
   const double run_start = unix_time_s();
-  LocalTrainer trainer(config, run.path());
+  LocalTrainer trainer(config, run.path(), TrainerRole::kRun);
   const std::vector<std::int64_t> shares =
       power.configure(config.parallel, config.train.global_batch, trainer.setup());
   std::int64_t first = 0;

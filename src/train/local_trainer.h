@@ -4,7 +4,7 @@
 // data.order = "sequential", model.init_from and llm.c's optimizer settings)
 // and the reference that `--verify` replays a run's logged schedule on.
 //
-//   LocalTrainer trainer(config, run_dir);
+//   LocalTrainer trainer(config, run_dir, TrainerRole::kRun);
 //   for (step ...) trainer.step(step, samples_per_replica);
 //
 // A step trains on every sample of the global batch, the samples of replica
@@ -35,11 +35,15 @@ namespace ntp::train {
 // skipped the step's update, e.g. on a non-finite loss; --verify replays that).
 enum class StepUpdate { kApply, kSkip };
 
+// What a LocalTrainer is for: the trainer of a single-rank run (its kernels on
+// model.device) or the reference that --verify replays (always on the CPU).
+enum class TrainerRole { kRun, kReference };
+
 class LocalTrainer {
  public:
   // Reads the data and builds the model (from model.init_from or random init).
   // Throws ConfigError naming the key when the model does not fit the data.
-  LocalTrainer(const Config& config, const std::filesystem::path& run_dir);
+  LocalTrainer(const Config& config, const std::filesystem::path& run_dir, TrainerRole role);
   ~LocalTrainer();
 
   const ModelSetup& setup() const { return setup_; }

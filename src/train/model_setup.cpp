@@ -1,6 +1,7 @@
 #include "train/model_setup.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
@@ -10,6 +11,7 @@
 #include "model/llama2c_checkpoint.h"
 #include "model/llmc_checkpoint.h"
 #include "model/model_file.h"
+#include "tensor/gpu.h"
 
 namespace ntp::train {
 namespace {
@@ -31,13 +33,22 @@ void apply(std::int64_t value, std::int64_t& field) {
 ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token) {
   ModelSetup setup;
   if (!keys.init_from.empty()) {
-    // The family says the format: llm.c for GPT-2, llama2.c for Llama.
+    // The file says its format, and so the family: llm.c for GPT-2, llama2.c
+    // for Llama. model.family's default (gpt2) yields to it; a "llama" the
+    // file contradicts is a mistake to name.
+    model::ModelFileHeader file;
     try {
-      setup.gpt = keys.family == model::Family::kLlama ? model::read_llama2c_config(keys.init_from)
-                                                       : model::read_llmc_config(keys.init_from);
+      file = model::read_model_header(keys.init_from);
     } catch (const std::runtime_error& e) {
       throw ConfigError(fmt::format("model.init_from: {}", e.what()));
     }
+    if (keys.family == model::Family::kLlama && !file.config.llama()) {
+      throw ConfigError(fmt::format("model.family = \"llama\", but model.init_from = '{}' holds a {} model ({}'s "
+                                    "format): set model.family = \"{}\" or leave the key out (the file says the family)",
+                                    keys.init_from, model::to_string(file.config.family), model::to_string(file.format),
+                                    model::to_string(file.config.family)));
+    }
+    setup.gpt = file.config;
     agree("model.vocab", keys.vocab, setup.gpt.vocab, keys.init_from);
     agree("model.layers", keys.layers, setup.gpt.layers, keys.init_from);
     agree("model.d_model", keys.d_model, setup.gpt.d_model, keys.init_from);
@@ -125,7 +136,27 @@ void warn_if_oversubscribed(const ModelConfig& keys, int ranks_on_host) {
 tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host) {
   const int threads =
       keys.threads > 0 ? static_cast<int>(keys.threads) : std::max(1, host_cores() / ranks_on_host);
-  return {threads, keys.gemm};
+  return {.threads = threads, .gemm = keys.gemm, .cuda = keys.device == tensor::Device::kCuda};
+}
+
+void check_device(const ModelConfig& keys) {
+  if (keys.device != tensor::Device::kCuda) return;  // no CUDA call on a CPU run
+  const bool built = tensor::cuda_built();
+  check_device(keys.device, built, built ? tensor::Gpu::count() : 0);
+}
+
+void check_device(tensor::Device device, bool cuda_built, int visible) {
+  if (device != tensor::Device::kCuda) return;
+  if (!cuda_built) {
+    throw ConfigError("model.device: \"cuda\", but this build has no CUDA (no toolkit was found at configure "
+                      "time); use model.device = \"cpu\"");
+  }
+  if (visible < 1) {
+    const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+    throw ConfigError(fmt::format("model.device: \"cuda\", but no CUDA device visible (CUDA_VISIBLE_DEVICES{}); "
+                                  "use model.device = \"cpu\"",
+                                  mask != nullptr ? fmt::format("=\"{}\"", mask) : " unset: no driver or no GPU?"));
+  }
 }
 
 }  // namespace ntp::train

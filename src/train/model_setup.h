@@ -33,8 +33,16 @@ void init_model(const ModelConfig& keys, std::uint64_t seed, model::Model& model
 model::AdamWConfig adamw_config(const OptimConfig& train);
 
 // Kernel threads of one rank: model.threads, or the host's cores shared by
-// the `ranks_on_host` processes of the job (at least 1).
+// the `ranks_on_host` processes of the job (at least 1); on a GPU with
+// model.device = "cuda" (LOCAL_RANK modulo the visible devices picks it).
 tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host);
+// The launcher's check of model.device against this host, before any worker
+// starts: "cuda" in a build without CUDA, or with no CUDA device visible to
+// this process (CUDA_VISIBLE_DEVICES), throws ConfigError naming the key.
+// Several ranks may share one GPU, so any count >= 1 will do.
+void check_device(const ModelConfig& keys);
+// The rule of check_device for a build with(out) CUDA and `visible` devices.
+void check_device(tensor::Device device, bool cuda_built, int visible);
 // A warning when model.threads was set so that the host's ranks start more
 // kernel threads than it has cores.
 void warn_if_oversubscribed(const ModelConfig& keys, int ranks_on_host);

@@ -1,7 +1,9 @@
 #include "train/verify.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -41,7 +43,7 @@ nlohmann::json ElementDiff::to_json() const {
   const double r = ratio();
   return {{"tensor", tensor},       {"index", index}, {"run_delta", run_delta},
           {"ref_delta", ref_delta}, {"bound", bound}, {"ratio", std::isfinite(r) ? r : 1e308},
-          {"zero_grad", zero_grad},        {"over_bound", over_bound}};
+          {"zero_grad", zero_grad},        {"over_bound", over_bound}, {"elements", elements}};
 }
 
 double zero_gradient_update_bound(std::span<const double> lrs, double beta1, double beta2) {
@@ -110,8 +112,10 @@ UpdateCheck compare_updates(const model::ParameterLayout& full, std::span<const 
       if (worst.index < 0 || r > worst.ratio() || std::isnan(e.run_delta)) worst = e;
     }
     worst.over_bound = failing;
+    worst.elements = spec.count;
     const auto allowed = static_cast<std::int64_t>(static_cast<double>(spec.count) * tolerance.update_outlier_fraction);
-    if (nan || failing > allowed || beyond_cap) {
+    worst.fails = nan || failing > allowed || beyond_cap;
+    if (worst.fails) {
       out.failures.push_back(fmt::format(
           "{}: {} of {} elements changed differently from the replay ({} allowed, each within {}x or AdamW's noise); "
           "worst element "
@@ -421,19 +425,130 @@ nlohmann::json VerifyResult::to_json(bool detail) const {
   return j;
 }
 
-std::string VerifyResult::summary() const {
-  std::string s = fmt::format("verify: {} ({} steps replayed at TP = 1, DP = 1{})\n", pass ? "PASS" : "FAIL", steps,
-                              skipped_steps.empty() ? "" : fmt::format(", steps {} without update", fmt::join(skipped_steps, ", ")));
+// ----------------------------------------------------------------- verdict ---
+
+namespace {
+
+// 589824 -> "589,824"
+std::string thousands(std::int64_t n) {
+  const std::string digits = std::to_string(n);
+  const std::size_t sign = n < 0 ? 1 : 0;
+  std::string out = digits.substr(0, sign);
+  for (std::size_t i = sign; i < digits.size(); ++i) {
+    if (i > sign && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string times(double ratio) { return fmt::format("{:.3g}×", ratio); }
+
+std::string count_of(std::int64_t n, const char* one, const char* many) {
+  return fmt::format("{} {}", thousands(n), n == 1 ? one : many);
+}
+
+// "worst update 2.5× its bound on 1 of 589,824 elements of h0.fc2_wt, within
+// the 0.1 % allowance" (a passing update check).
+std::string worst_update_text(const UpdateCheck& updates, const VerifyTolerance& tolerance) {
   const ElementDiff& w = updates.worst;
-  s += fmt::format("  updates   {}  worst {}[{}]: run {} replay {} ({:.3g} of its bound)\n",
-                   updates.pass() ? "pass" : "FAIL", w.tensor, w.index, g(w.run_delta), g(w.ref_delta), w.ratio());
-  s += fmt::format("  loss      max relative diff {:.3g} (step {})\n", loss.worst.rel_diff(), loss.worst.step);
-  s += fmt::format("  grad_norm max relative diff {:.3g} (step {})\n", grad_norm.worst.rel_diff(), grad_norm.worst.step);
-  s += fmt::format("  samples   {}\n", samples.pass() ? "pass" : "FAIL");
-  s += fmt::format("  holders   {}{}\n", !holders.checked ? "not checked" : holders.pass() ? "pass" : "FAIL",
-                   holders.note.empty() ? "" : " (" + holders.note + ")");
-  for (const std::string& f : failures) s += "  - " + f + "\n";
+  if (w.ratio() == 0) return "every update exactly the replay's";
+  if (w.over_bound == 0) return fmt::format("worst update {} its bound, in {}", times(w.ratio()), w.tensor);
+  std::string s = w.over_bound == 1
+                      ? fmt::format("worst update {} its bound on 1 of {} elements of {}", times(w.ratio()),
+                                    thousands(w.elements), w.tensor)
+                      : fmt::format("worst update {} its bound, {} of {} elements of {} over it", times(w.ratio()),
+                                    thousands(w.over_bound), thousands(w.elements), w.tensor);
+  s += fmt::format(", within the {:g} % allowance", 100 * tolerance.update_outlier_fraction);
+  const auto others = std::count_if(updates.tensors.begin(), updates.tensors.end(), [&](const ElementDiff& e) {
+    return e.over_bound > 0 && e.tensor != w.tensor;
+  });
+  if (others > 0) s += fmt::format(" (as are the outliers of {})", count_of(others, "other tensor", "other tensors"));
   return s;
+}
+
+// "h0.fc2_wt: 5,000 of 589,824 elements over their bound (589 allowed), worst
+// 12× at element 17" (the first failing tensor).
+std::string update_failure_text(const UpdateCheck& updates, const VerifyTolerance& tolerance) {
+  const auto it = std::find_if(updates.tensors.begin(), updates.tensors.end(),
+                               [](const ElementDiff& e) { return e.fails; });
+  if (it == updates.tensors.end()) return updates.failures.empty() ? "" : updates.failures.front();
+  const ElementDiff& e = *it;
+  const auto allowed = static_cast<std::int64_t>(static_cast<double>(e.elements) * tolerance.update_outlier_fraction);
+  std::string s = fmt::format("{}: {} of {} elements over their bound ({} allowed", e.tensor, thousands(e.over_bound),
+                              thousands(e.elements), thousands(allowed));
+  if (e.over_bound <= allowed) s += fmt::format(", each within {:g}× or AdamW's noise", tolerance.update_outlier_ratio);
+  s += "), ";
+  s += std::isnan(e.run_delta) ? fmt::format("element {} is NaN in the run", e.index)
+                               : fmt::format("worst {} at element {}", times(e.ratio()), e.index);
+  const auto others = std::count_if(it + 1, updates.tensors.end(), [](const ElementDiff& t) { return t.fails; });
+  if (others > 0) s += fmt::format(" (and {})", count_of(others, "more tensor", "more tensors"));
+  return s;
+}
+
+}  // namespace
+
+std::string verdict_line(const VerifyResult& r) {
+  // The checks in the order of VerifyResult::failures.
+  struct Check {
+    const char* name;
+    bool run;
+    bool failed;
+  };
+  const std::size_t scalar_failures = static_cast<std::size_t>(r.loss.failed + r.grad_norm.failed);
+  const std::array<Check, 4> checks = {{
+      {"samples", r.samples.checked, !r.samples.pass()},
+      {"loss and grad norm", !r.loss.steps.empty() || !r.grad_norm.steps.empty(), scalar_failures > 0},
+      {"holders", r.holders.checked, !r.holders.pass()},
+      {"updates", !r.updates.tensors.empty(), !r.updates.pass()},
+  }};
+  std::vector<std::string> not_run, failed;
+  for (const Check& c : checks) {
+    if (!c.run) not_run.emplace_back(c.name);
+    if (c.failed) failed.emplace_back(c.name);
+  }
+  const std::size_t run = checks.size() - not_run.size();
+  std::string s = fmt::format("verify: {} — {}", r.pass ? "pass" : "FAIL", count_of(r.steps, "step", "steps"));
+  if (!r.skipped_steps.empty()) s += fmt::format(" ({} without update)", r.skipped_steps.size());
+  if (r.pass) {
+    s += ", " + count_of(static_cast<std::int64_t>(run), "check", "checks");
+    if (!not_run.empty()) s += fmt::format(" ({} not checked)", fmt::join(not_run, ", "));
+    if (!r.updates.tensors.empty()) s += ", " + worst_update_text(r.updates, r.tolerance);
+    return s;
+  }
+  s += fmt::format(", {} of {} failed ({})", failed.size(), count_of(static_cast<std::int64_t>(run), "check", "checks"),
+                   fmt::join(failed, ", "));
+  // The first failing check's first message (an update failure in short).
+  std::string first;
+  if (!r.samples.pass()) {
+    first = r.samples.failures.front();
+  } else if (scalar_failures > 0 && !r.failures.empty()) {
+    first = r.failures.front();  // the samples' (none), then the scalars'
+  } else if (!r.holders.pass()) {
+    first = r.holders.failures.front();
+  } else if (!r.updates.pass()) {
+    first = update_failure_text(r.updates, r.tolerance);
+  } else if (!r.failures.empty()) {
+    first = r.failures.front();
+  }
+  if (!first.empty()) s += ": " + first;
+  if (r.failures.size() > 1) {
+    const auto more = static_cast<std::int64_t>(r.failures.size() - 1);
+    s += fmt::format("; {} more {} in {}", thousands(more), more == 1 ? "failure" : "failures", kVerifyFile);
+  }
+  return s;
+}
+
+void write_verify_json(const std::filesystem::path& run_dir, const VerifyResult& result) {
+  const std::filesystem::path path = run_dir / kVerifyFile;
+  const std::filesystem::path partial = run_dir / (std::string(kVerifyFile) + ".partial");
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << result.to_json(true).dump(2) << "\n";
+    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", partial.string()));
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);  // whole or not at all
+  if (ec) throw std::runtime_error(fmt::format("{}: {}", path.string(), ec.message()));
 }
 
 // ------------------------------------------------------------------ replay ---
@@ -464,6 +579,7 @@ void compare_scalar(const char* name, std::int64_t step, double run, double repl
   if (check.worst.step < 0 || !(d.rel_diff() <= check.worst.rel_diff())) check.worst = d;
   check.max_abs_diff = std::max(check.max_abs_diff, std::abs(run - replay));
   if (!(d.rel_diff() <= rel_tolerance)) {
+    ++check.failed;
     failures.push_back(fmt::format("step {}: {} {} in metrics.jsonl, {} in the replay (relative diff {:.3g} > {:.0e})",
                                    step, name, g(run), g(replay), d.rel_diff(), rel_tolerance));
   }
@@ -502,7 +618,7 @@ VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolera
     throw VerifyInputError(e.what());
   }
 
-  LocalTrainer reference(config, run_dir);
+  LocalTrainer reference(config, run_dir, TrainerRole::kReference);  // on the CPU, whatever model.device
   const std::vector<float> initial(reference.params().begin(), reference.params().end());
   if (trained.params.size() != initial.size()) {
     throw VerifyInputError(fmt::format("{}: does not match the run's model ({} parameters, expected {})",
@@ -519,6 +635,7 @@ VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolera
   }
 
   VerifyResult result;
+  result.tolerance = tolerance;
   result.samples = check_samples(expected, expected_epochs, schedule_rows, metrics_rows);
   std::map<std::int64_t, std::size_t> schedule_row, metrics_row;  // step -> first row
   for (std::size_t i = 0; i < schedule_rows.size(); ++i) schedule_row.emplace(schedule_rows[i].at("step").get<std::int64_t>(), i);

@@ -66,7 +66,10 @@ struct ElementDiff {
   double ref_delta = 0;     // final_replay − initial
   double bound = 0;         // allowed |run_delta − ref_delta|
   bool zero_grad = false;   // a key-bias element: exact gradient 0, noise-bounded
-  std::int64_t over_bound = 0;  // in UpdateCheck::tensors: elements of the tensor over their bound
+  // In UpdateCheck (tensors and worst): about the element's whole tensor.
+  std::int64_t over_bound = 0;  // elements of the tensor over their bound
+  std::int64_t elements = 0;    // elements in the tensor
+  bool fails = false;           // the tensor fails the check (one of UpdateCheck::failures)
   double ratio() const;     // |run_delta − ref_delta| / bound (> 1: fails)
   nlohmann::json to_json() const;
 };
@@ -110,6 +113,7 @@ struct ScalarCheck {
   std::vector<ScalarDiff> steps;  // every compared step
   ScalarDiff worst;               // largest rel_diff
   double max_abs_diff = 0;
+  std::int64_t failed = 0;        // steps over the tolerance
   nlohmann::json to_json(bool per_step) const;
 };
 
@@ -138,6 +142,7 @@ CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t ste
 
 struct VerifyResult {
   bool pass = false;
+  VerifyTolerance tolerance;  // what the run was judged by
   std::int64_t steps = 0;
   std::vector<std::int64_t> skipped_steps;  // replayed without their update
   UpdateCheck updates;
@@ -145,7 +150,7 @@ struct VerifyResult {
   ScalarCheck grad_norm;
   CheckResult samples;
   CheckResult holders;
-  std::vector<std::string> failures;  // every check's, in the order above
+  std::vector<std::string> failures;  // every check's: samples, loss and grad_norm, holders, updates
 
   // The line of `ntp train --verify` and the `verify` event: "verify",
   // "steps", "max_loss_abs_diff", "max_loss_rel_diff", "max_grad_norm_rel_diff",
@@ -154,9 +159,23 @@ struct VerifyResult {
   // first ten). `detail` adds the worst element of every tensor ("tensors"),
   // the per-step scalars and the checks' details.
   nlohmann::json to_json(bool detail = false) const;
-  // A few lines for people: PASS/FAIL, each check, the failures.
-  std::string summary() const;
 };
+
+// The verdict in one line for people, what `ntp train --verify` and `ntp
+// verify` print (the JSON only with --json, and always in verify.json):
+//   verify: pass — 30 steps, 4 checks, worst update 2.5× its bound on 1 of
+//     589,824 elements of h0.fc2_wt, within the 0.1 % allowance
+//   verify: FAIL — 30 steps, 2 of 4 checks failed (loss and grad norm,
+//     updates): step 1: loss 5.48857 in metrics.jsonl, ...; 17 more failures in
+//     verify.json
+// A failure is the first failing check's first message (it names the step,
+// sample, rank, unit or tensor); an update failure is told in short.
+std::string verdict_line(const VerifyResult& result);
+
+// RUN_DIR/verify.json: the result in full (to_json(true)), pretty-printed.
+// Throws std::runtime_error naming the file when it cannot be written.
+inline constexpr const char* kVerifyFile = "verify.json";
+void write_verify_json(const std::filesystem::path& run_dir, const VerifyResult& result);
 
 // Thrown by verify_run when `stop` asks it to end (a Ctrl-C during the
 // replay); says at which step of how many.

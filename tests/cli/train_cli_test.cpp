@@ -180,7 +180,7 @@ TEST_F(TrainCliTest, InitFromIsReadByEveryRankAndABrokenFileIsRefusedBeforeWorke
             " --set train.global_batch=6 --set train.micro_batch=1 --set train.steps=2 --set parallel.dp=2"
             " --set parallel.tp=3 --set 'parallel.failed={0=[1]}' --verify --run-dir " + (dir_ / "tp3").string());
   ASSERT_EQ(run.exit_code, 0) << text_of(run);
-  EXPECT_NE(text_of(run).find("\"verify\":\"pass\""), std::string::npos) << text_of(run);
+  EXPECT_NE(text_of(run).find("verify: pass — "), std::string::npos) << text_of(run);
   int timed = 0;  // every rank says how long its read took
   for (const auto& e : read_lines(dir_ / "tp3" / "events.jsonl")) {
     timed += e["event"] == "rank_ready" && e.contains("init_s") && e["init_s"].get<double>() >= 0.0 ? 1 : 0;
@@ -384,7 +384,7 @@ TEST_F(TrainCliTest, ValidationPassesSurviveAnInJobRecovery) {
                        "--set test.kill_at_step=2 --set train.eval_every=1 --set data.val_path=" +
                        (dir_ / "val.txt").string() + " --verify --run-dir " + run_dir.string());
   ASSERT_EQ(run.exit_code, 0) << text_of(run);
-  EXPECT_NE(run.out.find("\"verify\":\"pass\""), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("verify: pass — "), std::string::npos) << run.out;
   const auto losses = val_losses(run_dir);
   EXPECT_GE(losses.size(), 4u);  // every step but, at most, the one whose writer row was restored
   EXPECT_TRUE(losses.contains(4));
@@ -487,6 +487,54 @@ TEST_F(TrainCliTest, LogLevelsComeFromFlagsOrTheEnvironment) {
   // A --quiet after `--` belongs to the worker command.
   const auto worker = ntp("launch --tee --run-dir " + (dir_ / "l").string() + " --nproc 1 -- echo --quiet");
   EXPECT_NE(worker.out.find("[rank 0] --quiet"), std::string::npos) << worker.out;
+}
+
+// --verify prints one line a person reads at a glance; the JSON only with
+// --json; the full result always lands in RUN_DIR/verify.json. `ntp verify`
+// likewise.
+TEST_F(TrainCliTest, VerifyPrintsAVerdictLineAndTheJsonOnlyWithJson) {
+  const fs::path line_run = dir_ / "line";
+  const auto line = ntp("train " + kSmall + "--set train.steps=2 --verify --run-dir " + line_run.string());
+  ASSERT_EQ(line.exit_code, 0) << text_of(line);
+  // Single-process: no hashes/, so three of the four checks.
+  const std::string verdict = "verify: pass — 2 steps, 3 checks (holders not checked), ";
+  const std::size_t at = line.out.rfind("\nverify: ");
+  ASSERT_NE(at, std::string::npos) << line.out;
+  EXPECT_EQ(line.out.substr(at + 1, verdict.size()), verdict) << line.out;
+  EXPECT_EQ(line.out.back(), '\n');
+  EXPECT_EQ(line.out.find('\n', at + 1), line.out.size() - 1) << "the verdict is the last line: " << line.out;
+  EXPECT_EQ(line.out.find("{\""), std::string::npos) << "no JSON without --json: " << line.out;
+  const nlohmann::json file = nlohmann::json::parse(std::ifstream(line_run / "verify.json"));
+  EXPECT_EQ(file["verify"], "pass");
+  EXPECT_EQ(file["steps"], 2);
+  EXPECT_TRUE(file.contains("tensors")) << "the file has the detail";
+
+  const fs::path json_run = dir_ / "json";
+  const auto json = ntp("train " + kSmall + "--set train.steps=2 --verify --json --run-dir " + json_run.string());
+  ASSERT_EQ(json.exit_code, 0) << text_of(json);
+  const std::size_t last = json.out.rfind('\n', json.out.size() - 2);
+  const nlohmann::json printed = nlohmann::json::parse(json.out.substr(last + 1));
+  EXPECT_EQ(printed["verify"], "pass");
+  EXPECT_EQ(printed["steps"], 2);
+  EXPECT_EQ(json.out.find("verify: pass"), std::string::npos) << json.out;
+  EXPECT_TRUE(fs::exists(json_run / "verify.json"));
+
+  // `ntp verify`: the same line, alone; the detailed JSON with --json.
+  fs::remove(line_run / "verify.json");
+  const auto again = ntp("verify " + line_run.string());
+  EXPECT_EQ(again.exit_code, 0) << text_of(again);
+  EXPECT_EQ(again.out.rfind(verdict, 0), 0u) << again.out;
+  EXPECT_EQ(again.out.find('\n'), again.out.size() - 1) << again.out;
+  EXPECT_TRUE(fs::exists(line_run / "verify.json"));
+  const auto again_json = ntp("verify " + line_run.string() + " --json");
+  EXPECT_EQ(again_json.exit_code, 0) << text_of(again_json);
+  EXPECT_EQ(nlohmann::json::parse(again_json.out)["tensors"].size(), file["tensors"].size());
+
+  // --json is about the verdict: without --verify it is refused.
+  const auto alone = ntp("train " + kSmall + "--set train.steps=1 --json --run-dir " + (dir_ / "alone").string());
+  EXPECT_EQ(alone.exit_code, 2) << text_of(alone);
+  EXPECT_NE(alone.err.find("--verify"), std::string::npos) << alone.err;
+  EXPECT_FALSE(fs::exists(dir_ / "alone"));
 }
 
 }  // namespace

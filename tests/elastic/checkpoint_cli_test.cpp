@@ -153,7 +153,7 @@ TEST_F(CheckpointCliTest, ResumedAtAnyLayoutTheRunEndsWhereTheUninterruptedOneDo
     const CliResult resumed = ntp("train --resume " + run.string() + c.layout + " --verify");
     ASSERT_NE(resumed.code, 137) << "the resumed run hung:\n" << resumed.output;
     ASSERT_EQ(resumed.code, 0) << resumed.output;
-    EXPECT_NE(resumed.output.find("\"verify\":\"pass\""), std::string::npos) << resumed.output;
+    EXPECT_NE(resumed.output.find("verify: pass — "), std::string::npos) << resumed.output;
     expect_same_training(reference, losses(run), std::string(c.layout).empty());
     EXPECT_EQ(ntp::testing::events_named(run, "run_resumed").size(), 1u);
   }
@@ -174,7 +174,7 @@ TEST_F(CheckpointCliTest, AWorkerKilledWhileSavingLeavesThePreviousCheckpoint) {
   EXPECT_NE(partial.output.find("did not finish"), std::string::npos) << partial.output;
   const CliResult resumed = ntp("train --resume " + run.string() + " --verify");
   ASSERT_EQ(resumed.code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("\"verify\":\"pass\""), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("verify: pass — "), std::string::npos) << resumed.output;
   EXPECT_EQ(ntp::testing::events_named(run, "run_resumed").at(0)["step"], 5);
   EXPECT_EQ(losses(run).size(), 20u);
 }
@@ -202,7 +202,7 @@ TEST_F(CheckpointCliTest, AWriterStoppedBeforeItsPartDoesNotHoldUpTraining) {
   const CliResult r = recovering_run(run, "1@4:checkpoint:STOP");
   ASSERT_NE(r.code, 137) << "stalled:\n" << r.output;
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("\"verify\":\"pass\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("verify: pass — "), std::string::npos) << r.output;
   for (const char* step : {"step-15", "step-20"}) {
     EXPECT_TRUE(fs::exists(run / "checkpoints" / step / "manifest.json")) << step;
   }
@@ -227,7 +227,7 @@ TEST_F(CheckpointCliTest, AWriterLostInTheFinalSaveStillLeavesTheFinalCheckpoint
   const CliResult r = recovering_run(run, "0@19:checkpoint");
   ASSERT_NE(r.code, 137) << "stalled:\n" << r.output;
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("\"verify\":\"pass\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("verify: pass — "), std::string::npos) << r.output;
   ASSERT_TRUE(fs::exists(run / "checkpoints" / "step-20" / "manifest.json")) << r.output;
   const nlohmann::json final_step = manifest_of(run / "checkpoints" / "step-20");
   EXPECT_EQ(final_step["saved_by"]["epoch"], 1) << final_step["saved_by"];
@@ -281,7 +281,7 @@ void interrupt_and_resume(const fs::path& dir, const fs::path& run, const std::v
   const CliResult resumed = ntp("train --resume " + run.string() + " --set train.steps=200 --verify");
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_FALSE(fs::exists(run / "model.bin.tmp.4242"));
-  EXPECT_NE(resumed.output.find("\"verify\":\"pass\""), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("verify: pass — "), std::string::npos) << resumed.output;
   EXPECT_EQ(losses(run).size(), 200u);
 }
 
@@ -529,7 +529,7 @@ TEST_F(CheckpointCliTest, EveryHolderOfAUnitLostRestartsFromTheCheckpoint) {
   const CliResult r = ntp("train --run-dir " + run.string() + job + " --verify");
   ASSERT_NE(r.code, 137) << r.output;
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("\"verify\":\"pass\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("verify: pass — "), std::string::npos) << r.output;
   const std::vector<nlohmann::json> restarts = ntp::testing::events_named(run, "fallback_restart");
   ASSERT_EQ(restarts.size(), 1u) << r.output;
   EXPECT_EQ(restarts[0]["tp"], nlohmann::json::array({1, 1}));
@@ -566,7 +566,7 @@ TEST_F(CheckpointCliTest, EveryRankStalledAtOnceRestartsFromTheCheckpointAtTheSa
   ASSERT_EQ(workers.size(), 4u) << output;
   ASSERT_TRUE(WIFEXITED(status)) << output;
   ASSERT_EQ(WEXITSTATUS(status), 0) << output;
-  EXPECT_NE(output.find("\"verify\":\"pass\""), std::string::npos) << output;
+  EXPECT_NE(output.find("verify: pass — "), std::string::npos) << output;
   EXPECT_EQ(ntp::testing::events_named(run, "rank_fenced").size(), 4u) << output;
   const std::vector<nlohmann::json> restarts = ntp::testing::events_named(run, "fallback_restart");
   ASSERT_EQ(restarts.size(), 1u) << output;
@@ -592,7 +592,7 @@ TEST_F(CheckpointCliTest, CtrlCDuringTheVerifyReplaySaysTheRunFinished) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   const std::string output = read_file(out);
   ASSERT_FALSE(ntp::testing::events_named(run, "run_finished").empty()) << "no run_finished within 90 s\n" << output;
-  if (output.find("\"verify\":\"pass\"") != std::string::npos) GTEST_SKIP() << "the replay ended before SIGINT";
+  if (output.find("verify: pass — ") != std::string::npos) GTEST_SKIP() << "the replay ended before SIGINT";
   ASSERT_TRUE(WIFEXITED(status)) << output;
   EXPECT_EQ(WEXITSTATUS(status), 130) << output;
   EXPECT_NE(output.find("done: 16 steps"), std::string::npos) << output;
@@ -663,7 +663,7 @@ TEST_F(CheckpointCliTest, BadInputIsRefusedNamingWhatIsWrong) {
   const CliResult resumed = ntp("train --resume " + run.string() + " --verify");
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("skipping a damaged checkpoint, step-6: "), std::string::npos) << resumed.output;
-  EXPECT_NE(resumed.output.find("\"verify\":\"pass\""), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("verify: pass — "), std::string::npos) << resumed.output;
   EXPECT_EQ(ntp::testing::events_named(run, "run_resumed").back()["step"], 5);
   EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-6.discarded"));
 }

@@ -203,13 +203,14 @@ TEST_F(CliTest, LaunchRejectsBadFlags) {
 
 namespace {
 
-// `ntp train --verify` on a small multi-process job; returns the verify line.
+// `ntp train --verify --json` on a small multi-process job; returns the verify
+// object's line.
 std::string train_and_verify(const fs::path& dir, const std::string& sets, int* code,
                              const std::string& env = "") {
   const CommandResult run = ntp_with_env(
       env, "train --run-dir " + dir.string() +
                " --set train.steps=3 --set model.layers=1 --set model.seq_len=32"
-               " --set train.micro_batch=2 --set deadline.collective_s=20 " + sets + " --verify");
+               " --set train.micro_batch=2 --set deadline.collective_s=20 " + sets + " --verify --json");
   *code = run.code;
   // The verify object is the last line that starts with '{' and has "verify".
   std::size_t at = std::string::npos;
@@ -388,7 +389,7 @@ TEST_F(CliTest, TrainRecoversFromAKilledWorkerAndStillVerifies) {
       dir_, "--set parallel.dp=2 --set parallel.tp=2 --set train.steps=8"
             " --set test.kill_rank=1 --set test.kill_at_step=3 --verify");
   ASSERT_EQ(run.code, 0) << run.output;
-  EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("verify: pass — "), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("rank 1 (pid"), std::string::npos) << "the death is reported: " << run.output;
 
   const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
@@ -459,7 +460,7 @@ TEST_P(TrainRecoveryTest, FinishesAndMatchesTheReplay) {
   const CommandResult run =
       train_recovering(dir_, "--set train.steps=6 --set test.kill_at_step=2 " + c.sets + " --verify");
   ASSERT_EQ(run.code, 0) << run.output;
-  EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("verify: pass — "), std::string::npos) << run.output;
   const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
   ASSERT_EQ(metrics.size(), 6u);
   EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse(c.final_tp));
@@ -505,7 +506,7 @@ TEST_F(CliTest, TrainRecoversFromTwoFailuresInSequence) {
             " --set test.kill_rank=2 --set test.kill_at_step=3 --verify");
   killer.join();
   ASSERT_EQ(run.code, 0) << run.output;
-  EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("verify: pass — "), std::string::npos) << run.output;
   std::ifstream summary_file(dir_ / "summary.json");
   const nlohmann::json recoveries = nlohmann::json::parse(summary_file)["recoveries"];
   ASSERT_EQ(recoveries.size(), 2u) << recoveries.dump() << "\n" << run.output;
@@ -573,7 +574,7 @@ TEST_F(CliTest, TrainRecoversFromASignalWhileARankIsInItsUpdate) {
     signaller.join();
     ASSERT_FALSE(landed.empty()) << "rank " << c.rank << " was never seen in its update\n" << run.output;
     ASSERT_EQ(run.code, 0) << "signalled in " << landed << "\n" << run.output;
-    EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("verify: pass — "), std::string::npos) << run.output;
     std::ifstream summary_file(dir_ / "summary.json");
     const nlohmann::json recoveries = nlohmann::json::parse(summary_file)["recoveries"];
     ASSERT_EQ(recoveries.size(), 1u) << recoveries.dump() << "\n" << run.output;

@@ -7,11 +7,14 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "model/llama2c_checkpoint.h"
+#include "model/model_file.h"
 #include "cli_run.h"
 #include "run_files.h"
 
@@ -49,7 +52,7 @@ class LlamaCliTest : public ::testing::Test {
   fs::path dir_;
 };
 
-bool verified(const Result& r) { return r.output.find("\"verify\":\"pass\"") != std::string::npos; }
+bool verified(const Result& r) { return r.output.find("verify: pass — ") != std::string::npos; }
 
 // dp 2 x tp 4 with replica 0 at TP 3 (slot 2 failed); 4 steps, a checkpoint
 // at step 2; resumed at TP 1; sampled greedily twice; exported.
@@ -193,6 +196,72 @@ TEST_F(LlamaCliTest, TheRopeBaseAndNormEpsilonAreKeptOrRefused) {
   ASSERT_EQ(as_file.code, 0) << as_file.output;
   EXPECT_EQ(first.output, second.output);
   EXPECT_NE(first.output, as_file.output) << "the run's settings were not applied";
+}
+
+// A model file says its format: a llama2.c file trains and samples without
+// model.family; a model.family it contradicts, a file of neither format and a
+// truncated file of each are refused with exit 2 (before any run folder) by
+// train, sample and export alike, naming what the file is or both checks.
+TEST_F(LlamaCliTest, AModelFileSaysItsFormatToTrainSampleAndExport) {
+  const auto written = [&](const char* name, const ntp::model::GptConfig& c) {
+    const fs::path path = dir_ / name;
+    ntp::model::write_model_file(path.string(), c,
+                                 std::vector<float>(static_cast<std::size_t>(ntp::model::parameter_count(c)), 0.01f));
+    return path;
+  };
+  const fs::path llama = written("llama.bin", ntp::model::preset("llama-tiny", ntp::model::Family::kLlama));
+  const fs::path gpt2 = written("gpt2.bin", ntp::model::preset("tiny"));
+  const std::string small = " --set train.steps=1 --set train.global_batch=2 --set train.micro_batch=2"
+                            " --set run.trace_steps=0";
+  const Result trained = ntp("train --run-dir " + (dir_ / "run").string() + small +
+                             " --set model.init_from=" + llama.string() + " --verify");
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  EXPECT_TRUE(verified(trained)) << trained.output;  // the replay takes the family from the file too
+  EXPECT_EQ(ntp::model::read_llama2c_config((dir_ / "run" / "model.bin").string()).kv_heads, 2);
+  const Result sampled = ntp("sample " + llama.string() + " --prompt ab --tokens 3 --temperature 0");
+  EXPECT_EQ(sampled.code, 0) << sampled.output;
+
+  const Result contradicted = ntp("train --run-dir " + (dir_ / "wrong").string() + small +
+                                  " --set model.family=llama --set model.init_from=" + gpt2.string());
+  EXPECT_EQ(contradicted.code, 2) << contradicted.output;
+  EXPECT_NE(contradicted.output.find("holds a gpt2 model (llm.c's format): set model.family = \"gpt2\""),
+            std::string::npos)
+      << contradicted.output;
+
+  std::ofstream(dir_ / "notes.bin") << "neither llm.c nor llama2.c";
+  const fs::path short_llama = dir_ / "short_llama.bin", short_gpt2 = dir_ / "short_gpt2.bin";
+  fs::copy_file(llama, short_llama);
+  fs::resize_file(short_llama, fs::file_size(llama) - 4);
+  fs::copy_file(gpt2, short_gpt2);
+  fs::resize_file(short_gpt2, fs::file_size(gpt2) - 4);
+  const std::pair<fs::path, std::string> refused[] = {
+      {dir_ / "notes.bin", "notes.bin: neither an llm.c checkpoint (header[0] magic is "},
+      {short_llama, "short_llama.bin: neither an llm.c checkpoint (header[0] magic is 64, expected 20240326) nor a "
+                    "llama2.c checkpoint (size: file has"},
+      {short_gpt2, "short_gpt2.bin: parameters: truncated"}};
+  for (const auto& [file, says] : refused) {
+    const fs::path run = dir_ / (file.filename().string() + ".run");
+    for (const std::string& command : {"train --run-dir " + run.string() + small + " --set model.init_from=" +
+                                           file.string(),
+                                       "sample " + file.string() + " --prompt ab --tokens 3"}) {
+      const Result r = ntp(command);
+      EXPECT_EQ(r.code, 2) << command << "\n" << r.output;
+      EXPECT_NE(r.output.find(says), std::string::npos) << command << "\n" << r.output;
+    }
+    EXPECT_FALSE(fs::exists(run)) << "a refused run leaves nothing behind";
+  }
+  const Result neither = ntp("sample " + (dir_ / "notes.bin").string() + " --prompt ab");
+  EXPECT_NE(neither.output.find("expected 20240326) nor a llama2.c checkpoint ("), std::string::npos)
+      << neither.output;
+
+  // export reads checkpoint folders: a model file is named for what it is.
+  const Result exported = ntp("export " + llama.string() + " --llmc " + (dir_ / "x.bin").string());
+  EXPECT_EQ(exported.code, 2) << exported.output;
+  EXPECT_NE(exported.output.find("a checkpoint in llama2.c's format (llama: vocab 256"), std::string::npos)
+      << exported.output;
+  const Result not_a_model = ntp("export " + (dir_ / "notes.bin").string() + " --llmc " + (dir_ / "x.bin").string());
+  EXPECT_EQ(not_a_model.code, 2) << not_a_model.output;
+  EXPECT_NE(not_a_model.output.find("neither an llm.c checkpoint"), std::string::npos) << not_a_model.output;
 }
 
 }  // namespace

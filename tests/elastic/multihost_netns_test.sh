@@ -233,7 +233,7 @@ run_case() {
       code1=$WAITED
     fi
     ((code0 == 0)) || fail "$name: node 0 exited with $code0"
-    grep -q '"verify":"pass"' "$out0" || fail "$name: --verify did not pass"
+    grep -q 'verify: pass — ' "$out0" || fail "$name: --verify did not pass"
   fi
   (($(steps_logged "$run") == STEPS)) || fail "$name: $(steps_logged "$run") steps logged, want $STEPS"
   grep -q "node 0: replica 0 (ranks 0-3); node 1: replica 1 (ranks 4-7)" "$out0" || fail "$name: no placement line"

@@ -30,7 +30,7 @@ std::string job(const fs::path& dir, int steps) {
   return "train --run-dir " + dir.string() + " --set train.steps=" + std::to_string(steps) +
          " --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2 --set run.trace_steps=0"
          " --set deadline.collective_s=10 --set deadline.rendezvous_s=30 --set parallel.dp=2"
-         " --set parallel.tp=4 --set 'parallel.failed={0=[2]}' --verify ";
+         " --set parallel.tp=4 --set 'parallel.failed={0=[2]}' --verify --json ";
 }
 
 struct MutationCase {

@@ -112,7 +112,7 @@ TEST(Nvl72Soak, RankSeventeenKilledTheJobGoesOnAtTp71AndVerifies) {
   const std::string out((std::istreambuf_iterator<char>(out_file)), std::istreambuf_iterator<char>());
   ASSERT_TRUE(killed) << "the job ended before step 2 was logged:\n" << out;
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
-  EXPECT_NE(out.find("\"verify\":\"pass\""), std::string::npos) << out;
+  EXPECT_NE(out.find("verify: pass — "), std::string::npos) << out;
 
   const std::vector<nlohmann::json> rows = read_jsonl_lines(run / "metrics.jsonl");
   ASSERT_EQ(rows.size(), static_cast<std::size_t>(kSteps));

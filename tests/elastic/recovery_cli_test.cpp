@@ -79,7 +79,7 @@ class RecoveryCliTest : public ::testing::Test {
   void expect_recovered(const TrainRun& run, int steps) {
     ASSERT_NE(run.code, 137) << stall_report(dir_);
     ASSERT_EQ(run.code, 0) << run.output;
-    EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("verify: pass — "), std::string::npos) << run.output;
     for (const char* file : {"metrics.jsonl", "schedule.jsonl"}) {
       const std::vector<nlohmann::json> rows = read_lines(dir_ / file);
       ASSERT_EQ(rows.size(), static_cast<std::size_t>(steps)) << file << "\n" << run.output;
@@ -260,7 +260,7 @@ TEST_F(RecoveryCliTest, AWorkerWithAStaleHeartbeatThatStillGetsCpuIsNotFenced) {
                                    " --set model.d_model=256 --set 'test.failures=\"1@1:forward:MUTE\"'");
   ASSERT_NE(run.code, 137) << stall_report(dir_);
   ASSERT_EQ(run.code, 0) << run.output;
-  EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("verify: pass — "), std::string::npos) << run.output;
   EXPECT_TRUE(events_named(dir_, "rank_fenced").empty()) << run.output;
   EXPECT_TRUE(events_named(dir_, "step_resumed").empty()) << run.output;
   const std::vector<nlohmann::json> starved = events_named(dir_, "rank_starved");
@@ -445,7 +445,7 @@ TEST_F(RecoveryCliTest, ARankStoppedAtTheEndIsRecoveredAndTheRunVerifies) {
   ASSERT_TRUE(sent) << "no final checkpoint within 60 s\n" << run.output;
   ASSERT_NE(run.code, 137) << stall_report(dir_);
   ASSERT_EQ(run.code, 0) << run.output;
-  EXPECT_NE(run.output.find("\"verify\":\"pass\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("verify: pass — "), std::string::npos) << run.output;
   EXPECT_EQ(read_lines(dir_ / "metrics.jsonl").size(), 6u);
 }
 

@@ -4,7 +4,7 @@
 // workers by pid (from the `worker_started` events) at random moments of
 // training. Every run has a hard time limit and is classified:
 //
-//   RECOVERED  exit 0, "verify":"pass", metrics.jsonl and schedule.jsonl one
+//   RECOVERED  exit 0, "verify: pass", metrics.jsonl and schedule.jsonl one
 //              row per step in order, every resumed epoch proven (replicas_agree)
 //   RESTARTED  the same, after a restart from a checkpoint (fallback_restart:
 //              some unit lost every holder; checkpoints every 3 steps, so kills
@@ -377,8 +377,8 @@ void classify(Outcome& o, int time_limit_s) {
   std::set<int> replicas_hit;
   for (int r : lost) replicas_hit.insert(r / kTp);
 
-  const bool verify_pass = o.output.find("\"verify\":\"pass\"") != std::string::npos;
-  const bool verify_fail = o.output.find("\"verify\":\"fail\"") != std::string::npos;
+  const bool verify_pass = o.output.find("verify: pass — ") != std::string::npos;
+  const bool verify_fail = o.output.find("verify: FAIL — ") != std::string::npos;
   if ((o.code == 137 || o.code == 124) && o.wall_s >= time_limit_s - 1) {
     o.klass = "HANG";
     o.detail = "no end within " + std::to_string(time_limit_s) + " s";
@@ -386,7 +386,7 @@ void classify(Outcome& o, int time_limit_s) {
     std::string why;
     if (!verify_pass) {
       o.klass = "DIVERGED";
-      o.detail = "exit 0 without \"verify\":\"pass\"";
+      o.detail = "exit 0 without \"verify: pass\"";
     } else if (!rows_one_per_step(o.dir / "metrics.jsonl", o.plan.steps, why) ||
                !rows_one_per_step(o.dir / "schedule.jsonl", o.plan.steps, why)) {
       o.klass = "DIVERGED";

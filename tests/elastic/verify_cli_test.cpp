@@ -80,7 +80,7 @@ void write_rows(const fs::path& path, const std::vector<nlohmann::json>& rows) {
 // The replay's initial parameters of a run directory (same seed / init_from).
 std::vector<float> initial_params(const fs::path& run) {
   const Config config = load_config((run / "config.toml").string(), {});
-  const LocalTrainer trainer(config, run);
+  const LocalTrainer trainer(config, run, TrainerRole::kReference);
   return {trainer.params().begin(), trainer.params().end()};
 }
 
@@ -102,7 +102,7 @@ void scale_update(const fs::path& run, const std::string& name, double factor) {
 // variant must fail naming exactly that tensor.
 void expect_every_tensor_checked(const fs::path& run) {
   const Config config = load_config((run / "config.toml").string(), {});
-  LocalTrainer reference(config, run);
+  LocalTrainer reference(config, run, TrainerRole::kReference);
   const std::vector<float> initial(reference.params().begin(), reference.params().end());
   std::vector<double> lrs;
   for (const nlohmann::json& row : read_rows(run / "schedule.jsonl")) {
@@ -135,18 +135,27 @@ TEST_F(VerifyCliTest, AOnePercentErrorInAnyTensorIsCaughtAfterOneAndThreeSteps) 
   }
 }
 
+// The failures of RUN_DIR/verify.json, which `ntp verify` writes.
+std::string failures_in_file(const fs::path& run) {
+  return nlohmann::json::parse(std::ifstream(run / kVerifyFile))["failures"].dump();
+}
+
 // One finished run, then a broken copy per check: `ntp verify` passes the run
-// and rejects each copy with exit 1 and a message naming what broke.
+// and rejects each copy with exit 1 and a one-line verdict naming what broke.
 TEST_F(VerifyCliTest, EveryCheckRejectsABrokenRunDirectory) {
   const fs::path run = train("run", 3);
   const CliResult clean = ntp("verify " + run.string());
   ASSERT_EQ(clean.code, 0) << clean.output;
-  // Every rank wrote hashes/rank-<r>.json: every holder of every unit agrees.
-  EXPECT_NE(clean.output.find("holders   pass"), std::string::npos) << clean.output;
+  // One line. Every rank wrote hashes/rank-<r>.json, so all four checks ran:
+  // every holder of every unit agrees.
+  EXPECT_EQ(clean.output.rfind("verify: pass — 3 steps, 4 checks, worst update ", 0), 0u) << clean.output;
+  EXPECT_EQ(clean.output.find('\n'), clean.output.size() - 1) << clean.output;
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(run / kVerifyFile))["holders"], "pass");
 
   const auto expect_rejected = [&](const fs::path& broken, const std::string& text) {
     const CliResult r = ntp("verify " + broken.string());
     EXPECT_EQ(r.code, 1) << broken.filename() << ": " << r.output;
+    EXPECT_EQ(r.output.rfind("verify: FAIL — ", 0), 0u) << r.output;
     EXPECT_NE(r.output.find(text), std::string::npos) << "expected '" << text << "' in: " << r.output;
   };
 
@@ -189,7 +198,9 @@ TEST_F(VerifyCliTest, EveryCheckRejectsABrokenRunDirectory) {
   const std::int64_t other = rows[0]["samples"][0][0];
   rows[2]["samples"][1][0] = other;
   write_rows(d / "schedule.jsonl", rows);
-  expect_rejected(d, "step 2: sample " + std::to_string(original) + " of the step's batch not trained");
+  expect_rejected(d, "step 2: sample " + std::to_string(other) + " is not in the step's batch");
+  const std::string not_trained = "step 2: sample " + std::to_string(original) + " of the step's batch not trained";
+  EXPECT_NE(failures_in_file(d).find(not_trained), std::string::npos) << failures_in_file(d);
 
   d = copy(run, "sample_duplicated");
   rows = schedule;

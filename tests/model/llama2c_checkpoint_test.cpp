@@ -126,6 +126,53 @@ TEST_F(Llama2cCheckpoint, MalformedFilesAreRejectedNamingTheField) {
   expect_rejected(path("tiny.bin"), "header");
 }
 
+// The file says it is llama2.c: no magic, but a legacy header whose sizes
+// match the file to the byte (shared or separate classifier). A truncated
+// copy is neither format, and the error names both checks.
+TEST_F(Llama2cCheckpoint, TheFileSaysItIsLlama2cAndATruncatedOneIsNeitherFormat) {
+  for (bool shared : {false, true}) {
+    if (shared) share_classifier();
+    write_llama2c_checkpoint(path("a.bin"), config_, params_);
+    const ModelFileHeader header = read_model_header(path("a.bin"));
+    EXPECT_EQ(header.format, ModelFileFormat::kLlama2c);
+    EXPECT_EQ(header.config, config_);
+  }
+  auto truncated = bytes(path("a.bin"));
+  truncated.resize(truncated.size() - 4);
+  write_bytes(path("short.bin"), truncated);
+  const std::string why = [&] {
+    try {
+      read_model_header(path("short.bin"));
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  }();
+  EXPECT_EQ(why.rfind(path("short.bin") + ": neither an llm.c checkpoint (header[0] magic is " +
+                          std::to_string(config_.d_model) + ", expected 20240326) nor a llama2.c checkpoint (size: "
+                          "file has " + std::to_string(truncated.size()) + " bytes, the header (shared classifier) "
+                          "promises " + std::to_string(truncated.size() + 4) + ")", 0), 0u)
+      << why;
+  testing::expect_file_rejected([](const std::string& f) { return read_model_file(f); }, path("short.bin"),
+                                "neither an llm.c checkpoint");
+}
+
+// A file that is neither (text, an empty file, an llm.c file whose magic was
+// overwritten) is refused naming the file and both checks.
+TEST_F(Llama2cCheckpoint, AFileOfNeitherFormatIsRefusedNamingBothChecks) {
+  std::ofstream(path("text.bin")) << "hello, this is not a model at all\n";
+  write_bytes(path("empty.bin"), {});
+  write_bytes(path("two.bin"), {'a', 'b'});
+  for (const char* name : {"text.bin", "empty.bin", "two.bin"}) {
+    for (const char* check : {"neither an llm.c checkpoint (header[0] magic", "nor a llama2.c checkpoint ("})
+      testing::expect_file_rejected([](const std::string& f) { return read_model_header(f); }, path(name), check);
+  }
+  testing::expect_file_rejected([](const std::string& f) { return read_model_header(f); }, path("two.bin"),
+                                "(header[0] magic: the file has 2 bytes)");
+  testing::expect_file_rejected([](const std::string& f) { return read_model_file(f); }, path("text.bin"),
+                                "nor a llama2.c checkpoint");
+}
+
 // llama2.c's run.c forward pass over the raw file, transcribed: the logits at
 // the last of `tokens`.
 std::vector<float> run_c_logits(const std::vector<char>& file, const std::vector<int>& tokens) {

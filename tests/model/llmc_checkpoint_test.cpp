@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "model/model_file.h"
 #include "model/parameters.h"
 #include "model_test_util.h"
 #include "file_test_util.h"
@@ -75,6 +76,31 @@ TEST_F(LlmcCheckpoint, TheHeaderAloneGivesTheModelAndChecksTheSize) {
   const std::vector<char> good = bytes(path("a.bin"));
   write_bytes(path("short.bin"), std::vector<char>(good.begin(), good.end() - 4));
   EXPECT_THROW(read_llmc_config(path("short.bin")), std::runtime_error);
+}
+
+// The file says it is llm.c (header[0] is the magic): read_model_header
+// needs no family. A truncated copy is still llm.c, refused as a truncated
+// llm.c file; with the magic overwritten it is neither format, and the error
+// names both checks.
+TEST_F(LlmcCheckpoint, TheFileSaysItIsLlmcAndATruncatedOneIsRefusedAsSuch) {
+  write_llmc_checkpoint(path("a.bin"), config_, params_);
+  const ModelFileHeader header = read_model_header(path("a.bin"));
+  EXPECT_EQ(header.format, ModelFileFormat::kLlmc);
+  EXPECT_EQ(header.config, config_);
+  EXPECT_EQ(read_model_file(path("a.bin")).params, params_);
+  const std::vector<char> good = bytes(path("a.bin"));
+  write_bytes(path("short.bin"), std::vector<char>(good.begin(), good.end() - 4));
+  const auto header_of = [](const std::string& f) { return read_model_header(f); };
+  testing::expect_file_rejected(header_of, path("short.bin"), "parameters: truncated");
+  write_bytes(path("header.bin"), std::vector<char>(good.begin(), good.begin() + 100));
+  testing::expect_file_rejected(header_of, path("header.bin"), "checkpoint header: truncated");
+  std::vector<char> unmarked = good;
+  const std::int32_t ninety_six = 96;
+  std::memcpy(unmarked.data(), &ninety_six, 4);
+  write_bytes(path("unmarked.bin"), unmarked);
+  testing::expect_file_rejected(header_of, path("unmarked.bin"),
+                                "neither an llm.c checkpoint (header[0] magic is 96, expected 20240326) nor a "
+                                "llama2.c checkpoint (header");
 }
 
 TEST_F(LlmcCheckpoint, RejectsMalformedFilesNamingFileAndField) {

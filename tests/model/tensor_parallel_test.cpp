@@ -15,6 +15,7 @@
 #include "model/parameters.h"
 #include "tensor/attention.h"
 #include "model_test_util.h"
+#include "tensor/gpu.h"
 #include "tests/comm/thread_ranks.h"
 
 namespace ntp::model {
@@ -101,7 +102,10 @@ Reference single_rank(const GptConfig& c, const testing::TokenBatch& batch, floa
   return ref;
 }
 
-void expect_tp_matches_one_rank(const GptConfig& c, int tp, std::int64_t seq = 8) {
+// cuda: every rank's model runs on the GPU (ranks share it), against the
+// same one-rank CPU reference and the same tolerances: the GPU's GEMMs and
+// row sums only reassociate the CPU's additions.
+void expect_tp_matches_one_rank(const GptConfig& c, int tp, std::int64_t seq = 8, bool cuda = false) {
   openblas_set_num_threads(1);  // ranks are threads of this process
   const auto batch = testing::random_batch(c, 2, seq, 17);
   const float loss_scale = 1.0f / 48.0f;  // as if the global batch had 48 tokens
@@ -114,7 +118,7 @@ void expect_tp_matches_one_rank(const GptConfig& c, int tp, std::int64_t seq = 8
   std::vector<double> losses(static_cast<std::size_t>(tp));
   std::mutex mutex;
   comm::testing::run_group(tp, "tp", [&](comm::Group& group) {
-    tensor::Context ctx({1});
+    tensor::Context ctx(tensor::ThreadSetup{1, tensor::GemmBackend::kOneDnn, cuda});
     const int r = group.rank();
     Model m(c, shards[static_cast<std::size_t>(r)], ctx, &group);
     scatter_from_full(full, ref.params_before, m.layout(), m.params());
@@ -168,6 +172,29 @@ void expect_tp_matches_one_rank(const GptConfig& c, int tp, std::int64_t seq = 8
                       "TP " + std::to_string(tp) + " param after step " + t.name);
   }
 }
+
+// The same on a GPU (model.device = "cuda"): skipped where none is visible.
+class GpuTensorParallel : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (tensor::Gpu::count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  }
+};
+
+TEST_P(GpuTensorParallel, Gpt2MatchesOneCpuRankElementByElement) {
+  expect_tp_matches_one_rank(testing::small_test_config(), GetParam(), 8, true);
+}
+
+TEST_P(GpuTensorParallel, LlamaMatchesOneCpuRankElementByElement) {
+  expect_tp_matches_one_rank(testing::llama_test_config(), GetParam(), 8, true);
+}
+
+TEST_P(GpuTensorParallel, LongerSequenceMatchesOneCpuRank) {
+  expect_tp_matches_one_rank(testing::small_test_config(), GetParam(), 16, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Degrees, GpuTensorParallel, ::testing::Values(1, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& p) { return "tp" + std::to_string(p.param); });
 
 class TensorParallel : public ::testing::TestWithParam<int> {};
 

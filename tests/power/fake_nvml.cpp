@@ -2,7 +2,8 @@
 // built as a shared library and loaded through NvmlOptions::library. It lets
 // the tests drive the NVML backend's real dlopen/dlsym path and its error
 // handling (permission denied, unknown device, milliwatt rounding) on a host
-// without a GPU. Two devices, limits in milliwatts, as NVML reports them.
+// without a GPU. Two devices, limits in milliwatts, as NVML reports them;
+// device 0 reports its clocks, device 1 does not support the clock query.
 #include <cstring>
 
 namespace {
@@ -22,6 +23,7 @@ constexpr unsigned kUsageMw = 123456;
 // nvmlReturn_t values used here.
 constexpr int kSuccess = 0;
 constexpr int kInvalidArgument = 2;
+constexpr int kNotSupported = 3;
 constexpr int kNoPermission = 4;
 constexpr int kNotFound = 6;
 
@@ -85,6 +87,18 @@ int nvmlDeviceSetPowerManagementLimit(void* device, unsigned mw) {
 }
 int nvmlDeviceGetPowerUsage(void*, unsigned* mw) {
   *mw = kUsageMw;
+  return kSuccess;
+}
+int nvmlDeviceGetName(void*, char* name, unsigned length) {
+  std::strncpy(name, "NVIDIA Fake H200", length - 1);
+  return kSuccess;
+}
+// nvmlClockType_t: 0 graphics, 1 SM, 2 memory, 3 video.
+int nvmlDeviceGetClockInfo(void* device, int type, unsigned* mhz) {
+  if (device != &g_devices[0]) return kNotSupported;
+  if (type == 1) *mhz = 1980;
+  else if (type == 2) *mhz = 3201;
+  else return kInvalidArgument;
   return kSuccess;
 }
 

@@ -25,6 +25,11 @@ TEST(SimulatedController, FollowsTheDeviceModelAndRecordsLimits) {
   EXPECT_EQ(sim.power_usage_w(1), 1200.0);
   EXPECT_EQ(sim.limit_history(1), (std::vector<double>{1200.0}));
   EXPECT_TRUE(sim.limit_history(0).empty());
+  // No model name or clocks to show (ntp power show prints "-"); a bad index is still an error.
+  EXPECT_EQ(sim.product_name(0), "");
+  EXPECT_FALSE(sim.clocks(0).sm_mhz.has_value());
+  EXPECT_FALSE(sim.clocks(0).mem_mhz.has_value());
+  EXPECT_THROW(sim.clocks(2), PowerError);
 }
 
 TEST(SimulatedController, RejectsLimitsOutsideTheDeviceRange) {

@@ -54,6 +54,14 @@ TEST(NvmlController, DefaultLibraryOpensOrReportsNotAvailable) {
     EXPECT_LE(nvml.get_limit_w(device), range.max_w);
     EXPECT_GT(nvml.default_limit_w(device), 0.0);
     EXPECT_GE(nvml.power_usage_w(device), 0.0);
+    EXPECT_FALSE(nvml.product_name(device).empty());
+    const Clocks clocks = nvml.clocks(device);
+    if (clocks.sm_mhz) {
+      EXPECT_GT(*clocks.sm_mhz, 0u);
+    }
+    if (clocks.mem_mhz) {
+      EXPECT_GT(*clocks.mem_mhz, 0u);
+    }
   }
 }
 
@@ -85,6 +93,13 @@ TEST_F(NvmlFixtureTest, ReadsDevicesInWatts) {
   EXPECT_EQ(nvml.get_limit_w(0), 700.0);
   EXPECT_EQ(nvml.power_usage_w(0), 123.456);
   EXPECT_THROW(nvml.get_limit_w(2), PowerError);
+  EXPECT_EQ(nvml.product_name(1), "NVIDIA Fake H200");
+  EXPECT_EQ(nvml.clocks(0).sm_mhz, 1980u);
+  EXPECT_EQ(nvml.clocks(0).mem_mhz, 3201u);
+  // A device without the clock query: no value, no error (ntp power show prints "-").
+  EXPECT_FALSE(nvml.clocks(1).sm_mhz.has_value());
+  EXPECT_FALSE(nvml.clocks(1).mem_mhz.has_value());
+  EXPECT_THROW(nvml.clocks(2), PowerError);
   const DevicePowerModel model = device_model(nvml, 0, 1.3, 0.65);
   EXPECT_EQ(model.tdp_w, 700.0);
   EXPECT_NEAR(model.max_frac, 900.0 / 700.0, 1e-12);  // the device allows less than 1.3

@@ -126,6 +126,14 @@ TEST(PowerCli, ShowAndResetThroughTheNvmlBackend) {
   EXPECT_NE(show.out.find("GPU 0 (GPU-fake-1)"), std::string::npos) << show.out;
   EXPECT_EQ(show.out.find("GPU-fake-0"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("700.0"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("NVIDIA Fake H200"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("sm_mhz"), std::string::npos) << show.out;
+  // fake device 0 reports its clocks (SM 1980 MHz, memory 3201 MHz); device 1 does not.
+  const CliRun clocks = run_ntp("power show " + nvml + " --devices 0");
+  ASSERT_EQ(clocks.exit_code, 0) << clocks.err;
+  EXPECT_NE(clocks.out.find(" 1980 "), std::string::npos) << clocks.out;
+  EXPECT_NE(clocks.out.find(" 3201\n"), std::string::npos) << clocks.out;
+  EXPECT_NE(show.out.find("-       -\n"), std::string::npos) << show.out;
   const CliRun reset = run_ntp("power reset " + nvml);
   EXPECT_EQ(reset.exit_code, 1);
   EXPECT_NE(reset.err.find("no permission to set the power limit of GPU 0"), std::string::npos)

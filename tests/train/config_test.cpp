@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tensor/gpu.h"
+#include "train/model_setup.h"
+
 namespace ntp::train {
 namespace {
 
@@ -183,6 +186,58 @@ TEST(Config, BadValuesAreNamed) {
   expect_error([] { parsed("[parallel]\nfailed = { x = [2] }\n"); }, {"parallel.failed", "'x'"});
   expect_error([] { parsed("[parallel]\nfailed = { 0 = 2 }\n"); }, {"parallel.failed", "array"});
   expect_error([] { parsed("[train\nsteps = 2\n"); }, {"run.toml:1"});
+}
+
+// model.device parses like model.gemm. Whether this host can run "cuda" is the
+// launcher's check (check_device), not validate()'s: ntp verify replays a cuda
+// run on the CPU, on a host that may have no GPU.
+TEST(Config, ModelDeviceIsCpuOrCuda) {
+  EXPECT_EQ(Config{}.model.device, tensor::Device::kCpu);
+  EXPECT_EQ(parsed("[model]\ndevice = \"cpu\"\n").model.device, tensor::Device::kCpu);
+  Config config = parsed("[model]\ndevice = \"cuda\"\n");
+  EXPECT_EQ(config.model.device, tensor::Device::kCuda);
+  EXPECT_NO_THROW(validate(config));
+  EXPECT_NE(to_toml(config).find("device = \"cuda\""), std::string::npos) << to_toml(config);
+  EXPECT_EQ(parsed(to_toml(config)), config);
+  Config overridden;
+  apply_override(overridden, "model.device=cuda");
+  EXPECT_EQ(overridden.model.device, tensor::Device::kCuda);
+  expect_error([] { parsed("[model]\ndevice = \"gpu\"\n"); }, {"run.toml", "model.device", "'gpu'", "cpu | cuda"});
+  expect_error([] { parsed("[model]\ndevice = 1\n"); }, {"run.toml", "model.device", "string"});
+  expect_error([] {
+    Config c;
+    apply_override(c, "model.device=tpu");
+  }, {"--set model.device", "'tpu'", "cpu | cuda"});
+}
+
+TEST(Config, ModelDeviceSelectsTheContext) {
+  ModelConfig keys;
+  EXPECT_FALSE(thread_setup(keys, 1).cuda);
+  keys.device = tensor::Device::kCuda;
+  EXPECT_TRUE(thread_setup(keys, 4).cuda);
+  EXPECT_EQ(thread_setup(keys, 4).gpu_device, -1);  // LOCAL_RANK modulo the visible devices
+}
+
+// The launcher's check of model.device against the host, shown to fail in
+// both ways a host cannot run "cuda".
+TEST(Config, ModelDeviceCudaNeedsABuildWithCudaAndAVisibleGpu) {
+  EXPECT_NO_THROW(check_device(ModelConfig{}));  // "cpu" makes no CUDA call
+  EXPECT_NO_THROW(check_device(tensor::Device::kCpu, false, 0));
+  EXPECT_NO_THROW(check_device(tensor::Device::kCuda, true, 1));
+  EXPECT_NO_THROW(check_device(tensor::Device::kCuda, true, 8));
+  expect_error([] { check_device(tensor::Device::kCuda, false, 0); }, {"model.device", "build has no CUDA"});
+  expect_error([] { check_device(tensor::Device::kCuda, true, 0); },
+               {"model.device", "no CUDA device visible (CUDA_VISIBLE_DEVICES"});
+  // This host, whatever it has.
+  ModelConfig cuda;
+  cuda.device = tensor::Device::kCuda;
+  if (!tensor::cuda_built()) {
+    expect_error([&] { check_device(cuda); }, {"model.device", "build has no CUDA"});
+  } else if (tensor::Gpu::count() == 0) {
+    expect_error([&] { check_device(cuda); }, {"model.device", "no CUDA device visible"});
+  } else {
+    EXPECT_NO_THROW(check_device(cuda));
+  }
 }
 
 TEST(Config, CrossKeyValidationNamesTheKey) {

@@ -354,5 +354,116 @@ TEST_F(VerifyHolders, AReplicaWithoutOneRanksFileIsIncompleteNotWrong) {
   EXPECT_TRUE(mentions(c.failures, "no replica has a hash for every unit"));
 }
 
+// ---------------------------------------------------------------- verdict ---
+
+// A result as verify_run leaves it after `steps` clean steps: every check run
+// and passed, the worst update element `ratio` x its bound in a tensor of
+// `elements` with `over` elements over their bound.
+VerifyResult passing_result(std::int64_t steps, const std::string& tensor, double ratio, std::int64_t over,
+                            std::int64_t elements) {
+  VerifyResult r;
+  r.pass = true;
+  r.steps = steps;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    r.loss.steps.push_back({s, 4.0, 4.0});
+    r.grad_norm.steps.push_back({s, 1.0, 1.0});
+  }
+  ElementDiff small{"h0.ln1_w", 3, 1e-3, 1e-3, 1e-6, false};
+  small.elements = 64;
+  ElementDiff worst{tensor, 17, 1e-3 + ratio * 1e-6, 1e-3, 1e-6, false};
+  worst.over_bound = over;
+  worst.elements = elements;
+  r.updates.tensors = {small, worst};
+  r.updates.worst = worst;
+  return r;
+}
+
+TEST(VerifyVerdict, PassSaysStepsChecksAndTheWorstUpdateAgainstTheAllowance) {
+  VerifyResult r = passing_result(30, "h0.fc2_wt", 2.5, 1, 589824);
+  EXPECT_EQ(verdict_line(r), "verify: pass — 30 steps, 4 checks, worst update 2.5× its bound on 1 of 589,824 "
+                             "elements of h0.fc2_wt, within the 0.1 % allowance");
+  // Without hashes/ the holder check did not run, and the line says so.
+  r.holders.checked = false;
+  r.holders.note = "no hashes/ in the run directory";
+  EXPECT_EQ(verdict_line(r), "verify: pass — 30 steps, 3 checks (holders not checked), worst update 2.5× its bound "
+                             "on 1 of 589,824 elements of h0.fc2_wt, within the 0.1 % allowance");
+}
+
+TEST(VerifyVerdict, PassWordingForNoOutliersAndForSeveral) {
+  VerifyResult r = passing_result(1, "h1.qkv_w", 0.42, 0, 1234567);
+  EXPECT_EQ(verdict_line(r), "verify: pass — 1 step, 4 checks, worst update 0.42× its bound, in h1.qkv_w");
+  r = passing_result(1, "h1.qkv_w", 0, 0, 1234567);  // a single-process run: bit-identical
+  EXPECT_EQ(verdict_line(r), "verify: pass — 1 step, 4 checks, every update exactly the replay's");
+  r = passing_result(3, "h1.qkv_w", 3.1, 12, 1234567);
+  r.updates.tensors[0].over_bound = 1;  // another tensor's outlier
+  r.skipped_steps = {2};
+  EXPECT_EQ(verdict_line(r), "verify: pass — 3 steps (1 without update), 4 checks, worst update 3.1× its bound, "
+                             "12 of 1,234,567 elements of h1.qkv_w over it, within the 0.1 % allowance (as are the "
+                             "outliers of 1 other tensor)");
+}
+
+TEST(VerifyVerdict, AFailedUpdateNamesTheTensorAndItsCounts) {
+  VerifyResult r = passing_result(30, "h0.fc2_wt", 9.87, 589000, 589824);
+  r.pass = false;
+  r.updates.tensors[1].fails = true;
+  r.updates.failures = {"h0.fc2_wt: 589000 of 589824 elements changed differently from the replay (...)"};
+  r.failures = r.updates.failures;
+  EXPECT_EQ(verdict_line(r), "verify: FAIL — 30 steps, 1 of 4 checks failed (updates): h0.fc2_wt: 589,000 of "
+                             "589,824 elements over their bound (589 allowed), worst 9.87× at element 17");
+}
+
+TEST(VerifyVerdict, TheFirstFailingCheckComesFirstAndTheRestAreCounted) {
+  VerifyResult r = passing_result(30, "h0.fc2_wt", 0.5, 0, 589824);
+  r.pass = false;
+  r.loss.failed = 1;
+  r.holders.failures = {"neurons unit 5: holders differ: rank 3 holds 0123456789abcdef; ranks 0, 1 hold "
+                        "fedcba9876543210"};
+  r.failures = {"step 4: loss 4.1 in metrics.jsonl, 4.2 in the replay (relative diff 0.0238 > 1e-05)",
+                r.holders.failures[0]};
+  EXPECT_EQ(verdict_line(r), "verify: FAIL — 30 steps, 2 of 4 checks failed (loss and grad norm, holders): step 4: "
+                             "loss 4.1 in metrics.jsonl, 4.2 in the replay (relative diff 0.0238 > 1e-05); 1 more "
+                             "failure in verify.json");
+  r.loss.failed = 0;
+  r.failures.erase(r.failures.begin());
+  EXPECT_EQ(verdict_line(r), "verify: FAIL — 30 steps, 1 of 4 checks failed (holders): neurons unit 5: holders "
+                             "differ: rank 3 holds 0123456789abcdef; ranks 0, 1 hold fedcba9876543210");
+}
+
+// From the check itself: a 1 % error in one tensor, and a NaN.
+TEST(VerifyVerdict, NamesTheTensorCompareUpdatesFailed) {
+  Updates u;
+  u.set_update("h0.fc1_w", 1.01);
+  VerifyResult r;
+  r.steps = 1;
+  r.updates = u.check();
+  r.failures = r.updates.failures;
+  const std::string line = verdict_line(r);
+  EXPECT_EQ(line.rfind("verify: FAIL — 1 step, 1 of 3 checks failed (updates): h0.fc1_w: ", 0), 0u) << line;
+  EXPECT_NE(line.find(" of 7,744 elements over their bound (7 allowed), worst "), std::string::npos) << line;
+  u.run[static_cast<std::size_t>(u.full["h0.fc2_wt"].offset + 2)] = std::nanf("");
+  r.updates = u.check();
+  r.failures = r.updates.failures;
+  EXPECT_NE(verdict_line(r).find("h0.fc1_w: "), std::string::npos) << verdict_line(r);
+  EXPECT_NE(verdict_line(r).find("(and 1 more tensor)"), std::string::npos) << verdict_line(r);
+  u.set_update("h0.fc1_w", 1.0);
+  r.updates = u.check();
+  EXPECT_NE(verdict_line(r).find("h0.fc2_wt: 1 of "), std::string::npos) << verdict_line(r);
+  EXPECT_NE(verdict_line(r).find("element 2 is NaN in the run"), std::string::npos) << verdict_line(r);
+}
+
+TEST(VerifyVerdict, TheFullResultGoesToVerifyJson) {
+  const fs::path dir = fs::temp_directory_path() / ("ntp_verify_json_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  VerifyResult r = passing_result(30, "h0.fc2_wt", 2.5, 1, 589824);
+  write_verify_json(dir, r);
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "verify.json"));
+  EXPECT_EQ(j["verify"], "pass");
+  EXPECT_EQ(j["tensors"].size(), 2u);  // the detail, not just the line's fields
+  EXPECT_EQ(j["worst_update"]["elements"], 589824);
+  EXPECT_FALSE(fs::exists(dir / "verify.json.partial"));
+  fs::remove_all(dir);
+  EXPECT_THROW(write_verify_json(dir, r), std::runtime_error);  // names the file it could not write
+}
+
 }  // namespace
 }  // namespace ntp::train
