@@ -741,6 +741,7 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   train::WorkerOptions options;
   options.rank = world.rank;
   options.world_size = world.world_size;
+  options.ranks_on_host = world.local_world_size;
   options.store = world.store;
   if (config.power.mode == power::PowerMode::nvml) options.gpu = gpu_of_local_rank(env, world.local_rank);
   set_gloo_address(options, env);

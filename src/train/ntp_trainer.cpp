@@ -230,7 +230,7 @@ NtpTrainer::NtpTrainer(const Config& config, const std::filesystem::path& run_di
   adopt(parallel_, epoch_);
   store_ = comm::open_store(options_.store);
   tensor::set_huge_pages(config.model.huge_pages);
-  x.ctx = std::make_unique<tensor::Context>(thread_setup(config.model, static_cast<int>(places_.size())));
+  x.ctx = std::make_unique<tensor::Context>(thread_setup(config.model, options.ranks_on_host));
   x.model = std::make_unique<model::Model>(x.setup.gpt, x.layout.shard, *x.ctx, &x.tp);
   const double init_start = unix_time_s();
   init_model(config.model, static_cast<std::uint64_t>(config.train.seed), *x.model);

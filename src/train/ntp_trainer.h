@@ -69,6 +69,9 @@ JobData check_job(const Config& config, const std::filesystem::path& run_dir);
 struct WorkerOptions {
   int rank = 0;
   int world_size = 1;
+  // Workers on this host (LOCAL_WORLD_SIZE): they share its cores, so each
+  // rank's kernel pool gets cores / ranks_on_host (model.threads = 0).
+  int ranks_on_host = 1;
   std::string store;  // "file:DIR" or "redis://host:port"
   // This rank's GPU for power.mode = "nvml": an NVML index or UUID.
   std::string gpu;

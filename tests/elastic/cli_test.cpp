@@ -193,6 +193,44 @@ TEST_F(CliTest, TrainOnRedisRunsUnderAJobAndPrintsThePlacement) {
   EXPECT_TRUE(placed);
 }
 
+// Two hosts on one machine: each holds one rank, so with model.threads = 0
+// each rank's pool takes every core of its host, not cores / world size.
+TEST_F(CliTest, EachRankTakesTheCoresOfItsHostNotOfTheWholeJob) {
+  if (!ntp::comm::testing::RedisServer::available()) GTEST_SKIP() << "redis-server is not installed";
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores < 2) GTEST_SKIP() << "one core: cores / 1 and cores / 2 are the same pool";
+  ntp::comm::testing::RedisServer redis;
+  const fs::path node0_out = dir_.string() + ".node0";
+  const std::string node0 = std::string(NTP_BINARY) + " train --nnodes 2 --node-rank 0 --store " +
+                            redis.spec("threads") + " --run-dir " + dir_.string() +
+                            " --set parallel.dp=2 --set parallel.tp=1 --set train.steps=2 --set train.global_batch=4 > " +
+                            node0_out.string() + " 2>&1";
+  int node0_status = -1;
+  std::thread first([&] { node0_status = std::system(node0.c_str()); });
+  std::string spec;  // node 0 prints the spec with its job id, which node 1 must name
+  for (int i = 0; i < 600 && spec.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(node0_out);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t at = text.find("--store redis://");
+    if (at != std::string::npos) spec = text.substr(at + 8, text.find_first_of(" \n", at + 8) - at - 8);
+  }
+  ASSERT_FALSE(spec.empty()) << "node 0 printed no job spec within 30 s";
+  const CommandResult node1 = ntp("train --nnodes 2 --node-rank 1 --store " + spec);
+  first.join();
+  fs::remove(node0_out);
+  ASSERT_EQ(node1.code, 0) << node1.output;
+  ASSERT_TRUE(WIFEXITED(node0_status) && WEXITSTATUS(node0_status) == 0);
+  const std::string pool = "pool " + std::to_string(cores) + " threads";
+  int ready = 0;
+  for (const nlohmann::json& e : read_lines(dir_ / "events.jsonl")) {
+    if (e.value("event", "") != "rank_ready") continue;
+    ++ready;
+    EXPECT_NE(e.value("threads", "").find(pool), std::string::npos) << e.dump();
+  }
+  EXPECT_EQ(ready, 2);
+}
+
 TEST_F(CliTest, LaunchRejectsBadFlags) {
   EXPECT_EQ(ntp("launch --nproc 0 -- true").code, 2);
   EXPECT_EQ(ntp("launch --nproc 2 --store tcp://x -- true").code, 2);
