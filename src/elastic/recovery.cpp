@@ -10,6 +10,7 @@
 
 #include "comm/error.h"
 #include "comm/group.h"
+#include "elastic/recovery_plan.h"
 #include "layout/errors.h"
 #include "train/recovery_source.h"
 #include "train/run_dir.h"
@@ -22,34 +23,6 @@ using train::unix_time_s;
 
 std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
-}
-
-// The configuration of the new epoch: the last agreed one without the slots of
-// the lost ranks.
-train::ParallelConfig without(const train::ParallelConfig& p, const std::vector<int>& lost,
-                              const std::vector<train::RankPlace>& places) {
-  train::ParallelConfig next = p;
-  for (int rank : lost) {
-    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
-    std::vector<std::int64_t>& failed = next.failed[place.replica];
-    if (std::find(failed.begin(), failed.end(), place.slot) == failed.end()) failed.push_back(place.slot);
-    std::sort(failed.begin(), failed.end());
-  }
-  return next;
-}
-
-// The slots a rejoining rank would bring back: the last agreed configuration
-// with `joined` ranks' slots out of parallel.failed.
-train::ParallelConfig with(const train::ParallelConfig& p, const std::vector<int>& joined,
-                           const std::vector<train::RankPlace>& places) {
-  train::ParallelConfig next = p;
-  for (int rank : joined) {
-    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
-    std::vector<std::int64_t>& failed = next.failed[place.replica];
-    failed.erase(std::remove(failed.begin(), failed.end(), place.slot), failed.end());
-    if (failed.empty()) next.failed.erase(place.replica);
-  }
-  return next;
 }
 
 // parallel.failed as "replica:slot,slot;replica:slot" (the store's copy of an
@@ -185,84 +158,43 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
     trainer_.store()->erase(join_key(trainer_.rank()));  // in: the survivors stop growing for it
   }
   if (fault_point_) fault_point_();
-  // The resume step and who holds state at it, in which layout.
-  std::int64_t newest = -1;
-  for (const Survivor& s : agreed.survivors) newest = std::max(newest, s.applied);
-  const Survivor* decided = nullptr;  // a survivor that saw the last commit complete
-  for (const Survivor& s : agreed.survivors) {
-    if (s.applied == newest && decided == nullptr) decided = &s;
-  }
-  const train::ParallelConfig last = configs_.rbegin()->second;
-  const train::ParallelConfig next =
-      with(without(last, agreed.lost, trainer_.places()), agreed.joined, trainer_.places());
-  // The layout the newest state is taken from (train/recovery_source.h: the
-  // survivors may hold it in different ones after a broken-off recovery).
-  std::vector<train::SurvivorState> states;
-  std::map<std::uint64_t, train::ParallelConfig> held;
-  for (const Survivor& s : agreed.survivors) {
-    states.push_back({trainer_.places().at(static_cast<std::size_t>(s.rank)), s.applied, s.pending, s.held_epoch});
-    if (s.applied == newest) held.emplace(s.held_epoch, config_of(s.held_epoch));  // the others never serve
-  }
-  std::optional<train::RecoverySource> source;
-  std::exception_ptr lost_units;
-  try {
-    source = train::choose_recovery_source(held, states, next, trainer_.gpt());
-  } catch (const layout::UnitsLostError&) {
-    lost_units = std::current_exception();
-  }
-  const std::uint64_t from_epoch = source ? source->epoch : held.rbegin()->first;
-  // A failure inside the commit collective can leave ranks just short of a
-  // step others applied: their synced gradients are final (the collective
-  // only completes once every rank entered it), so they complete the update
-  // with the outcome the others saw — no state has to move for them.
-  bool completed = false;
-  for (const train::SurvivorState& s : states) {
-    if (!train::completes_locally(s, newest, from_epoch)) continue;
-    completed = true;
-    if (s.place != trainer_.place() || !source) continue;
-    trainer_.complete_commit(newest, {decided->grad_norm, decided->skipped});
+  const RecoveryPlan plan = plan_recovery({agreed, configs_.rbegin()->second,
+                                           [this](std::uint64_t e) -> const train::ParallelConfig& { return config_of(e); },
+                                           trainer_.places(), trainer_.gpt(), failure});
+  const std::int64_t newest = plan.newest;
+  if (plan.source && std::binary_search(plan.completes_commit.begin(), plan.completes_commit.end(), trainer_.rank())) {
+    trainer_.complete_commit(newest, plan.outcome);
     trainer_.event("commit_completed", {{"epoch", epoch}, {"step", newest}});
   }
-  const std::vector<layout::SlotRef> stale = source ? source->stale : std::vector<layout::SlotRef>{};
-  std::optional<int> fresh;
-  bool me_stale = false;
-  for (const Survivor& s : agreed.survivors) {
-    const train::RankPlace place = trainer_.places().at(static_cast<std::size_t>(s.rank));
-    const bool is_stale = std::find(stale.begin(), stale.end(), layout::SlotRef{place.replica, place.slot}) != stale.end();
-    if (!is_stale && !fresh) fresh = s.rank;
-    if (s.rank == trainer_.rank()) me_stale = is_stale;
-  }
-  // Growing for a rank that was lost while it asked (it never took part)
-  // changes nothing: the members go on in a new epoch. A failed collective
-  // that changes nothing is another matter.
-  if (failure && agreed.lost.empty() && stale.empty() && agreed.joined.empty() && !completed) {
+  if (plan.changes_nothing) {
     throw RecoveryError(fmt::format(
         "rank {}: a collective failed ({}) but no rank was lost and none is behind: not recovering (is "
         "deadline.collective_s too short for a step?)",
         trainer_.rank(), error));
   }
+  const train::ParallelConfig& next = plan.next;
   configs_[epoch] = next;
   // For ranks that rejoin later without this history (every survivor writes the same).
   trainer_.store()->set(config_key(epoch), comm::to_bytes(failed_text(next)));
   trainer_.store()->set(kEpochKey, comm::to_bytes(std::to_string(epoch)));
-  members_ = trainer_.training_ranks(next);
+  members_ = plan.members;
   const std::vector<int> survivors = agreed.ranks();
   trainer_.event("membership_agreed", {{"epoch", epoch}, {"survivors", survivors}, {"lost", agreed.lost},
                                        {"joined", agreed.joined},
-                                       {"resume_step", newest + 1}, {"stale", stale.size()},
-                                       {"layout_epoch", from_epoch}, {"seconds", unix_time_s() - start}});
-  if (!source) std::rethrow_exception(lost_units);
+                                       {"resume_step", plan.resume()}, {"stale", plan.stale.size()},
+                                       {"layout_epoch", plan.from_epoch}, {"seconds", unix_time_s() - start}});
+  if (!plan.source) std::rethrow_exception(plan.units_lost);
 
   const double move_start = unix_time_s();
   const std::unique_ptr<comm::Group> exchange =
       comm::create_group(trainer_.store(), trainer_.group_options(epoch, survivors, "recover"));
   const train::StateMoveStats moved =
-      trainer_.move_state(next, source->plans, *exchange, survivors, me_stale,
-                          stale.empty() ? std::nullopt : fresh, newest);
+      trainer_.move_state(next, plan.source->plans, *exchange, survivors, plan.is_stale(trainer_.rank()),
+                          plan.stale.empty() ? std::nullopt : plan.fresh, newest);
   trainer_.adopt(next, epoch);
   trainer_.event("state_transferred", {{"epoch", epoch}, {"units_in", moved.units_in},
                                        {"bytes_in", moved.bytes_in}, {"units_out", moved.units_out},
-                                       {"bytes_out", moved.bytes_out}, {"stale", me_stale},
+                                       {"bytes_out", moved.bytes_out}, {"stale", plan.is_stale(trainer_.rank())},
                                        {"seconds", unix_time_s() - move_start}});
   prove_agreement(*exchange, survivors);
   exchange->barrier();  // every survivor holds its new state before anyone leaves
@@ -272,15 +204,7 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
     return {true, 0};
   }
   trainer_.connect();
-  // The writer role goes to the first survivor that holds the resume step's
-  // figures (it applied that step), else to the first member.
-  int writer = members_.front();
-  for (const Survivor& s : agreed.survivors) {
-    if (s.applied == newest && std::binary_search(members_.begin(), members_.end(), s.rank)) {
-      writer = s.rank;
-      break;
-    }
-  }
+  const int writer = plan.writer;
   trainer_.set_writer(writer);
   if (trainer_.is_writer()) trainer_.take_over_logs(newest + 1);
   trainer_.save_resume_state(newest + 1);

@@ -1,0 +1,220 @@
+#include "elastic/recovery_plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "layout/errors.h"
+
+namespace ntp::elastic {
+namespace {
+
+train::RankPlace place_of(const RecoveryInput& in, int rank) {
+  return in.places.at(static_cast<std::size_t>(rank));
+}
+
+std::vector<train::SurvivorState> survivor_states(const RecoveryInput& in) {
+  std::vector<train::SurvivorState> states;
+  for (const Survivor& s : in.agreed.survivors) {
+    states.push_back({place_of(in, s.rank), s.applied, s.pending, s.held_epoch});
+  }
+  return states;
+}
+
+// The layouts the newest state is held in: only survivors at `newest` serve.
+std::map<std::uint64_t, train::ParallelConfig> held_configs(const RecoveryInput& in, std::int64_t newest) {
+  std::map<std::uint64_t, train::ParallelConfig> held;
+  for (const Survivor& s : in.agreed.survivors) {
+    if (s.applied == newest) held.emplace(s.held_epoch, in.config_of(s.held_epoch));
+  }
+  return held;
+}
+
+bool contains(const std::vector<int>& sorted, int rank) {
+  return std::binary_search(sorted.begin(), sorted.end(), rank);
+}
+
+}  // namespace
+
+bool RecoveryPlan::is_stale(int rank) const { return contains(stale, rank); }
+
+train::ParallelConfig without_ranks(const train::ParallelConfig& p, const std::vector<int>& lost,
+                                    const std::vector<train::RankPlace>& places) {
+  train::ParallelConfig next = p;
+  for (int rank : lost) {
+    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
+    std::vector<std::int64_t>& failed = next.failed[place.replica];
+    if (std::find(failed.begin(), failed.end(), place.slot) == failed.end()) failed.push_back(place.slot);
+    std::sort(failed.begin(), failed.end());
+  }
+  return next;
+}
+
+train::ParallelConfig with_ranks(const train::ParallelConfig& p, const std::vector<int>& joined,
+                                 const std::vector<train::RankPlace>& places) {
+  train::ParallelConfig next = p;
+  for (int rank : joined) {
+    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
+    std::vector<std::int64_t>& failed = next.failed[place.replica];
+    failed.erase(std::remove(failed.begin(), failed.end(), place.slot), failed.end());
+    if (failed.empty()) next.failed.erase(place.replica);
+  }
+  return next;
+}
+
+std::vector<int> training_ranks(const train::ParallelConfig& p, const std::vector<train::RankPlace>& places) {
+  std::vector<int> ranks;
+  for (const train::RankPlace& place : train::job_places(p)) {
+    const auto it = std::find(places.begin(), places.end(), place);
+    if (it == places.end()) {
+      throw std::logic_error(fmt::format("replica {} slot {} has no process", place.replica, place.slot));
+    }
+    ranks.push_back(static_cast<int>(it - places.begin()));
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+RecoveryPlan plan_recovery(const RecoveryInput& in) {
+  RecoveryPlan plan;
+  const std::vector<Survivor>& survivors = in.agreed.survivors;
+  for (const Survivor& s : survivors) plan.newest = std::max(plan.newest, s.applied);
+  for (const Survivor& s : survivors) {
+    if (s.applied != plan.newest) continue;
+    plan.outcome = {s.grad_norm, s.skipped};
+    break;
+  }
+  plan.next = with_ranks(without_ranks(in.last, in.agreed.lost, in.places), in.agreed.joined, in.places);
+  const std::vector<train::SurvivorState> states = survivor_states(in);
+  const std::map<std::uint64_t, train::ParallelConfig> held = held_configs(in, plan.newest);
+  try {
+    plan.source = train::choose_recovery_source(held, states, plan.next, in.gpt);
+  } catch (const layout::UnitsLostError&) {
+    plan.units_lost = std::current_exception();
+  }
+  plan.from_epoch = plan.source ? plan.source->epoch : held.rbegin()->first;
+  // A failure inside the commit collective can leave ranks just short of a
+  // step others applied: their synced gradients are final (the collective
+  // only completes once every rank entered it), so they apply it with the
+  // outcome the others saw and no state moves for them.
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    if (train::completes_locally(states[i], plan.newest, plan.from_epoch)) {
+      plan.completes_commit.push_back(survivors[i].rank);
+    }
+  }
+  const std::vector<layout::SlotRef> stale_slots = plan.source ? plan.source->stale : std::vector<layout::SlotRef>{};
+  for (const Survivor& s : survivors) {
+    const train::RankPlace place = place_of(in, s.rank);
+    const bool is_stale =
+        std::find(stale_slots.begin(), stale_slots.end(), layout::SlotRef{place.replica, place.slot}) !=
+        stale_slots.end();
+    if (is_stale) plan.stale.push_back(s.rank);
+    if (!is_stale && !plan.fresh) plan.fresh = s.rank;
+  }
+  // Growing for a rank that was lost while it asked changes nothing either,
+  // but is no error: the members go on in a new epoch.
+  plan.changes_nothing = in.failure && in.agreed.lost.empty() && plan.stale.empty() &&
+                         in.agreed.joined.empty() && plan.completes_commit.empty();
+  plan.members = training_ranks(plan.next, in.places);
+  if (!plan.members.empty()) plan.writer = plan.members.front();
+  for (const Survivor& s : survivors) {
+    if (s.applied == plan.newest && contains(plan.members, s.rank)) {
+      plan.writer = s.rank;
+      break;
+    }
+  }
+  return plan;
+}
+
+namespace {
+
+std::vector<const layout::TransitionPlan*> kind_plans(const train::KindPlans& plans) {
+  return {&plans.heads, &plans.neurons, &plans.vocab};
+}
+
+// Why `rank`, behind the newest step, is neither stale nor completing it; "" when it is one of the two.
+std::string behind_rule(const RecoveryPlan& plan, const Survivor& s) {
+  const bool completes = contains(plan.completes_commit, s.rank);
+  const bool stale = plan.is_stale(s.rank);
+  if (completes && stale) return fmt::format("rank {} both completes the commit of step {} and is stale", s.rank, plan.newest);
+  if (s.applied < plan.newest && !completes && !stale) {
+    return fmt::format("rank {} applied step {} < {} but is neither stale nor completing the commit", s.rank,
+                       s.applied, plan.newest);
+  }
+  if (completes && !(s.applied == plan.newest - 1 && s.pending == plan.newest && s.held_epoch == plan.from_epoch)) {
+    return fmt::format("rank {} completes step {} locally without having entered its commit in epoch {}'s layout",
+                       s.rank, plan.newest, plan.from_epoch);
+  }
+  return "";
+}
+
+std::string check_sources(const RecoveryInput& in, const RecoveryPlan& plan) {
+  if (!plan.source) return plan.units_lost ? "" : "no source and no lost units";
+  std::vector<layout::SlotRef> serving;
+  for (const Survivor& s : in.agreed.survivors) {
+    // A rank that completes the commit locally holds the newest step too.
+    const bool holds = s.applied == plan.newest || contains(plan.completes_commit, s.rank);
+    if (plan.is_stale(s.rank) || !holds) continue;
+    const train::RankPlace p = place_of(in, s.rank);
+    serving.push_back({p.replica, p.slot});
+  }
+  for (const layout::TransitionPlan* kind : kind_plans(plan.source->plans)) {
+    if (!kind->recoverable()) return "a source plan loses units: " + kind->lost_summary();
+    for (const layout::Move& m : kind->moves) {
+      if (std::find(serving.begin(), serving.end(), m.from) == serving.end()) {
+        return fmt::format("units {} come from replica {} slot {}, which does not hold step {} (stale, behind or lost)",
+                           m.units.to_string(), m.from.replica, m.from.slot, plan.newest);
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string check_recovery_plan(const RecoveryInput& in, const RecoveryPlan& plan) {
+  std::int64_t newest = -1;
+  for (const Survivor& s : in.agreed.survivors) newest = std::max(newest, s.applied);
+  if (plan.newest != newest) {
+    return fmt::format("resumes at step {}, but a survivor applied step {}: resume at {}", plan.resume(), newest,
+                       newest + 1);
+  }
+  const train::ParallelConfig next =
+      with_ranks(without_ranks(in.last, in.agreed.lost, in.places), in.agreed.joined, in.places);
+  if (!(plan.next == next)) return "the next configuration is not the last one without the lost and with the joined slots";
+  if (plan.members != training_ranks(next, in.places)) return "the members are not the ranks that train next";
+  // Without a source the job stops (units lost): nobody is refilled.
+  for (const Survivor& s : in.agreed.survivors) {
+    if (!plan.source) break;
+    if (const std::string why = behind_rule(plan, s); !why.empty()) return why;
+  }
+  if (plan.source) {
+    std::vector<int> stale;
+    for (const layout::SlotRef& slot : plan.source->stale) {
+      for (const Survivor& s : in.agreed.survivors) {
+        if (place_of(in, s.rank) == train::RankPlace{slot.replica, slot.slot}) stale.push_back(s.rank);
+      }
+    }
+    std::sort(stale.begin(), stale.end());
+    if (stale != plan.stale) return fmt::format("stale ranks {} differ from the source plan's {}", plan.stale, stale);
+  }
+  if (const std::string why = check_sources(in, plan); !why.empty()) return why;
+  if (plan.fresh && plan.is_stale(*plan.fresh)) return fmt::format("rank {} is stale but serves the replicated tensors", *plan.fresh);
+  if (!plan.members.empty() && !contains(plan.members, plan.writer)) {
+    return fmt::format("writer {} does not train next", plan.writer);
+  }
+  for (const Survivor& s : in.agreed.survivors) {
+    if (s.applied != newest || !contains(plan.members, s.rank)) continue;
+    const auto writer = std::find_if(in.agreed.survivors.begin(), in.agreed.survivors.end(),
+                                     [&](const Survivor& w) { return w.rank == plan.writer; });
+    if (writer == in.agreed.survivors.end() || writer->applied != newest) {
+      return fmt::format("writer {} does not hold step {}'s figures, rank {} does", plan.writer, newest, s.rank);
+    }
+    break;
+  }
+  return "";
+}
+
+}  // namespace ntp::elastic
