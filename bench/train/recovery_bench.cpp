@@ -49,10 +49,6 @@ const std::vector<std::string> kSets = {
     "elastic.settle_s=0.2",  "deadline.collective_s=10", "deadline.rendezvous_s=30",
     "deadline.heartbeat_s=1.5"};
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 using ntp::testing::read_jsonl_lines;
 
 std::vector<std::string> command(const fs::path& dir, int steps) {
@@ -83,30 +79,10 @@ Sample run_once(const fs::path& dir, int steps, int rank, int signal, std::size_
   fs::remove_all(dir);
   const fs::path out = dir.string() + ".out";
   const std::vector<std::string> args = command(dir, steps);
-  const pid_t child = ntp::testing::spawn_logged(args, out);
-
-  double sent_at = 0;
-  int pid = 0;
-  int status = 0;
-  while (::waitpid(child, &status, WNOHANG) != child) {
-    if (sent_at == 0) {
-      const std::vector<nlohmann::json> metrics = read_jsonl_lines(dir / "metrics.jsonl");
-      if (metrics.size() >= rows) {
-        for (const nlohmann::json& e : read_jsonl_lines(dir / "events.jsonl")) {
-          if (e.value("event", "") == "worker_started" && e["rank"] == rank) pid = e["pid"].get<int>();
-        }
-        std::this_thread::sleep_for(
-            std::chrono::duration<double>(0.5 * metrics.back().value("step_time_s", 0.0)));
-        sent_at = unix_now();
-        if (pid <= 0 || ::kill(pid, signal) != 0) throw std::runtime_error("no worker pid for rank " + std::to_string(rank));
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  if (pid > 0) ::kill(pid, SIGKILL);  // never leave a stopped worker behind (fenced already: a no-op)
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (code != 0 || sent_at == 0) {
-    throw std::runtime_error("ntp train exit " + std::to_string(code) + (sent_at == 0 ? " before the signal" : "") +
+  const ntp::testing::SignalledRun run = ntp::testing::signal_mid_run(args, dir, out, rank, signal, rows);
+  const double sent_at = run.sent_at;
+  if (run.code != 0 || sent_at == 0) {
+    throw std::runtime_error("ntp train exit " + std::to_string(run.code) + (sent_at == 0 ? " before the signal" : "") +
                              "; see " + out.string());
   }
   std::ifstream summary_in(dir / "summary.json");

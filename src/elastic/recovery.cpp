@@ -1,5 +1,7 @@
 #include "elastic/recovery.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <exception>
 #include <optional>
@@ -7,7 +9,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
+#include "comm/counting_store.h"
 #include "comm/error.h"
 #include "comm/group.h"
 #include "elastic/recovery_plan.h"
@@ -23,6 +27,38 @@ using train::unix_time_s;
 
 std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
+}
+
+double process_cpu_s() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// What one phase of a recovery cost this rank: wall and CPU seconds (the
+// whole process: communication and pool threads included), and the store
+// operations and bytes made through `store` (the recovery's own calls; the
+// heartbeat's are not counted). recovery_scale_bench sums them over ranks.
+class PhaseMeter {
+ public:
+  explicit PhaseMeter(const comm::CountingStore& store)
+      : store_(store), wall_(unix_time_s()), cpu_(process_cpu_s()), counts_(store.counts()) {}
+  nlohmann::json fields() const {
+    const comm::StoreCounts c = store_.counts() - counts_;
+    return {{"seconds", unix_time_s() - wall_}, {"cpu_s", process_cpu_s() - cpu_},
+            {"store_ops", c.operations}, {"store_bytes", c.bytes()}};
+  }
+
+ private:
+  const comm::CountingStore& store_;
+  double wall_;
+  double cpu_;
+  comm::StoreCounts counts_;
+};
+
+nlohmann::json with(nlohmann::json fields, const nlohmann::json& more) {
+  fields.update(more);
+  return fields;
 }
 
 // parallel.failed as "replica:slot,slot;replica:slot" (the store's copy of an
@@ -138,6 +174,8 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
     trainer_.event("failure_detected", {{"epoch", epoch - 1}, {"applied_step", trainer_.applied_step()},
                                         {"error", error}, {"seconds", unix_time_s() - start}});
   }
+  const auto store = std::make_shared<comm::CountingStore>(trainer_.store());
+  const PhaseMeter agreement(*store);
   trainer_.drop_groups();
 
   MembershipOptions mo;
@@ -153,7 +191,7 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   mo.settle = ms(config.elastic.settle_s);
   mo.wait_for_blocked = ms(config.deadline.collective_s + config.elastic.settle_s);
   mo.deadline = ms(config.deadline.rendezvous_s);
-  const Membership agreed = agree_membership(*trainer_.store(), mo);
+  const Membership agreed = agree_membership(*store, mo);
   if (std::binary_search(agreed.joined.begin(), agreed.joined.end(), trainer_.rank())) {
     trainer_.store()->erase(join_key(trainer_.rank()));  // in: the survivors stop growing for it
   }
@@ -175,27 +213,28 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   const train::ParallelConfig& next = plan.next;
   configs_[epoch] = next;
   // For ranks that rejoin later without this history (every survivor writes the same).
-  trainer_.store()->set(config_key(epoch), comm::to_bytes(failed_text(next)));
-  trainer_.store()->set(kEpochKey, comm::to_bytes(std::to_string(epoch)));
+  store->set(config_key(epoch), comm::to_bytes(failed_text(next)));
+  store->set(kEpochKey, comm::to_bytes(std::to_string(epoch)));
   members_ = plan.members;
   const std::vector<int> survivors = agreed.ranks();
-  trainer_.event("membership_agreed", {{"epoch", epoch}, {"survivors", survivors}, {"lost", agreed.lost},
-                                       {"joined", agreed.joined},
-                                       {"resume_step", plan.resume()}, {"stale", plan.stale.size()},
-                                       {"layout_epoch", plan.from_epoch}, {"seconds", unix_time_s() - start}});
+  trainer_.event("membership_agreed",
+                 with(agreement.fields(), {{"epoch", epoch}, {"survivors", survivors}, {"lost", agreed.lost},
+                                           {"joined", agreed.joined}, {"resume_step", plan.resume()},
+                                           {"stale", plan.stale.size()}, {"layout_epoch", plan.from_epoch},
+                                           {"seconds", unix_time_s() - start}}));
   if (!plan.source) std::rethrow_exception(plan.units_lost);
 
-  const double move_start = unix_time_s();
+  const PhaseMeter transfer(*store);
   const std::unique_ptr<comm::Group> exchange =
-      comm::create_group(trainer_.store(), trainer_.group_options(epoch, survivors, "recover"));
+      comm::create_group(store, trainer_.group_options(epoch, survivors, "recover"));
   const train::StateMoveStats moved =
       trainer_.move_state(next, plan.source->plans, *exchange, survivors, plan.is_stale(trainer_.rank()),
                           plan.stale.empty() ? std::nullopt : plan.fresh, newest);
   trainer_.adopt(next, epoch);
-  trainer_.event("state_transferred", {{"epoch", epoch}, {"units_in", moved.units_in},
-                                       {"bytes_in", moved.bytes_in}, {"units_out", moved.units_out},
-                                       {"bytes_out", moved.bytes_out}, {"stale", plan.is_stale(trainer_.rank())},
-                                       {"seconds", unix_time_s() - move_start}});
+  trainer_.event("state_transferred",
+                 with(transfer.fields(), {{"epoch", epoch}, {"units_in", moved.units_in}, {"bytes_in", moved.bytes_in},
+                                          {"units_out", moved.units_out}, {"bytes_out", moved.bytes_out},
+                                          {"stale", plan.is_stale(trainer_.rank())}}));
   prove_agreement(*exchange, survivors);
   exchange->barrier();  // every survivor holds its new state before anyone leaves
 
@@ -203,6 +242,8 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
     trainer_.event("rank_left", {{"epoch", epoch}, {"reason", "replica below parallel.min_tp"}});
     return {true, 0};
   }
+  const double connect_start = unix_time_s();
+  const double connect_cpu = process_cpu_s();
   trainer_.connect();
   const int writer = plan.writer;
   trainer_.set_writer(writer);
@@ -213,7 +254,9 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   }
   trainer_.event("step_resumed", {{"step", newest + 1}, {"epoch", epoch}, {"joined", agreed.joined},
                                   {"tp", train::split_input(next, config.train.global_batch).active},
-                                  {"writer", writer}, {"recovery_s", unix_time_s() - start}});
+                                  {"writer", writer}, {"recovery_s", unix_time_s() - start},
+                                  {"connect_s", unix_time_s() - connect_start},
+                                  {"connect_cpu_s", process_cpu_s() - connect_cpu}});
   return {false, newest + 1};
 }
 

@@ -1,12 +1,16 @@
 #include "run_files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/wait.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -80,6 +84,34 @@ pid_t spawn_logged(const std::vector<std::string>& args, const std::filesystem::
   posix_spawn_file_actions_destroy(&actions);
   if (err != 0) throw std::runtime_error("cannot start " + args.at(0) + ": " + std::strerror(err));
   return pid;
+}
+
+SignalledRun signal_mid_run(const std::vector<std::string>& args, const std::filesystem::path& run_dir,
+                            const std::filesystem::path& out, int rank, int signal, std::size_t rows) {
+  const pid_t child = spawn_logged(args, out);
+  SignalledRun run;
+  int pid = 0;
+  int status = 0;
+  while (::waitpid(child, &status, WNOHANG) != child) {
+    if (run.sent_at == 0) {
+      const std::vector<nlohmann::json> metrics = read_jsonl_lines(run_dir / "metrics.jsonl");
+      if (metrics.size() >= rows) {
+        for (const nlohmann::json& e : events_named(run_dir, "worker_started")) {
+          if (e["rank"] == rank) pid = e["pid"].get<int>();
+        }
+        std::this_thread::sleep_for(std::chrono::duration<double>(0.5 * metrics.back().value("step_time_s", 0.0)));
+        run.sent_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        if (pid <= 0 || ::kill(pid, signal) != 0) {
+          ::kill(child, SIGKILL);
+          throw std::runtime_error("no worker pid for rank " + std::to_string(rank));
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (pid > 0) ::kill(pid, SIGKILL);  // never leave a stopped worker behind (fenced already: a no-op)
+  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
 }
 
 }  // namespace ntp::testing

@@ -24,6 +24,17 @@ std::vector<nlohmann::json> events_named(const std::filesystem::path& run_dir, c
 // its pid. Throws std::runtime_error naming the command when it cannot start.
 pid_t spawn_logged(const std::vector<std::string>& args, const std::filesystem::path& out);
 
+// A run of `args` (an `ntp train` of `run_dir`) that got `signal` to worker
+// `rank` (its pid from worker_started) half a step after metrics.jsonl had
+// `rows` rows, so that it lands inside a step. Waits for the run to end;
+// the worker is SIGKILLed afterwards should it still be there (stopped).
+struct SignalledRun {
+  int code = -1;        // the run's exit status (128 + signal when killed)
+  double sent_at = 0;   // unix seconds of the signal; 0 when the run ended before it
+};
+SignalledRun signal_mid_run(const std::vector<std::string>& args, const std::filesystem::path& run_dir,
+                            const std::filesystem::path& out, int rank, int signal, std::size_t rows);
+
 // Writes a text data file of 1500 numbered lines whose words are `word`,
 // atomically (a dataset regenerated in place): another word, other tokens.
 void write_text_data(const std::filesystem::path& path, const std::string& word);
