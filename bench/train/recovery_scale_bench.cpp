@@ -13,7 +13,9 @@
 // Gloo bytes received per receiving rank; and, over N, the growth exponent b
 // of a least-squares fit y = a N^b. On one machine the ranks share its cores,
 // so wall time says little at large N (every rank is oversubscribed); per-rank
-// operations, bytes and CPU are what scale-out would see.
+// operations, bytes and CPU are what scale-out would see. A size whose
+// ports do not fit net.ipv4.ip_local_port_range is skipped, naming the sysctl
+// (the range is per network namespace: a namespace of its own can widen it).
 //
 //   build/bench/train/recovery_scale_bench [--tp 4,8,16,32,72] [--keep]
 #include <signal.h>
@@ -31,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/port_budget.h"
 #include "run_files.h"
 
 namespace {
@@ -176,6 +179,12 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   try {
     for (int tp : tps) {
+      // One host holding every rank needs a port per peer of each group (docs/comm.md, "Ports").
+      const auto range = ntp::comm::ephemeral_port_range();
+      if (const auto shortfall = range ? ntp::comm::port_shortfall(2 * tp, {2 * tp, tp, 2}, *range) : std::nullopt) {
+        std::printf("N = %d skipped: %s\n", 2 * tp, shortfall->c_str());
+        continue;
+      }
       const fs::path dir = base / ("tp" + std::to_string(tp));
       std::vector<std::string> args = command(dir, tp);
       std::string words;
