@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/support/bench_args.h"
 #include "bench/support/host_load.h"
 #include "model/binary_file.h"
 #include "model/init.h"
@@ -28,15 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ntp::model;
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == "--" + name) return argv[i + 1];
-  return fallback;
-}
+using ntp::bench::flag;
+using ntp::bench::now_s;
 
 // Rank 0 of `tp` with the contiguous (Megatron) split of each unit kind.
 Shard rank0(const GptConfig& c, std::int64_t tp) {

@@ -11,25 +11,37 @@
 // rates are also given per second of process CPU time (all threads), which
 // stays meaningful when other jobs share the cores (the load average is printed).
 //
-//   model_bench [--threads=N] [--llama_1b_layers=L] [benchmark flags]
+//   model_bench [--threads=N] [--llama_1b_layers=L] [--tp=K [--align=A]] [benchmark flags]
 //
 // --llama_1b_layers runs llama-1b with L of its 22 layers (each layer the same
 // shape), for hosts without the ~19 GB its full training state needs; the
 // name of the benchmark says the layers run. Peak RSS is the process's: run
 // one model per process (--benchmark_filter) for a per-model figure.
+//
+// --tp=K adds the step of one rank of a TP-K replica of GPT-2 124M (slot 0:
+// the largest share of every kind) with the shares of align 1 and of
+// --align (default 64; layout/shares.h), on oneDNN: what aligned GEMM widths
+// are worth on this CPU (docs/layout.md). The rank runs alone, in a group of
+// one: its compute, no TP all-reduce. Model FLOPs count the rank's own
+// parameters.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/support/host_load.h"
+#include "comm/group.h"
+#include "comm/store.h"
+#include "layout/job_layout.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "tensor/attention.h"
@@ -43,6 +55,8 @@ using namespace ntp;
 
 int g_threads = 2;
 int g_llama_1b_layers = 0;  // 0: all of them
+int g_tp = 0;               // --tp: 0 = no TP-rank cases
+int g_align = 64;           // --align of the aligned TP-rank case
 tensor::Context* g_peak_ctx = nullptr;  // oneDNN: the fastest sgemm here
 
 double process_cpu_seconds() {
@@ -97,14 +111,42 @@ struct StepCase {
   model::Family family = model::Family::kGpt2;
   std::int64_t seq = 64;
   std::int64_t layers = 0;  // 0: the preset's
+  int tp = 1;               // > 1: slot 0 of a TP-tp replica, shares in blocks of `align`
+  int align = 1;
 };
+
+// Slot 0's units of every kind in a healthy TP-`tp` replica: heads whole,
+// neurons and vocabulary rows in blocks of `align` (as the trainer's job_config).
+model::Shard slot0_shard(const model::GptConfig& c, int tp, int align) {
+  const auto units = [&](std::int64_t count, int block) {
+    const layout::JobConfig job{.units = count, .tp = tp, .replicas = 1, .align = block};
+    return layout::plan_job(job).units_of(0, 0);
+  };
+  return {units(c.head_units(), 1), units(c.ffn(), align), units(c.padded_vocab, align)};
+}
+
+std::string solo_store_dir() { return "/tmp/ntp_model_bench_store_" + std::to_string(::getpid()); }
+
+// A TP group of one: a partial shard computes alone, with no all-reduce.
+// Each group takes a new epoch, so no group sees another's store keys.
+std::unique_ptr<comm::Group> solo_group() {
+  static std::uint64_t epoch = 0;
+  comm::GroupOptions o;
+  o.ranks = {0};
+  o.global_rank = 0;
+  o.epoch = ++epoch;
+  o.name = "bench";
+  return comm::create_group(comm::open_store("file:" + solo_store_dir()), o);
+}
 
 void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBackend backend) {
   model::GptConfig config = model::preset(sc.preset, sc.family);
   if (sc.layers > 0) config.layers = sc.layers;
   const std::int64_t B = 4, T = sc.seq;
   tensor::Context ctx({g_threads, backend});
-  model::Model m(config, model::Shard::full(config), ctx);
+  const std::unique_ptr<comm::Group> solo = sc.tp > 1 ? solo_group() : nullptr;
+  const model::Shard shard = sc.tp > 1 ? slot0_shard(config, sc.tp, sc.align) : model::Shard::full(config);
+  model::Model m(config, shard, ctx, solo.get());
   m.init(1);
   model::AdamWConfig opt_config;
   opt_config.lr = 1e-4f;
@@ -112,9 +154,15 @@ void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBacke
   opt_config.grad_clip = 1.0f;
   model::AdamW opt(opt_config, m.layout());
   std::vector<std::int32_t> inputs(B * T), targets(B * T);
+  // Token ids this rank holds: alone in its group, it must own every target
+  // (the vocabulary-parallel loss counts each target's holders).
+  const std::int64_t ids = sc.tp > 1 ? shard.vocab.size() : config.vocab;
+  const auto id = [&](std::int64_t k) {
+    return static_cast<std::int32_t>(sc.tp > 1 ? shard.vocab.unit_at(k) : k);
+  };
   for (std::int64_t i = 0; i < B * T; ++i) {
-    inputs[i] = static_cast<std::int32_t>((i * 7919) % config.vocab);
-    targets[i] = static_cast<std::int32_t>((i * 104729 + 1) % config.vocab);
+    inputs[i] = id((i * 7919) % std::min(ids, config.vocab));
+    targets[i] = id((i * 104729 + 1) % std::min(ids, config.vocab));
   }
   const model::Batch batch{inputs.data(), targets.data(), B, T};
   // Wall seconds of each phase over the timed steps (the breakdown printed
@@ -160,10 +208,12 @@ void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBacke
   }
   const Rate peak{sgemm_flop / sgemm_wall, sgemm_flop / sgemm_cpu};
   const double cpu_seconds = step_cpu;
-  const double params = static_cast<double>(model::parameter_count(config));
+  const double params = static_cast<double>(sc.tp > 1 ? m.layout().size() : model::parameter_count(config));
   const double lookup_only = config.llama() ? static_cast<double>(config.padded_vocab * config.d_model) : 0.0;
-  const double flops_per_token =
-      6.0 * (params - lookup_only) + 6.0 * static_cast<double>(config.layers * config.d_model * T);
+  const double attention_width =
+      static_cast<double>(shard.heads.size() * config.head_dim() * config.queries_per_group());
+  const double flops_per_token = 6.0 * (params - lookup_only) +
+                                 6.0 * static_cast<double>(config.layers) * attention_width * static_cast<double>(T);
   const double tokens = static_cast<double>(state.iterations() * B * T);
   state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["model_GFLOP/s"] =
@@ -175,6 +225,8 @@ void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBacke
   for (int i = 0; i < 4; ++i)
     state.counters[phase_names[i]] = 1e3 * phase[i] / static_cast<double>(state.iterations());
   state.counters["params_M"] = params / 1e6;
+  state.counters["neurons"] = static_cast<double>(shard.neurons.size());
+  state.counters["vocab_rows"] = static_cast<double>(shard.vocab.size());
   state.counters["peak_rss_MiB"] = peak_rss_mib();
   state.counters["loss"] = loss;
 }
@@ -295,6 +347,8 @@ int parse_flag(int& argc, char** argv, const char* name, int fallback) {
 int main(int argc, char** argv) {
   g_threads = parse_flag(argc, argv, "threads", 2);
   g_llama_1b_layers = parse_flag(argc, argv, "llama_1b_layers", 0);
+  g_tp = parse_flag(argc, argv, "tp", 0);
+  g_align = parse_flag(argc, argv, "align", 64);
   tensor::Context peak_ctx({g_threads, tensor::GemmBackend::kOneDnn});
   g_peak_ctx = &peak_ctx;
   const tensor::Context blas_ctx({g_threads, tensor::GemmBackend::kOpenBlas});
@@ -329,10 +383,24 @@ int main(int argc, char** argv) {
         ->Iterations(sc.preset == "llama-1b" ? 2 : 4)
         ->UseRealTime();
   }
+  if (g_tp > 1) {
+    for (const int align : {1, g_align}) {
+      StepCase sc{"gpt2"};
+      sc.tp = g_tp;
+      sc.align = align;
+      const std::string name =
+          "train_step_tp/gpt2/TP" + std::to_string(g_tp) + "/align" + std::to_string(align) + "/B4xT64/onednn";
+      benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, sc, tensor::GemmBackend::kOneDnn)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(4)
+          ->UseRealTime();
+    }
+  }
   register_attention_benchmarks();
   FractionReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   std::printf("load average at end: %s\n", load_average().c_str());
+  std::filesystem::remove_all(solo_store_dir());
   benchmark::Shutdown();
   return 0;
 }

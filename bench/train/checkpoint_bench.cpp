@@ -8,7 +8,7 @@
 //             waited for the previous one (wait_s), against the median step
 //             time (target: < 5 %)
 //   load      `ntp export` of the newest checkpoint (every byte read, checksums
-//             compared; from the page cache, as a restart right after a save is)
+//             compared; from the disk: a save drops its pages from the page cache)
 //   restart   the same job with elastic.recover: one worker SIGKILLed (in-job
 //             recovery: failure -> the redone step done) next to slot 0 of both
 //             replicas SIGKILLed (in-job recovery impossible: failure -> the

@@ -17,7 +17,8 @@
 // ports do not fit net.ipv4.ip_local_port_range is skipped, naming the sysctl
 // (the range is per network namespace: a namespace of its own can widen it).
 //
-//   build/bench/train/recovery_scale_bench [--tp 4,8,16,32,72] [--keep]
+//   build/bench/train/recovery_scale_bench [--tp 4,8,16,32,72] [--redis] [--keep]
+// --redis: the job's store is a redis-server started here (else the file store).
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,14 +36,19 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/port_budget.h"
+#include "tests/comm/redis_server.h"
 #include "run_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> command(const fs::path& dir, int tp) {
+std::vector<std::string> command(const fs::path& dir, int tp, const std::string& store) {
   std::vector<std::string> args = {"timeout", "-s", "KILL", "900", NTP_BINARY, "train", "--run-dir", dir.string()};
+  if (!store.empty()) {
+    args.push_back("--store");
+    args.push_back(store);
+  }
   const std::vector<std::string> sets = {
       "parallel.dp=2",          "parallel.tp=" + std::to_string(tp), "model.heads=72",
       "model.d_model=144",      "model.layers=1",                    "model.seq_len=16",
@@ -86,10 +93,10 @@ Phase phase_of(const std::vector<nlohmann::json>& events, const std::string& sec
   return p;
 }
 
-Row run_once(const fs::path& dir, int tp) {
+Row run_once(const fs::path& dir, int tp, const std::string& store) {
   fs::remove_all(dir);
   const fs::path out = dir.string() + ".out";
-  const ntp::testing::SignalledRun run = ntp::testing::signal_mid_run(command(dir, tp), dir, out, tp + 1, SIGKILL, 3);
+  const ntp::testing::SignalledRun run = ntp::testing::signal_mid_run(command(dir, tp, store), dir, out, tp + 1, SIGKILL, 3);
   if (run.code != 0 || run.sent_at == 0) {
     throw std::runtime_error("tp " + std::to_string(tp) + ": ntp train exit " + std::to_string(run.code) + "; see " +
                              out.string());
@@ -161,6 +168,7 @@ void print(const std::vector<Row>& rows) {
 int main(int argc, char** argv) {
   std::vector<int> tps = {4, 8, 16, 32, 72};
   bool keep = false;
+  bool redis = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--tp" && i + 1 < argc) {
@@ -169,13 +177,19 @@ int main(int argc, char** argv) {
       for (std::string t; std::getline(list, t, ',');) tps.push_back(std::stoi(t));
     } else if (a == "--keep") {
       keep = true;
+    } else if (a == "--redis") {
+      redis = true;
     } else {
-      std::fprintf(stderr, "usage: recovery_scale_bench [--tp 4,8,16,32,72] [--keep]\n");
+      std::fprintf(stderr, "usage: recovery_scale_bench [--tp 4,8,16,32,72] [--redis] [--keep]\n");
       return 2;
     }
   }
   const fs::path base = fs::temp_directory_path() / ("ntp_recovery_scale_" + std::to_string(::getpid()));
   fs::create_directories(base);
+  // The file store emulates Redis's blocking list reads by polling, so its
+  // operation counts grow with the wait; Redis answers them in the server.
+  std::unique_ptr<ntp::comm::testing::RedisServer> server;
+  if (redis) server = std::make_unique<ntp::comm::testing::RedisServer>();
   std::vector<Row> rows;
   try {
     for (int tp : tps) {
@@ -186,12 +200,12 @@ int main(int argc, char** argv) {
         continue;
       }
       const fs::path dir = base / ("tp" + std::to_string(tp));
-      std::vector<std::string> args = command(dir, tp);
+      std::vector<std::string> args = command(dir, tp, server ? server->spec("tp" + std::to_string(tp)) : "");
       std::string words;
       for (const std::string& w : args) words += (words.empty() ? "" : " ") + w;
       std::printf("N = %d: %s; SIGKILL to rank %d after 3 steps\n", 2 * tp, words.c_str(), tp + 1);
       std::fflush(stdout);
-      rows.push_back(run_once(dir, tp));
+      rows.push_back(run_once(dir, tp, server ? server->spec("tp" + std::to_string(tp)) : ""));
       std::printf("  signal->resumed %.2f s\n", rows.back().recovery_s);
       std::fflush(stdout);
       if (!keep) {

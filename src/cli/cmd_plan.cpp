@@ -1,5 +1,7 @@
 // `ntp plan`: the layouts, gradient-sync plans and transition plan of one unit
-// kind for a job, as a readable table or one JSON object (docs/plan.md).
+// kind for a job (--units), or the widths and phase loads of every kind of a
+// model (--model, plan_kinds.h), as a readable table or one JSON object
+// (docs/plan.md).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -12,9 +14,11 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
+#include "cli/plan_kinds.h"
 #include "layout/errors.h"
 #include "layout/job_layout.h"
 #include "layout/transition.h"
+#include "model/config.h"
 
 namespace ntp::cli {
 namespace {
@@ -28,13 +32,19 @@ struct BadInput : std::invalid_argument {
 };
 
 struct PlanOptions {
-  Unit units = 0;
+  std::optional<Unit> units;
   int tp = 0;
   int replicas = 0;
   int min_tp = 1;
   std::string failed;
   std::optional<std::string> to_failed;
+  std::optional<Unit> align;  // --units: 1; --model: 64 (parallel.align's default)
+  std::string balance = "work";
+  std::string speeds;
   bool as_json = false;
+  // --model: a preset, and overrides of its shape.
+  std::optional<std::string> model;
+  std::optional<Unit> d_model, heads, kv_heads, ffn, vocab, seq_len, layers;
 };
 
 // ---- JSON ----------------------------------------------------------------
@@ -61,10 +71,11 @@ json replica_json(int replica, const ReplicaLayout& layout) {
           {"core", layout.core},
           {"layout", std::move(slots)},
           {"pre_sync", transfers_json(layout.pre_sync)},
-          {"post_sync", transfers_json(layout.post_sync)}};
+          {"post_sync", transfers_json(layout.post_sync)},
+          {"block", layout.block}};
 }
 
-json job_json(const JobLayout& job, const std::string& failed) {
+json job_json(const JobLayout& job, const std::string& failed, Unit align) {
   json partition = json::array();
   for (const IntervalSet& s : job.sync_partition) partition.push_back(intervals_json(s));
   json replicas = json::array();
@@ -74,6 +85,8 @@ json job_json(const JobLayout& job, const std::string& failed) {
           {"replicas", job.num_replicas()},
           {"min_tp", job.min_tp},
           {"failed", failed},
+          {"align", align},
+          {"block", job.block},
           {"sync_degree", job.sync_degree},
           {"sync_partition", std::move(partition)},
           {"replica_layouts", std::move(replicas)}};
@@ -166,14 +179,35 @@ void append_transition_table(std::string& out, const TransitionPlan& plan) {
 // The job for one failure spec. Errors in the spec name its flag; errors of
 // the job as a whole (units too few for a replica, no replica trains) name the
 // field and say which spec they arise with.
-JobLayout plan_for(const PlanOptions& o, const std::string& spec, const std::string& flag) {
-  JobConfig config{o.units, o.tp, o.replicas, {}, o.min_tp};
+// The slot speeds of --speeds, checked against the job.
+SlotSpeeds speeds_option(const PlanOptions& o) {
   try {
-    config.failed = parse_failed_slots(spec);
-    validate_failed_slots(config.failed, o.replicas, o.tp);
+    SlotSpeeds speeds = parse_slot_speeds(o.speeds);
+    validate_slot_speeds(speeds, o.replicas, o.tp);
+    return speeds;
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(std::string("--speeds: ") + e.what());
+  }
+}
+
+FailedSlots failed_option(const PlanOptions& o, const std::string& spec, const std::string& flag) {
+  try {
+    FailedSlots failed = parse_failed_slots(spec);
+    validate_failed_slots(failed, o.replicas, o.tp);
+    return failed;
   } catch (const std::invalid_argument& e) {
     throw BadInput(flag + ": " + e.what());
   }
+}
+
+JobLayout plan_for(const PlanOptions& o, const std::string& spec, const std::string& flag) {
+  JobConfig config{.units = *o.units,
+                   .tp = o.tp,
+                   .replicas = o.replicas,
+                   .failed = failed_option(o, spec, flag),
+                   .min_tp = o.min_tp,
+                   .align = o.align.value_or(1),
+                   .speeds = o.balance == "work" ? speeds_option(o) : SlotSpeeds{}};
   const std::string with = " (with " + flag + " \"" + spec + "\")";
   try {
     return plan_job(config);
@@ -190,10 +224,54 @@ void check_min_tp(const PlanOptions& o) {
                    std::to_string(o.tp));
 }
 
+// The model of --model: a preset of either family (the name picks it) with
+// the shape flags on top. A GPT-2 FFN follows d_model (4 d) unless --ffn.
+ModelShape model_shape(const PlanOptions& o) {
+  const bool llama = o.model->starts_with("llama");
+  model::GptConfig c;
+  try {
+    c = model::preset(*o.model, llama ? model::Family::kLlama : model::Family::kGpt2);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(std::string("--model: ") + e.what());
+  }
+  const Unit d_model = o.d_model.value_or(c.d_model);
+  ModelShape shape{.d_model = d_model,
+                   .heads = o.heads.value_or(c.heads),
+                   .kv_heads = llama ? o.kv_heads.value_or(c.kv_heads) : o.kv_heads.value_or(0),
+                   .ffn = o.ffn.value_or(llama ? c.ffn_hidden : 4 * d_model),
+                   .gated_ffn = llama,
+                   .vocab = o.vocab.value_or(c.padded_vocab),
+                   .seq_len = o.seq_len.value_or(c.max_seq),
+                   .layers = o.layers.value_or(c.layers)};
+  try {
+    unit_costs(shape);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(e.what());
+  }
+  return shape;
+}
+
+std::string run_kinds(const PlanOptions& o) {
+  KindsRequest request{.shape = model_shape(o),
+                       .tp = o.tp,
+                       .replicas = o.replicas,
+                       .min_tp = o.min_tp,
+                       .failed = failed_option(o, o.failed, "--failed"),
+                       .speeds = speeds_option(o),
+                       .align = o.align.value_or(64),
+                       .by_work = o.balance == "work"};
+  try {
+    return o.as_json ? kinds_json(request).dump() + "\n" : kinds_table(request);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(e.what());
+  }
+}
+
 // Plans everything and returns the text for stdout; throws on any error so
 // that nothing reaches stdout unless the whole request succeeded.
 std::string run_plan(const PlanOptions& o) {
   check_min_tp(o);
+  if (o.model) return run_kinds(o);
   const JobLayout from = plan_for(o, o.failed, "--failed");
   std::optional<JobLayout> to;
   TransitionPlan transition;
@@ -203,9 +281,11 @@ std::string run_plan(const PlanOptions& o) {
     transition.require_recoverable();
   }
   if (o.as_json) {
-    json out = job_json(from, format_failed_slots(parse_failed_slots(o.failed)));
+    json out =
+        job_json(from, format_failed_slots(parse_failed_slots(o.failed)), o.align.value_or(1));
     if (to) {
-      out["to"] = job_json(*to, format_failed_slots(parse_failed_slots(*o.to_failed)));
+      out["to"] =
+          job_json(*to, format_failed_slots(parse_failed_slots(*o.to_failed)), o.align.value_or(1));
       out["transition"] = transition_json(transition);
       out["transition_units"] = {{"intra", transition.intra_units},
                                  {"cross", transition.cross_units}};
@@ -225,19 +305,44 @@ std::string run_plan(const PlanOptions& o) {
 
 void add_options(CLI::App& app, PlanOptions& o) {
   app.description(
-      "Layouts, gradient-sync plans and the transition plan of one unit kind (docs/plan.md).");
-  app.add_option("--units", o.units, "units of this kind (heads, neurons, vocabulary rows)")
-      ->required()
-      ->check(CLI::Range(Unit{1}, Unit{1} << 40));
+      "Layouts, gradient-sync plans and the transition plan of one unit kind (--units), or the "
+      "widths and phase loads of every kind of a model, today's cut beside the configured one "
+      "(--model) (docs/plan.md).");
+  CLI::Option* units =
+      app.add_option("--units", o.units, "units of one kind (heads, neurons, vocabulary rows)")
+          ->check(CLI::Range(Unit{1}, Unit{1} << 40));
+  CLI::Option* model =
+      app.add_option("--model", o.model,
+                     "a model preset (tiny, small, gpt2, llama-tiny, ...): every kind")
+          ->excludes(units);
   app.add_option("--tp", o.tp, "base TP degree n (slots per domain)")
       ->required()
       ->check(CLI::Range(1, 4096));
   app.add_option("--replicas", o.replicas, "DP replicas")->required()->check(CLI::Range(1, 65536));
   app.add_option("--failed", o.failed, "failed slots, e.g. \"0:2,5;3:7\"");
   app.add_option("--to-failed", o.to_failed,
-                 "failed slots of the next configuration (\"\" = all repaired)");
+                 "failed slots of the next configuration (\"\" = all repaired); with --units")
+      ->excludes(model);
   app.add_option("--min-tp", o.min_tp, "replicas with fewer alive slots sit out")
       ->check(CLI::Range(1, 4096));
+  app.add_option("--align", o.align,
+                 "shares in blocks of up to this many units (--units: default 1; --model: "
+                 "neuron-like kinds, default 64)")
+      ->check(CLI::Range(Unit{1}, Unit{1} << 40));
+  app.add_option("--balance", o.balance, "work: shares follow --speeds; count: unit counts")
+      ->check(CLI::IsMember({"work", "count"}));
+  app.add_option("--speeds", o.speeds,
+                 "slot speeds, one per slot, e.g. \"0:1,1,0.5,1\" (default 1.0)");
+  const auto shape = [&](const char* flag, std::optional<Unit>& field, const char* what) {
+    app.add_option(flag, field, what)->check(CLI::Range(Unit{1}, Unit{1} << 40))->needs(model);
+  };
+  shape("--d-model", o.d_model, "hidden size (overrides the preset's)");
+  shape("--heads", o.heads, "query heads");
+  shape("--kv-heads", o.kv_heads, "key/value heads (grouped-query attention)");
+  shape("--ffn", o.ffn, "FFN neurons per layer (GPT-2 default: 4 x d_model)");
+  shape("--vocab", o.vocab, "vocabulary rows (padded)");
+  shape("--seq-len", o.seq_len, "tokens per sequence (attention's cost)");
+  shape("--layers", o.layers, "transformer blocks");
   app.add_flag("--json", o.as_json, "print one JSON object instead of tables");
 }
 
@@ -263,6 +368,7 @@ int run(int argc, char** argv) {
   try {
     std::vector<std::string> args = split_empty_assignments(argc, argv);
     app.parse(args);
+    if (!options.units && !options.model) throw CLI::RequiredError("--units or --model");
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return kExitOk;

@@ -27,6 +27,12 @@ void CountingStore::set(const std::string& key, const std::vector<char>& value) 
   inner_->set(key, value);
 }
 
+void CountingStore::set_expiring(const std::string& key, const std::vector<char>& value,
+                                 std::chrono::milliseconds ttl) {
+  count(key.size() + value.size(), 0);
+  inner_->set_expiring(key, value, ttl);
+}
+
 bool CountingStore::create(const std::string& key, const std::vector<char>& value) {
   count(key.size() + value.size(), 0);
   return inner_->create(key, value);

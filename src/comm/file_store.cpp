@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +33,10 @@ FileStore::FileStore(std::string dir) : dir_(std::move(dir)) {
 
 // Keys contain '/', which would need directories; escape them to one flat name.
 std::string FileStore::path_of(const std::string& key) const { return dir_ + "/" + file_name_of(key); }
+
+std::string FileStore::expiring_path_of(const std::string& key) const {
+  return dir_ + "/.expiring/" + file_name_of(key);
+}
 
 std::string FileStore::file_name_of(const std::string& key) {
   std::string name;
@@ -103,15 +108,66 @@ bool FileStore::create(const std::string& key, const std::vector<char>& value) {
                                       "): " + std::strerror(link_errno));
 }
 
+// Written into place like set(), with the expiry as the file's mtime (set on
+// the temporary file, so the key never appears without it).
+void FileStore::set_expiring(const std::string& key, const std::vector<char>& value, std::chrono::milliseconds ttl) {
+  if (ttl.count() <= 0) throw_bad_input("store.set_expiring", "ttl must be positive for key " + key);
+  const std::string final_path = expiring_path_of(key);
+  std::error_code ec;
+  fs::create_directories(dir_ + "/.expiring", ec);
+  const std::string tmp = write_temp(final_path, value, "store.set_expiring");
+  const auto expires = std::chrono::system_clock::now().time_since_epoch() + ttl;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(expires).count();
+  struct timespec times[2];
+  times[0].tv_sec = 0;
+  times[0].tv_nsec = UTIME_OMIT;  // atime as it is
+  times[1].tv_sec = static_cast<time_t>(ns / 1000000000);
+  times[1].tv_nsec = static_cast<long>(ns % 1000000000);
+  if (::utimensat(AT_FDCWD, tmp.c_str(), times, 0) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw_bad_input("store.set_expiring", "cannot set the expiry of " + tmp + ": " + std::strerror(err));
+  }
+  fs::rename(tmp, final_path, ec);
+  if (ec) throw_bad_input("store.set_expiring", "cannot rename into " + final_path + ": " + ec.message());
+}
+
+// An expiring key past its mtime reads as absent. It is not removed here: a
+// renewal may have replaced the file since it was read.
+std::optional<std::vector<char>> FileStore::try_get_expiring(const std::string& key) const {
+  const int fd = ::open(expiring_path_of(key).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::optional<std::vector<char>> out;
+  if (::fstat(fd, &st) == 0) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    const auto mtime = std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
+    if (mtime > now) {
+      std::vector<char> value(static_cast<std::size_t>(st.st_size));
+      std::size_t got = 0;
+      while (got < value.size()) {
+        const ssize_t n = ::read(fd, value.data() + got, value.size() - got);
+        if (n <= 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      value.resize(got);
+      out = std::move(value);
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
 std::optional<std::vector<char>> FileStore::try_get(const std::string& key) {
   std::ifstream in(path_of(key), std::ios::binary);
-  if (!in) return std::nullopt;
+  if (!in) return try_get_expiring(key);
   return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 void FileStore::erase(const std::string& key) {
   std::error_code ec;
   fs::remove(path_of(key), ec);
+  fs::remove(expiring_path_of(key), ec);
 }
 
 // The escaping maps a key prefix to a file-name prefix, so one scan finds
@@ -120,8 +176,10 @@ void FileStore::erase_prefix(const std::string& prefix) {
   const std::string name_prefix = file_name_of(prefix);
   std::error_code ec;
   std::vector<fs::path> doomed;
-  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
-    if (entry.path().filename().string().rfind(name_prefix, 0) == 0) doomed.push_back(entry.path());
+  for (const std::string& dir : {dir_, dir_ + "/.expiring"}) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (entry.path().filename().string().rfind(name_prefix, 0) == 0) doomed.push_back(entry.path());
+    }
   }
   for (const auto& path : doomed) fs::remove(path, ec);
 }

@@ -1,5 +1,6 @@
 #include "comm/heartbeat.h"
 
+#include <algorithm>
 #include <string>
 
 #include "comm/error.h"
@@ -16,35 +17,95 @@ std::int64_t wall_ms() {
 }  // namespace
 
 std::string heartbeat_key(int global_rank) { return "ntp/hb/" + std::to_string(global_rank); }
+std::string lease_key(int global_rank) { return "ntp/lease/" + std::to_string(global_rank); }
 
-Heartbeat::Heartbeat(std::shared_ptr<Store> store, int global_rank, std::chrono::milliseconds interval)
-    : store_(std::move(store)), rank_(global_rank), interval_(interval) {
+std::chrono::milliseconds lease_guard(std::chrono::milliseconds ttl) {
+  return std::min(std::max(ttl / 10, std::chrono::milliseconds(200)), ttl / 2);
+}
+
+std::chrono::milliseconds lease_poll(std::chrono::milliseconds ttl) {
+  return std::max(std::min(lease_guard(ttl) / 4, std::chrono::milliseconds(50)), std::chrono::milliseconds(1));
+}
+
+bool lease_lapsed(std::chrono::steady_clock::time_point sent, std::chrono::steady_clock::time_point now,
+                  std::chrono::milliseconds ttl) {
+  return now > sent + ttl - lease_guard(ttl);
+}
+
+namespace {
+
+std::int64_t steady_ns() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+
+std::chrono::steady_clock::time_point steady_at(std::int64_t ns) {
+  return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ns));
+}
+
+}  // namespace
+
+Heartbeat::Heartbeat(std::shared_ptr<Store> store, int global_rank, std::chrono::milliseconds interval,
+                     LeaseOptions lease)
+    : store_(std::move(store)), rank_(global_rank), interval_(interval), lease_(std::move(lease)) {
   if (!store_) throw_bad_input("heartbeat", "no store given");
   if (interval_.count() <= 0) throw_bad_input("heartbeat", "interval must be positive");
+  if (lease_.ttl.count() < 0) throw_bad_input("heartbeat", "lease ttl must be >= 0");
+  if (lease_.ttl.count() > 0) {
+    lapse_line_ = "rank " + std::to_string(rank_) + ": self-fenced: could not renew its lease " + lease_key(rank_) +
+                  " on " + store_->describe() + " within deadline.lease_s (" + std::to_string(lease_.ttl.count()) +
+                  " ms); stopping before the store drops it and the others go on without this rank";
+  }
   beat();  // synchronous: a store that does not work fails here, loudly
   thread_ = std::thread([this] { loop(); });
+  if (lease_.ttl.count() > 0) guard_ = std::thread([this] { guard(); });
 }
 
 Heartbeat::~Heartbeat() {
-  pause();
-  // A rank that stops on its own takes its beat away: a watcher elsewhere
-  // must not take a finished rank for one lost with its host.
+  stop_threads();
+  // A rank that stops on its own takes its beat and its lease away: a watcher
+  // elsewhere must not take a finished rank for one lost with its host, and
+  // the survivors need not wait for its lease to run out.
   try {
     store_->erase(heartbeat_key(rank_));
+    if (lease_.ttl.count() > 0) store_->erase(lease_key(rank_));
   } catch (const std::exception&) {
   }
 }
 
-void Heartbeat::pause() {
+void Heartbeat::stop_threads() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (guard_.joinable()) guard_.join();
 }
 
+void Heartbeat::pause() {
+  muted_ = true;
+  if (lease_.ttl.count() == 0) {
+    // Nothing left to renew: the thread goes, as before leases.
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (lease_.ttl.count() == 0 && thread_.joinable()) thread_.join();
+}
+
+void Heartbeat::lapse() {
+  muted_ = true;
+  lapsing_ = true;
+}
+
+// The lease first, with the time taken before the send: the store counts its
+// ttl from when the command arrived, never earlier, so the holder's view of
+// the lease's end is never later than the store's.
 void Heartbeat::beat() {
+  if (lease_.ttl.count() > 0 && !lapsing_) {
+    const std::int64_t sent = steady_ns();
+    store_->set_expiring(lease_key(rank_), to_bytes(std::to_string(wall_ms())), lease_.ttl);
+    renewal_sent_ns_.store(std::max(renewal_sent_ns_.load(), sent));
+  }
+  if (muted_) return;
   const std::uint64_t n = beats_.load() + 1;
   store_->set(heartbeat_key(rank_), to_bytes(std::to_string(wall_ms()) + " " + std::to_string(n)));
   beats_.store(n);
@@ -57,9 +118,34 @@ void Heartbeat::loop() {
     try {
       beat();
     } catch (const std::exception&) {
-      // A store hiccup only delays a beat; persistent failure shows as staleness.
+      // A store hiccup only delays a beat; persistent failure shows as
+      // staleness, and as a lapsed lease.
     }
     lock.lock();
+  }
+}
+
+bool Heartbeat::check_lease() {
+  if (lease_.ttl.count() == 0) return true;
+  if (lapsed_.load()) return false;
+  const auto sent = steady_at(renewal_sent_ns_.load());
+  if (!lease_lapsed(sent, std::chrono::steady_clock::now(), lease_.ttl)) return true;
+  if (lapsed_.exchange(true)) return false;
+  const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - sent);
+  if (lease_.on_lapse) lease_.on_lapse(lapse_line_ + " (last renewal sent " + std::to_string(ago.count()) + " ms ago)");
+  return false;
+}
+
+// Never calls the store: a call during a network cut blocks for the store's
+// reconnect deadline, far past the lease.
+void Heartbeat::guard() {
+  const auto poll = lease_poll(lease_.ttl);
+  std::unique_lock lock(mutex_);
+  while (!cv_.wait_for(lock, poll, [&] { return stop_; })) {
+    lock.unlock();
+    const bool held = check_lease();
+    lock.lock();
+    if (!held) return;
   }
 }
 

@@ -84,6 +84,9 @@ PrefixStore::PrefixStore(std::shared_ptr<Store> inner, std::string prefix)
 void PrefixStore::set(const std::string& k, const std::vector<char>& value) { inner_->set(key(k), value); }
 bool PrefixStore::create(const std::string& k, const std::vector<char>& value) { return inner_->create(key(k), value); }
 std::optional<std::vector<char>> PrefixStore::try_get(const std::string& k) { return inner_->try_get(key(k)); }
+void PrefixStore::set_expiring(const std::string& k, const std::vector<char>& value, std::chrono::milliseconds ttl) {
+  inner_->set_expiring(key(k), value, ttl);
+}
 void PrefixStore::erase(const std::string& k) { inner_->erase(key(k)); }
 std::string PrefixStore::describe() const { return inner_->describe() + " (" + prefix_ + ")"; }
 std::size_t PrefixStore::append(const std::string& k, const std::vector<char>& item) {

@@ -51,6 +51,7 @@ class PrefixStore : public Store {
 
   void set(const std::string& key, const std::vector<char>& value) override;
   bool create(const std::string& key, const std::vector<char>& value) override;
+  void set_expiring(const std::string& key, const std::vector<char>& value, std::chrono::milliseconds ttl) override;
   std::optional<std::vector<char>> try_get(const std::string& key) override;
   void erase(const std::string& key) override;
   std::string describe() const override;

@@ -214,6 +214,15 @@ void RedisStore::set(const std::string& key, const std::vector<char>& value) {
   run("store.set", {"SET", full_key(key), std::string_view(value.data(), value.size())});
 }
 
+// A reissued SET PX (after a reconnect) arrives later than the first try
+// and so expires later: a holder that counts from its first send is never
+// late.
+void RedisStore::set_expiring(const std::string& key, const std::vector<char>& value, std::chrono::milliseconds ttl) {
+  if (ttl.count() <= 0) throw_bad_input("store.set_expiring", "ttl must be positive for key " + key);
+  const std::string ms = std::to_string(ttl.count());
+  run("store.set_expiring", {"SET", full_key(key), std::string_view(value.data(), value.size()), "PX", ms});
+}
+
 // SET NX is atomic in the server: it answers OK to the one caller that set
 // the key and nil to everyone else.
 bool RedisStore::create(const std::string& key, const std::vector<char>& value) {

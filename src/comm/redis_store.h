@@ -40,6 +40,8 @@ class RedisStore : public Store {
 
   void set(const std::string& key, const std::vector<char>& value) override;
   bool create(const std::string& key, const std::vector<char>& value) override;
+  // SET PX: the server drops the key `ttl` after it received the command.
+  void set_expiring(const std::string& key, const std::vector<char>& value, std::chrono::milliseconds ttl) override;
   std::optional<std::vector<char>> try_get(const std::string& key) override;
   void erase(const std::string& key) override;
   std::string describe() const override;

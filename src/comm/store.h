@@ -35,6 +35,13 @@ class Store {
   virtual bool create(const std::string& key, const std::vector<char>& value) = 0;
   // Returns the value, or nothing if the key does not exist. Never waits.
   virtual std::optional<std::vector<char>> try_get(const std::string& key) = 0;
+  // Sets (or overwrites) a key that the store itself removes `ttl` after it
+  // received this call, unless set_expiring renews it first: a lease. The
+  // expiry is the server's doing, so the holder's clock, and whether the
+  // holder is still there, do not matter (Redis: SET PX; the file store: the
+  // file's mtime, which needs the hosts' clocks in sync as heartbeats do). A
+  // key is written either with set or with set_expiring, never both.
+  virtual void set_expiring(const std::string& key, const std::vector<char>& value, std::chrono::milliseconds ttl) = 0;
   // Removes a key (no error if absent).
   virtual void erase(const std::string& key) = 0;
   // "file:/dir" or "redis://host:port/ns": for error messages.

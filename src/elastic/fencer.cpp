@@ -47,8 +47,10 @@ void Fencer::on_event(const std::string& event, const RankExit& r) {
   if (event == "worker_exited") {
     pids_.erase(r.rank);
     if (!r.ok()) store_->set(dead_key(r.rank), comm::to_bytes("exited"));
-    // A worker lost to a signal (killed, or fenced) is a slot to repair.
-    if (!r.exited && config_.elastic.rejoin && !restarted_.contains(r.rank)) lost_ms_[r.rank] = now_ms();
+    // A worker lost to a signal (killed, or fenced) or fenced by itself is a slot to repair.
+    if ((!r.exited || r.tolerated_exit) && config_.elastic.rejoin && !restarted_.contains(r.rank)) {
+      lost_ms_[r.rank] = now_ms();
+    }
   }
 }
 
@@ -139,7 +141,8 @@ void Fencer::tick_remote() {
   if (!read) return;
   const std::vector<std::int64_t>& ages = *read;
   std::vector<int> stale;
-  // Per stale rank: its dead mark, its starved mark, its host's beat.
+  // Per stale rank: its dead mark, its starved mark, its host's beat, its lease.
+  constexpr std::size_t kPer = 4;
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < remote_.size(); ++i) {
     if (ages[i] <= max_age_ms_ || declared_.contains(remote_[i])) continue;
@@ -147,6 +150,7 @@ void Fencer::tick_remote() {
     keys.push_back(dead_key(remote_[i]));
     keys.push_back(starved_key(remote_[i]));
     keys.push_back(host_beat_key(host_of_.at(remote_[i])));
+    keys.push_back(comm::lease_key(remote_[i]));
   }
   if (stale.empty()) return;
   // This host's own fence marks too: a host whose ranks the others declared
@@ -154,18 +158,24 @@ void Fencer::tick_remote() {
   for (int rank : local_) keys.push_back(fence_key(rank));
   // Its own launcher may have reported it, or vouched for it, or be alive.
   const auto marks = store_->get_many(keys);
-  for (std::size_t i = 3 * stale.size(); i < marks.size(); ++i) {
+  for (std::size_t i = kPer * stale.size(); i < marks.size(); ++i) {
     if (marks[i] && comm::to_text(*marks[i]) == kLostWithHost) return;
   }
   for (std::size_t i = 0; i < stale.size(); ++i) {
-    if (fresh_beat(marks[3 * i + 1]) || fresh_beat(marks[3 * i + 2])) continue;
+    if (fresh_beat(marks[kPer * i + 1]) || fresh_beat(marks[kPer * i + 2])) continue;
+    // Nobody acts on a rank while the store still holds its lease: a rank cut
+    // off from the store stops at (last renewal sent) + lease_s - guard
+    // (comm/heartbeat.h), and the store drops the lease no earlier than
+    // (last renewal sent) + lease_s, so once it is gone the rank has stopped:
+    // it can commit no step and write nothing after the others go on.
+    if (marks[kPer * i + 3]) continue;
     declared_.insert(stale[i]);
-    if (marks[3 * i]) continue;
+    if (marks[kPer * i]) continue;
     store_->set(fence_key(stale[i]), comm::to_bytes(kLostWithHost));
     store_->set(dead_key(stale[i]), comm::to_bytes(kLostWithHost));
     run_.event("rank_lost", {{"rank", stale[i]},
-                             {"reason", "heartbeat older than deadline.heartbeat_s and no launcher reports it "
-                                        "(its host is lost)"}});
+                             {"reason", "heartbeat older than deadline.heartbeat_s, its lease ended on the store "
+                                        "(deadline.lease_s) and no launcher reports it (its host is lost)"}});
   }
 }
 

@@ -238,6 +238,10 @@ class Supervisor {
       if (WIFEXITED(status)) {
         r.exited = true;
         r.code = WEXITSTATUS(status);
+        if (const auto meaning = options_.tolerated_exits.find(r.code); meaning != options_.tolerated_exits.end()) {
+          r.tolerated_exit = true;
+          r.exit_meaning = meaning->second;
+        }
       } else if (WIFSIGNALED(status)) {
         r.signal = WTERMSIG(status);
       }
@@ -246,7 +250,7 @@ class Supervisor {
       // Tolerating failures (in-job recovery), a death by a signal is left to
       // the survivors, but a worker that exits with an error ends the job: the
       // others get straggler_timeout to finish the same way.
-      const bool tolerated = options_.tolerate_failures && !r.exited;
+      const bool tolerated = options_.tolerate_failures && (!r.exited || r.tolerated_exit);
       if (!r.ok() && !r.stopped_by_launcher && !result_.first_failure && !tolerated) {
         result_.first_failure = r.rank;
         term_at_ = Clock::now() + options_.straggler_timeout;
@@ -349,6 +353,7 @@ std::string RankExit::describe() const {
                   "file system?); left behind";
   } else if (exited) {
     text += fmt::format("exited with code {}", code);
+    if (!exit_meaning.empty()) text += " (" + exit_meaning + ")";
   } else {
     text += fmt::format("was killed by signal {} ({})", signal, signal_name(signal));
   }

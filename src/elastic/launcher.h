@@ -63,6 +63,10 @@ struct LaunchOptions {
   // straggler clock); the survivors reconfigure and go on. A worker that exits
   // with an error code still starts the clock. Signals are still forwarded.
   bool tolerate_failures = false;
+  // With tolerate_failures: exit codes taken like a death by a signal, each
+  // with the words the reports give it (`ntp train`: 4, a worker that fenced
+  // itself when it could not renew its lease on the store).
+  std::map<int, std::string> tolerated_exits;
   Environment extra_env;  // added to every worker's environment
   // Called about every poll interval while workers run (progress display).
   std::function<void()> on_tick;
@@ -108,7 +112,13 @@ struct RankExit {
   // concerned.
   bool unkillable = false;
   double runtime_s = 0;
+  // Exited with one of LaunchOptions::tolerated_exits: lost like a worker
+  // killed by a signal; `exit_meaning` says why in the reports.
+  bool tolerated_exit = false;
+  std::string exit_meaning;
   bool ok() const { return exited && code == 0; }
+  // Gone without the launcher's doing: killed by a signal, or a tolerated exit.
+  bool lost() const { return !running && !stopped_by_launcher && (!exited || tolerated_exit); }
   // "rank 2 (pid 4711) exited with code 3", "... killed by signal 9 (Killed)",
   // "... did not die after SIGKILL: stuck in the kernel ...; left behind".
   std::string describe() const;

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "comm/group.h"
+#include "comm/heartbeat.h"
 
 namespace ntp::elastic {
 namespace {
@@ -102,6 +103,24 @@ class Census {
 
   bool dead(int rank) const { return dead_.count(rank) != 0; }
 
+  // The census asked the launcher to fence `rank` (fence_key): it is left
+  // out even should it register after all.
+  void fenced(int rank) { fenced_.insert(rank); }
+  bool asked_to_fence(int rank) const { return fenced_.count(rank) != 0; }
+
+  // Members still silent whose lease the store still holds (comm/heartbeat.h):
+  // the census may not go on without them yet. One batched read.
+  std::vector<int> holding_lease(const std::vector<int>& silent) {
+    std::vector<std::string> keys;
+    for (int r : silent) keys.push_back(comm::lease_key(r));
+    const auto leases = store_.get_many(keys);
+    std::vector<int> out;
+    for (std::size_t i = 0; i < silent.size(); ++i) {
+      if (leases[i]) out.push_back(silent[i]);
+    }
+    return out;
+  }
+
   // Members neither registered nor dead.
   std::vector<int> silent() const {
     std::vector<int> out;
@@ -117,7 +136,7 @@ class Census {
     for (const auto& [rank, s] : registered_) {
       const bool known = std::find(o_.members.begin(), o_.members.end(), rank) != o_.members.end() ||
                          std::find(o_.candidates.begin(), o_.candidates.end(), rank) != o_.candidates.end();
-      if (known && !dead_.count(rank)) out.push_back(s);
+      if (known && !dead_.count(rank) && !fenced_.count(rank)) out.push_back(s);
     }
     return out;
   }
@@ -128,6 +147,7 @@ class Census {
   std::size_t read_ = 0;
   std::map<int, Survivor> registered_;
   std::set<int> dead_;
+  std::set<int> fenced_;
 };
 
 Membership result(const MembershipOptions& o, std::vector<Survivor> survivors) {
@@ -246,8 +266,26 @@ Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
       // Declared lost while it waited: it fences nobody and publishes nothing.
       throw LeftOutError(fmt::format("rank {}: declared lost while it took the census of epoch {}", o.rank, o.epoch));
     }
-    // Members still silent are fenced before anyone goes on without them.
-    for (int m : census.silent()) store.set(fence_key(m), comm::to_bytes("silent in the agreement"));
+    // Members still silent are fenced before anyone goes on without them:
+    // their launcher SIGKILLs them and sets their dead mark.
+    const std::vector<int> silent = census.silent();
+    for (int m : silent) {
+      if (census.asked_to_fence(m)) continue;
+      store.set(fence_key(m), comm::to_bytes("silent in the agreement"));
+      census.fenced(m);
+    }
+    // And nobody goes on without a silent member before its dead mark is set
+    // or its lease has ended on the store. A member cut off from the store
+    // (its launcher with it) stops at (last renewal sent) + lease_s - guard;
+    // the store drops its lease no earlier than (last renewal sent) +
+    // lease_s; so once the lease is gone it has stopped, and cannot commit a
+    // step or write the run's logs beside the epoch published here. The
+    // wait ends with the agreement's deadline (deadline.rendezvous_s >=
+    // max(collective_s, lease_s) + 2 x settle_s leaves room for it).
+    if (!census.holding_lease(silent).empty()) {
+      if (const auto list = published(kPoll)) return adopt(o, *list);
+      continue;
+    }
     if (store.append(members_key, comm::to_bytes(format_survivors(census.survivors()))) == 0) {
       erase_finished_epoch(store, o.epoch);
     }

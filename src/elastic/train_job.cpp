@@ -43,6 +43,8 @@
 namespace ntp::elastic {
 namespace {
 
+// The job in one line. The model is named by its source and shape: the
+// preset's name alone called a GPT-2 124M checkpoint "tiny".
 std::string describe_job(const train::Config& c) {
   std::string failed;
   for (const auto& [replica, slots] : c.parallel.failed) {
@@ -50,9 +52,9 @@ std::string describe_job(const train::Config& c) {
   }
   // The device only when it is a GPU: a CPU run's line stays as it was.
   const std::string device = c.model.device == tensor::Device::kCuda ? " on cuda" : "";
-  return fmt::format("model {}{}, dp {} x tp {},{} batch {} ({}), {} steps, data {}", c.model.preset, device,
-                     c.parallel.dp, c.parallel.tp, failed.empty() ? " all healthy;" : failed,
-                     c.train.global_batch, train::to_string(c.parallel.batch_policy), c.train.steps,
+  return fmt::format("model {}{}, dp {} x tp {},{} batch {} ({}), {} steps, data {}",
+                     train::describe_model(c.model), device, c.parallel.dp, c.parallel.tp,
+                     failed.empty() ? " all healthy;" : failed, c.train.global_batch, train::to_string(c.parallel.batch_policy), c.train.steps,
                      c.data.path.empty() ? "built-in corpus" : c.data.path);
 }
 
@@ -97,9 +99,7 @@ bool recovered(const LaunchResult& result, const train::RunDir& run, std::int64_
     if (metrics[static_cast<std::size_t>(s)].step != s) return false;  // one row per step, in order
   }
   if (!std::filesystem::exists(run.file("model.bin"))) return false;
-  return std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
-    return r.ok() || (!r.exited && !r.stopped_by_launcher);
-  });
+  return std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) { return r.ok() || r.lost(); });
 }
 
 // The first `name` event logged at or after `since` (unix seconds).
@@ -446,6 +446,10 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
   };
   if (config.elastic.recover) {
     options.tolerate_failures = true;
+    options.tolerated_exits[kExitSelfFenced] =
+        fmt::format("self-fenced: could not renew its lease on {} for deadline.lease_s ({} s)",
+                    options.store.empty() ? std::string("the job's store") : comm::without_job(options.store),
+                    train::lease_seconds(config.deadline));
     fencer = std::make_unique<Fencer>(config, run, comm::open_store(options.store));
     fencer->watch_remote(host.node.node_rank, host.remote());
     options.on_event = [&fencer](const std::string& event, const RankExit& r) { fencer->on_event(event, r); };
@@ -461,9 +465,8 @@ LaunchResult launch_workers(const train::Config& config, const train::RunDir& ru
 // Nobody is left to agree on a new membership, and nothing tells a broken
 // slot from a healthy one.
 bool every_rank_lost(const LaunchResult& result) {
-  return !result.ranks.empty() && std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
-    return !r.running && !r.exited && !r.stopped_by_launcher;
-  });
+  return !result.ranks.empty() &&
+         std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) { return r.lost(); });
 }
 
 // launch_workers on any host: a store that stops answering past its deadline
@@ -611,9 +614,7 @@ void start_hosts(const train::Config& config, const train::RunDir& run, NodeOpti
 // failures the survivors recovered from.
 bool host_done(const LaunchResult& result, bool recover) {
   if (!recover) return result.ok();
-  return std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
-    return r.ok() || (!r.exited && !r.stopped_by_launcher);
-  });
+  return std::all_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) { return r.ok() || r.lost(); });
 }
 
 // The ranks of this host that another host's watcher declared lost with
@@ -874,11 +875,14 @@ TrainJobResult run_train_job(const train::Config& config, const std::filesystem:
                        {"job", describe_job(config)}});
     throw RunInterrupted(left.message);
   }
+  // Ctrl-C during the replay: the run itself is done and recorded; say so
+  // (exit 130) instead of dying mid-replay without a word. Caught from
+  // before the summary: one that came right after run_finished was logged
+  // killed the process before the summary was printed.
+  std::optional<train::StopRequest> stop;
+  if (verify) stop.emplace();
   TrainJobResult result{run_dir, finish_run(config, run, metrics, start, out), {}};
   if (verify) {
-    // Ctrl-C during the replay: the run itself is done and recorded; say so
-    // (exit 130) instead of dying mid-replay without a word.
-    const train::StopRequest stop;
     try {
       result.verify = train::verify_run(run_dir, {}, [] { return train::StopRequest::signal() != 0; });
     } catch (const train::VerifyInterrupted& e) {

@@ -27,8 +27,9 @@ namespace {
 // The failures this rank injects into itself, each fired once.
 class FaultPlan {
  public:
-  // `mute` stops this rank's heartbeat (MUTE).
-  FaultPlan(const train::Config& c, int rank, int ranks, std::function<void()> mute) : mute_(std::move(mute)) {
+  // `mute` stops this rank's heartbeat (MUTE), `lapse` its lease renewal too (LAPSE).
+  FaultPlan(const train::Config& c, int rank, int ranks, std::function<void()> mute, std::function<void()> lapse)
+      : mute_(std::move(mute)), lapse_(std::move(lapse)) {
     std::vector<train::FaultSpec> all = train::parse_faults(c.test.failures);
     for (const train::FaultSpec& f :
          train::chaos_faults(c.test.chaos, static_cast<std::uint64_t>(c.test.chaos_seed), ranks, c.train.steps)) {
@@ -58,6 +59,10 @@ class FaultPlan {
         if (mute_) mute_();
         continue;
       }
+      if (f.signal == train::kLapse) {
+        if (lapse_) lapse_();
+        continue;
+      }
       ::kill(::getpid(), f.signal);
     }
   }
@@ -65,13 +70,29 @@ class FaultPlan {
  private:
   std::vector<train::FaultSpec> mine_;
   std::function<void()> mute_;
+  std::function<void()> lapse_;
 };
 
-int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan& faults, bool rejoining) {
+// A rank that could not renew its lease stops at once, before the store can
+// drop the lease and the others go on without it (docs/launch.md,
+// "Partitions"): one line to stderr (the rank's log), then _exit, which runs
+// no destructor that could touch the store or the run's files.
+[[noreturn]] void self_fence(const std::string& why) {
+  const std::string line = why + "\n";
+  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, line.data(), line.size());
+  ::_exit(kExitSelfFenced);
+}
+
+int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan& faults, comm::Heartbeat& heartbeat,
+             bool rejoining) {
   Recovery recovery(trainer);
   std::int64_t current = 0;
   recovery.set_fault_point([&] { faults.fire(trainer, current, "recovery"); });
+  // Besides the guard thread, every phase of a step (the commit, the update,
+  // the checkpoint) checks the lease on this thread: a process resumed after
+  // a SIGSTOP longer than its lease stops here before it writes anything.
   trainer.set_fault_point([&](std::int64_t s, train::StepPhase phase) {
+    heartbeat.check_lease();
     faults.fire(trainer, s, train::to_string(phase));
   });
   bool connected = false;
@@ -132,10 +153,16 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
     throw;
   }
   train::NtpTrainer& trainer = *started;
-  // The launcher fences a rank whose beats stop (a stopped or wedged process).
-  const auto interval = std::chrono::milliseconds(
-      std::max<long>(50, static_cast<long>(config.deadline.heartbeat_s * 1000 / 5)));
-  comm::Heartbeat heartbeat(trainer.store(), options.rank, interval);
+  // The launcher fences a rank whose beats stop (a stopped or wedged process);
+  // with in-job recovery the rank also holds a lease on the store, and fences
+  // itself when it cannot renew it (docs/launch.md, "Partitions").
+  const auto interval = std::chrono::milliseconds(static_cast<long>(train::heartbeat_interval_s(config.deadline) * 1000));
+  comm::LeaseOptions lease;
+  if (config.elastic.recover) {
+    lease.ttl = std::chrono::milliseconds(static_cast<long>(train::lease_seconds(config.deadline) * 1000));
+    lease.on_lapse = self_fence;
+  }
+  comm::Heartbeat heartbeat(trainer.store(), options.rank, interval, lease);
   // A restarted worker (elastic.rejoin) comes back through the protocol; the
   // failures injected into its first life are not injected again.
   const char* rejoin_env = std::getenv("NTP_REJOIN");
@@ -144,10 +171,11 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
   if (rejoining) {
     train::drop_injected_failures(run_config);
   }
-  FaultPlan faults(run_config, options.rank, options.world_size, [&heartbeat] { heartbeat.pause(); });
+  FaultPlan faults(run_config, options.rank, options.world_size, [&heartbeat] { heartbeat.pause(); },
+                   [&heartbeat] { heartbeat.lapse(); });
   const train::StopRequest stop;  // SIGINT/SIGTERM/SIGHUP: finish the step, save, end
   try {
-    const int code = run_loop(trainer, config, faults, rejoining);
+    const int code = run_loop(trainer, config, faults, heartbeat, rejoining);
     trainer.restore_power("exit");
     return code;
   } catch (const layout::UnitsLostError& e) {

@@ -12,6 +12,10 @@ namespace ntp::elastic {
 // Exit code of a worker whose units no survivor holds any more (the job
 // cannot go on in-job): `ntp train` then exits 3 as well.
 inline constexpr int kExitUnitsLost = 3;
+// Exit code of a worker that fenced itself: it could not renew its lease on
+// the job's store within deadline.lease_s (cut off from it), so the others
+// may go on without it (docs/launch.md, "Partitions").
+inline constexpr int kExitSelfFenced = 4;
 
 // Runs the worker's whole life; returns its exit code. Throws on errors
 // (exit 1 from main).

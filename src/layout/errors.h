@@ -19,4 +19,9 @@ class UnitsLostError : public InfeasibleError {
   using InfeasibleError::InfeasibleError;
 };
 
+// Bad input when value < 1: "<field> must be >= 1, got <value>".
+inline void require_positive(long long value, const std::string& field) {
+  if (value < 1) throw std::invalid_argument(field + " must be >= 1, got " + std::to_string(value));
+}
+
 }  // namespace ntp::layout

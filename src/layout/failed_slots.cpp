@@ -1,41 +1,15 @@
 #include "layout/failed_slots.h"
 
 #include <algorithm>
-#include <charconv>
 #include <stdexcept>
+
+#include "layout/spec_text.h"
 
 namespace ntp::layout {
 
-namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return s;
-}
-
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> parts;
-  for (size_t pos = 0;;) {
-    const size_t next = s.find(sep, pos);
-    parts.push_back(s.substr(pos, next == std::string_view::npos ? next : next - pos));
-    if (next == std::string_view::npos) return parts;
-    pos = next + 1;
-  }
-}
-
-int parse_id(std::string_view text, const char* what, std::string_view entry) {
-  text = trim(text);
-  int value = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 0)
-    throw std::invalid_argument(std::string("bad ") + what + " '" + std::string(text) +
-                                "' in entry '" + std::string(entry) +
-                                "' (expected a non-negative integer)");
-  return value;
-}
-
-}  // namespace
+using spec_text::parse_id;
+using spec_text::split;
+using spec_text::trim;
 
 FailedSlots parse_failed_slots(std::string_view spec) {
   FailedSlots failed;

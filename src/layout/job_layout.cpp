@@ -6,16 +6,12 @@
 #include <string>
 
 #include "layout/errors.h"
+#include "layout/shares.h"
 #include "layout/sync_partition.h"
 
 namespace ntp::layout {
 
 namespace {
-
-void require_positive(long long value, const char* field) {
-  if (value < 1)
-    throw std::invalid_argument(std::string(field) + " must be >= 1, got " + std::to_string(value));
-}
 
 bool trains(const JobConfig& config, int alive) {
   return alive >= config.min_tp;
@@ -52,10 +48,12 @@ void validate(const JobConfig& config) {
   require_positive(config.tp, "tp");
   require_positive(config.replicas, "replicas");
   require_positive(config.min_tp, "min_tp");
+  require_positive(config.align, "align");
   if (config.min_tp > config.tp)
     throw std::invalid_argument("min_tp (" + std::to_string(config.min_tp) + ") exceeds tp (" +
                                 std::to_string(config.tp) + ")");
   validate_failed_slots(config.failed, config.replicas, config.tp);
+  validate_slot_speeds(config.speeds, config.replicas, config.tp);
   bool any_trains = false;
   for (int r = 0; r < config.replicas; ++r) {
     const int alive = alive_count(config, r);
@@ -84,17 +82,24 @@ JobLayout plan_job(const JobConfig& config) {
     const int k = static_cast<int>(alive[static_cast<size_t>(r)].size());
     if (trains(config, k)) job.sync_degree = std::min(job.sync_degree, k);
   }
-  job.sync_partition = sync_partition(config.units, job.sync_degree);
-  // Most replicas share their alive set (all healthy ones do): compute each once.
-  std::map<std::vector<int>, std::shared_ptr<const ReplicaLayout>> computed;
+  job.block = kind_block(config.units, config.tp, config.align);
+  job.sync_partition = sync_partition(config.units, job.sync_degree, job.block);
+  // Most replicas share their alive set and speeds (all healthy ones do):
+  // compute each once.
+  std::map<std::pair<std::vector<int>, std::vector<double>>, std::shared_ptr<const ReplicaLayout>>
+      computed;
   job.replicas.reserve(alive.size());
-  for (const std::vector<int>& slots : alive) {
-    std::shared_ptr<const ReplicaLayout>& layout = computed[slots];
+  for (int r = 0; r < config.replicas; ++r) {
+    const std::vector<int>& slots = alive[static_cast<size_t>(r)];
+    const bool trains_r = trains(config, static_cast<int>(slots.size()));
+    std::vector<double> speeds =
+        trains_r ? speeds_of(config.speeds, r, slots) : std::vector<double>{};
+    std::shared_ptr<const ReplicaLayout>& layout = computed[{slots, speeds}];
     if (!layout)
       layout = std::make_shared<const ReplicaLayout>(
-          trains(config, static_cast<int>(slots.size()))
-              ? replica_layout(config.units, config.tp, slots, job.sync_degree)
-              : dropped_replica(config.tp, slots));
+          trains_r ? replica_layout(config.units, config.tp, slots, job.sync_partition,
+                                    slot_shares(config.units, job.block, speeds))
+                   : dropped_replica(config.tp, slots));
     job.replicas.push_back(layout);
   }
   return job;

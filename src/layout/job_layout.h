@@ -10,6 +10,8 @@
 // A replica with fewer than min_tp alive slots sits out (dropped). The sync
 // degree K is the minimum of k_r over the replicas that train; each of those
 // runs at its own k_r with the layout L(U, A_r, K) of replica_layout.h.
+// Shares (shares.h) are cut in blocks of `align` units (the trainer asks 1
+// for heads, parallel.align for neuron-like kinds) and follow slot `speeds`.
 #include <memory>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "layout/failed_slots.h"
 #include "layout/interval_set.h"
 #include "layout/replica_layout.h"
+#include "layout/slot_speeds.h"
 
 namespace ntp::layout {
 
@@ -26,11 +29,14 @@ struct JobConfig {
   int replicas = 0;      // R: DP replicas
   FailedSlots failed{};  // failed slots per replica
   int min_tp = 1;        // a replica with fewer alive slots sits out
+  Unit align = 1;        // shares in blocks of up to this many units (1: floor/ceil split)
+  SlotSpeeds speeds{};   // slot speeds per replica; none listed = all 1.0 (equal unit counts)
 };
 
-// Throws std::invalid_argument naming the field: units/tp/replicas/min_tp < 1,
-// min_tp > tp, a failed replica or slot out of range or listed twice, units
-// smaller than the active slots of a training replica.
+// Throws std::invalid_argument naming the field: units/tp/replicas/min_tp/align
+// < 1, min_tp > tp, a failed replica or slot out of range or listed twice,
+// speeds that are not one finite positive number per slot, units smaller than
+// the active slots of a training replica.
 // Throws InfeasibleError when no replica has min_tp alive slots.
 void validate(const JobConfig& config);
 
@@ -45,9 +51,12 @@ struct SlotView {
   int sync_group = -1;     // j when this is core slot j, else -1
   IntervalSet units;       // the units it computes, stored unit-major
   IntervalSet sync_units;  // S_j for core slot j, empty otherwise
-  // Pre-sync: an extra slot sends gradients of these pieces to core slots; a
-  // core slot receives them. A core slot's sync buffer is S_j in unit-major
-  // order: its own units, then each receive in increasing unit order.
+  // Pre-sync: a slot sends gradients of the pieces it holds outside its own
+  // S_j to their core slots (an extra slot sends all it holds; a core slot
+  // sends only when its share exceeds |S_j|, which needs unequal speeds); a
+  // core slot receives the rest of its S_j. A core slot's sync buffer is S_j
+  // in unit-major order: its own units, then each receive in increasing unit
+  // order.
   std::vector<SlotTransfer> pre_sync_sends;
   std::vector<SlotTransfer> pre_sync_receives;
   bool is_core() const { return sync_group >= 0; }
@@ -58,9 +67,10 @@ struct JobLayout {
   int tp = 0;
   int min_tp = 1;
   int sync_degree = 0;                      // K
-  std::vector<IntervalSet> sync_partition;  // S(U, K)
-  // R entries. Replicas with the same alive slots share one layout, so a job
-  // of 512 healthy replicas stores one.
+  Unit block = 1;                           // the kind's effective block (kind_block)
+  std::vector<IntervalSet> sync_partition;  // S(U, K) in blocks of `block`
+  // R entries. Replicas with the same alive slots and speeds share one
+  // layout, so a job of 512 healthy replicas stores one.
   std::vector<std::shared_ptr<const ReplicaLayout>> replicas;
 
   int num_replicas() const { return static_cast<int>(replicas.size()); }
@@ -73,7 +83,8 @@ struct JobLayout {
 };
 
 // Validates `config` (see validate) and computes every replica's layout and
-// gradient-sync plan. Replicas with the same alive slots share one computation.
+// gradient-sync plan. Replicas with the same alive slots and speeds share one
+// computation.
 JobLayout plan_job(const JobConfig& config);
 
 // The alive slots of `replica`: 0..tp-1 without its failed ones, ascending.

@@ -11,7 +11,8 @@ namespace ntp::model {
 
 namespace {
 
-// Visits every element pair (llm.c index, full-layout index) once.
+// Visits every element pair (llm.c index, full-layout index) once, in llm.c's
+// order (the llm.c index counts up by one).
 template <typename Fn>
 void for_each_element(const GptConfig& c, Fn pair) {
   const ParameterLayout full(c, Shard::full(c));
@@ -199,10 +200,21 @@ void write_llmc_checkpoint(const std::string& path, const GptConfig& c,
   const std::int64_t fields[] = {kLlmcCheckpointMagic, kLlmcCheckpointVersion, c.max_seq, c.vocab,
                                  c.layers, c.heads, c.d_model, c.padded_vocab};
   for (std::size_t i = 0; i < 8; ++i) header[i] = static_cast<std::int32_t>(fields[i]);
-  const std::vector<float> llmc = to_llmc_order(c, full_params);
   BinaryWriter out(path);
   out.write(header.data(), header.size() * sizeof(std::int32_t));
-  out.write(llmc.data(), llmc.size() * sizeof(float));
+  // In llm.c's order (for_each_element visits it in sequence) through a small
+  // buffer: no reordered copy of the whole model (500 MB of fresh pages for
+  // GPT-2, which cost more than the disk's write of them).
+  std::vector<float> chunk(std::size_t{1} << 18);
+  std::size_t n = 0;
+  for_each_element(c, [&](std::int64_t, std::int64_t ours) {
+    chunk[n++] = full_params[static_cast<std::size_t>(ours)];
+    if (n == chunk.size()) {
+      out.write(chunk.data(), n * sizeof(float));
+      n = 0;
+    }
+  });
+  out.write(chunk.data(), n * sizeof(float));
   out.close();
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace ntp::sim {
 namespace {
@@ -16,6 +17,7 @@ const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7
 struct Range {
   double lo = std::numeric_limits<double>::infinity();
   double hi = -std::numeric_limits<double>::infinity();
+  double step = 0;  // between ticks, once nice() rounded the range to it
   void add(double v) {
     if (!std::isfinite(v)) return;
     lo = std::min(lo, v);
@@ -33,7 +35,7 @@ double tick_step(double span) {
 }
 
 Range nice(Range r) {
-  if (r.empty()) return {0.0, 1.0};
+  if (r.empty()) return {0.0, 1.0, 0.2};
   if (r.hi - r.lo < 1e-12) {
     // A flat line: a band around it, from zero when it is not negative (a
     // time or a count that never changed gets no negative axis).
@@ -41,21 +43,17 @@ Range nice(Range r) {
     r.lo = r.lo >= 0 ? 0.0 : r.lo - pad;
     r.hi += pad;
   }
+  // The ticks keep this step: taken again from the rounded range it could
+  // be coarser (0..1800 by 200 asks for 500s) and leave the top unlabelled.
   const double step = tick_step(r.hi - r.lo);
-  return {std::floor(r.lo / step) * step, std::ceil(r.hi / step) * step};
+  return {std::floor(r.lo / step) * step, std::ceil(r.hi / step) * step, step};
 }
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
+// The ticks of a nice() range, each computed (not summed) so the last is hi.
+std::vector<double> ticks(const Range& r) {
+  std::vector<double> out;
+  const auto n = static_cast<int>(std::llround((r.hi - r.lo) / r.step));
+  for (int i = 0; i <= n; ++i) out.push_back(r.lo + i * r.step);
   return out;
 }
 
@@ -81,8 +79,7 @@ class Plot {
   void axes(std::ostringstream& os) const {
     os << "<rect x='" << left_ << "' y='" << top_ << "' width='" << right_ - left_
        << "' height='" << bottom_ - top_ << "' fill='none' stroke='#444'/>\n";
-    const double xs = tick_step(x_.hi - x_.lo);
-    for (double v = x_.lo; v <= x_.hi + xs * 1e-6; v += xs) {
+    for (const double v : ticks(x_)) {
       os << "<line x1='" << px(v) << "' y1='" << bottom_ << "' x2='" << px(v) << "' y2='" << top_
          << "' stroke='#ddd'/>\n<text x='" << px(v) << "' y='" << bottom_ + 16
          << "' text-anchor='middle'>" << number(v) << "</text>\n";
@@ -90,20 +87,19 @@ class Plot {
     y_ticks(os, y_, false);
     if (!y2_.empty()) y_ticks(os, y2_, true);
     os << "<text x='" << (left_ + right_) / 2 << "' y='" << bottom_ + 36
-       << "' text-anchor='middle'>" << escape(c_.x_label) << "</text>\n";
+       << "' text-anchor='middle'>" << escape_xml(c_.x_label) << "</text>\n";
     os << "<text transform='translate(16," << (top_ + bottom_) / 2
-       << ") rotate(-90)' text-anchor='middle'>" << escape(c_.y_label) << "</text>\n";
+       << ") rotate(-90)' text-anchor='middle'>" << escape_xml(c_.y_label) << "</text>\n";
     if (!y2_.empty()) {
       os << "<text transform='translate(" << c_.width - 12 << "," << (top_ + bottom_) / 2
-         << ") rotate(90)' text-anchor='middle'>" << escape(c_.y2_label) << "</text>\n";
+         << ") rotate(90)' text-anchor='middle'>" << escape_xml(c_.y2_label) << "</text>\n";
     }
     os << "<text x='" << c_.width / 2 << "' y='24' text-anchor='middle' font-size='15'>"
-       << escape(c_.title) << "</text>\n";
+       << escape_xml(c_.title) << "</text>\n";
   }
 
   void y_ticks(std::ostringstream& os, const Range& r, bool right_axis) const {
-    const double step = tick_step(r.hi - r.lo);
-    for (double v = r.lo; v <= r.hi + step * 1e-6; v += step) {
+    for (const double v : ticks(r)) {
       const double y = py(v, right_axis);
       if (!right_axis) {
         os << "<line x1='" << left_ << "' y1='" << y << "' x2='" << right_ << "' y2='" << y
@@ -120,13 +116,13 @@ class Plot {
     os << "<polyline fill='none' stroke='" << color << "' stroke-width='1.8'"
        << (s.right_axis ? " stroke-dasharray='5,3'" : "") << " points='";
     for (std::size_t i = 0; i < s.x.size(); ++i) {
-      if (s.steps && i > 0) os << px(s.x[i]) << "," << py(s.y[i - 1], s.right_axis) << " ";
-      os << px(s.x[i]) << "," << py(s.y[i], s.right_axis) << " ";
+      if (s.steps && i > 0) os << px(s.x[i]) << "," << py(s.y[i - 1], s.right_axis) + s.offset_px << " ";
+      os << px(s.x[i]) << "," << py(s.y[i], s.right_axis) + s.offset_px << " ";
     }
     os << "'/>\n";
     if (!s.markers) return;
     for (std::size_t i = 0; i < s.x.size(); ++i) {
-      os << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i], s.right_axis)
+      os << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i], s.right_axis) + s.offset_px
          << "' r='3' fill='" << color << "'/>\n";
     }
   }
@@ -138,7 +134,7 @@ class Plot {
       const double y = bottom_ + 56 + static_cast<double>(i / 4) * row;
       os << "<line x1='" << x << "' y1='" << y - 4 << "' x2='" << x + 22 << "' y2='" << y - 4
          << "' stroke='" << kColors[i % 8] << "' stroke-width='3'/>\n<text x='" << x + 28
-         << "' y='" << y << "'>" << escape(c_.series[i].name) << "</text>\n";
+         << "' y='" << y << "'>" << escape_xml(c_.series[i].name) << "</text>\n";
     }
   }
 
@@ -149,6 +145,20 @@ class Plot {
 };
 
 }  // namespace
+
+std::string escape_xml(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
 
 std::string render_svg(const Chart& chart) {
   Range x, y, y2;

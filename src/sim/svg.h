@@ -14,6 +14,9 @@ struct Series {
   bool steps = false;     // draw as a step function (value holds until the next x)
   bool markers = false;   // draw a dot at each point
   bool right_axis = false;  // plot against the right-hand y axis
+  // Drawn this many pixels lower: lines of equal values (the TP of two
+  // healthy replicas) side by side instead of one hiding the other.
+  double offset_px = 0;
 };
 
 struct Chart {
@@ -27,7 +30,11 @@ struct Chart {
 };
 
 // Renders the chart; throws std::invalid_argument when a series' x and y
-// lengths differ.
+// lengths differ. Every axis ends on a labelled tick.
 std::string render_svg(const Chart& chart);
+
+// `s` with the characters XML gives meaning to (< > & ") as entities: text
+// of a chart, or of the page around it.
+std::string escape_xml(const std::string& s);
 
 }  // namespace ntp::sim

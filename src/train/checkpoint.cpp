@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include <fmt/format.h>
@@ -197,20 +198,61 @@ PartRecord PartRecord::from_json(const nlohmann::json& j, const std::string& whe
   }
 }
 
+CheckpointPart part_view(const model::ParameterLayout& layout, std::span<const float> params,
+                         std::span<const float> m, std::span<const float> v, bool replicated) {
+  CheckpointPart part;
+  part.shard = layout.shard();
+  part.replicated = replicated;
+  const PartLayout at = part_layout(layout, replicated);
+  for (const std::span<const float>& state : {params, m, v}) {
+    const auto& tensors = layout.tensors();
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      if (at.offset[t] < 0 || tensors[t].count == 0) continue;
+      const std::span<const float> run = state.subspan(static_cast<std::size_t>(tensors[t].offset),
+                                                       static_cast<std::size_t>(tensors[t].count));
+      // Tensors that follow each other in the buffer make one run.
+      if (!part.view.empty() && part.view.back().data() + part.view.back().size() == run.data()) {
+        part.view.back() = {part.view.back().data(), part.view.back().size() + run.size()};
+      } else {
+        part.view.push_back(run);
+      }
+    }
+  }
+  return part;
+}
+
+std::vector<std::span<const float>> CheckpointPart::runs() const {
+  return values.empty() ? view : std::vector<std::span<const float>>{values};
+}
+
+std::uint64_t CheckpointPart::bytes() const {
+  std::uint64_t floats = 0;
+  for (const std::span<const float>& run : runs()) floats += run.size();
+  return floats * sizeof(float);
+}
+
 PartRecord write_part(const std::filesystem::path& dir, int rank, const CheckpointPart& part) {
   PartRecord record;
   record.file = fmt::format("rank-{}.bin", rank);
-  record.bytes = part.values.size() * sizeof(float);
-  record.checksum = model::checksum_bytes(model::kChecksumBasis, part.values.data(), record.bytes);
+  record.bytes = part.bytes();
   record.shard = part.shard;
   record.replicated = part.replicated;
+  const std::vector<std::span<const float>> runs = part.runs();
+  // Summed on another core while this one writes: both only read the part.
+  std::future<std::uint64_t> checksum = std::async(std::launch::async, [&runs] {
+    model::Checksum sum;
+    for (const std::span<const float>& run : runs) sum.add(run.data(), run.size_bytes());
+    return sum.value();
+  });
   try {
     model::BinaryWriter out((dir / record.file).string());  // temp + fsync + rename
-    out.write(part.values.data(), record.bytes);
+    for (const std::span<const float>& run : runs) out.write(run.data(), run.size_bytes());
     out.close();
   } catch (const std::exception& e) {
+    checksum.wait();
     throw CheckpointError(e.what());
   }
+  record.checksum = checksum.get();
   write_file_atomic(dir / fmt::format("rank-{}.json", rank), record.to_json().dump() + "\n");
   return record;
 }

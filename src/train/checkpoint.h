@@ -46,11 +46,18 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// One part's state copied out of a rank's buffers.
+// One part's state: copied out of a rank's buffers (snapshot_part), or the
+// buffers themselves (part_view) for a save after which nothing changes them.
 struct CheckpointPart {
   model::Shard shard;
   bool replicated = false;    // carries the replicated tensors
-  std::vector<float> values;  // params | m | v, each in the part layout
+  std::vector<float> values;  // the copy: params | m | v, each in the part layout
+  // Without a copy: the runs of the rank's buffers that make those bytes, in order.
+  std::vector<std::span<const float>> view;
+  bool borrows_state() const { return values.empty() && !view.empty(); }
+  // What is written, in file order: the copy, or the view.
+  std::vector<std::span<const float>> runs() const;
+  std::uint64_t bytes() const;
 };
 
 // The host copy of the units `layout` holds (every one of them), with the
@@ -72,8 +79,16 @@ struct PartRecord {
   static PartRecord from_json(const nlohmann::json& j, const std::string& where);
 };
 
+// The part `layout` holds as a view of its buffers, no copy: for the save
+// that ends a run (or a stop), where the state does not change until the
+// part is written. The caller keeps the buffers unchanged until then.
+CheckpointPart part_view(const model::ParameterLayout& layout, std::span<const float> params,
+                         std::span<const float> m, std::span<const float> v, bool replicated);
+
 // Writes <dir>/rank-<rank>.bin (fsync'd) and then <dir>/rank-<rank>.json (its
 // PartRecord, atomically): the json's presence says the part is complete.
+// Straight from the part's runs, no copy made: written at the disk's pace
+// (model::BinaryWriter) while another thread takes their checksum.
 PartRecord write_part(const std::filesystem::path& dir, int rank, const CheckpointPart& part);
 
 // What a checkpoint records beside the state.

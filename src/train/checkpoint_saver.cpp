@@ -6,7 +6,9 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -27,6 +29,20 @@ std::chrono::milliseconds ms(double seconds) {
 // does: the step in flight is finished and saved, not lost.
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction g_previous[std::size(kStopSignals)];
+
+// NTP_TEST_SLOW_SAVE = "SECONDS", honoured only with NTP_TEST_MUTATIONS=1:
+// every part's write first sleeps that long, a slow disk (the test of
+// checkpoint_skipped). Read once, when the saver is made.
+double slow_save_s() {
+  const char* allowed = std::getenv("NTP_TEST_MUTATIONS");
+  const char* spec = std::getenv("NTP_TEST_SLOW_SAVE");
+  if (allowed == nullptr || std::string(allowed) != "1" || spec == nullptr) return 0.0;
+  try {
+    return std::stod(spec);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(fmt::format("NTP_TEST_SLOW_SAVE = \"{}\": expected SECONDS", spec));
+  }
+}
 
 }  // namespace
 
@@ -57,7 +73,7 @@ std::string checkpoint_config_toml(Config config, const ParallelConfig& parallel
 }
 
 CheckpointSaver::CheckpointSaver(const Config& config, const RunDir& run)
-    : config_(config), run_(run), last_save_(std::chrono::steady_clock::now()) {}
+    : config_(config), run_(run), last_save_(std::chrono::steady_clock::now()), slow_save_s_(slow_save_s()) {}
 
 CheckpointSaver::~CheckpointSaver() { wait(); }
 
@@ -77,7 +93,12 @@ void CheckpointSaver::save(SaveJob job) {
     const std::lock_guard<std::mutex> lock(mutex_);
     copy_done_ = false;
   }
-  thread_ = std::thread([this, job = std::move(job)]() mutable { write(job); });
+  writing_step_ = job.info.step;
+  in_flight_ = true;
+  thread_ = std::thread([this, job = std::move(job)]() mutable {
+    write(job);
+    in_flight_ = false;
+  });
 }
 
 void CheckpointSaver::copied() {
@@ -112,30 +133,21 @@ void CheckpointSaver::write(SaveJob& job) {
     report_failure(job, e.what());
     return;
   }
-  copied();  // training may change the state again
-  try {
-    std::filesystem::create_directories(partial);
-    if (job.before_part) job.before_part();
-    if (part) write_part(partial, job.rank, *part);
-  } catch (const std::exception& e) {
-    if (part && job.part_failed) {
-      try {
-        job.part_failed(e.what());
-      } catch (const std::exception&) {  // the assembler then waits for the part until its deadline
-      }
-    }
-    report_failure(job, e.what());
-    return;
-  }
+  // A view is the state itself: training may change it only once it is written.
+  const bool borrowed = part && part->borrows_state();
+  if (!borrowed) copied();
+  const bool written = write_own_part(job, partial, part);
+  if (borrowed) copied();
+  if (!written) return;
   try {
     if (part) {
       run_.event("checkpoint_part_written", {{"rank", job.rank},
                                              {"step", job.info.step},
-                                             {"bytes", static_cast<std::uint64_t>(part->values.size() * sizeof(float))},
+                                             {"bytes", part->bytes()},
                                              {"wait_s", job.wait_s},
                                              {"copy_s", copy_s},
                                              {"write_s", unix_time_s() - start - copy_s}});
-      spare_ = std::move(part->values);
+      if (!part->values.empty()) spare_ = std::move(part->values);
     }
     if (!job.assemble) return;
     const std::filesystem::path final = final_dir(root(), job.info.step);
@@ -150,10 +162,38 @@ void CheckpointSaver::write(SaveJob& job) {
                                     {"parts", job.writers.size()},
                                     {"seconds", seconds},
                                     {"mb_per_s", seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0},
-                                    {"copy_s", copy_s}});
+                                    {"copy_s", copy_s},
+                                    {"copied", !borrowed}});
   } catch (const std::exception& e) {
     report_failure(job, e.what());
   }
+}
+
+bool CheckpointSaver::write_own_part(const SaveJob& job, const std::filesystem::path& partial,
+                                     const std::optional<CheckpointPart>& part) {
+  try {
+    std::filesystem::create_directories(partial);
+    if (slow_save_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slow_save_s_));
+    if (job.before_part) job.before_part();
+    if (part) write_part(partial, job.rank, *part);
+    return true;
+  } catch (const std::exception& e) {
+    if (part && job.part_failed) {
+      try {
+        job.part_failed(e.what());
+      } catch (const std::exception&) {  // the assembler then waits for the part until its deadline
+      }
+    }
+    report_failure(job, e.what());
+    return false;
+  }
+}
+
+void CheckpointSaver::skip(std::int64_t steps_done, int rank) {
+  run_.event("checkpoint_skipped",
+             {{"rank", rank},
+              {"step", steps_done},
+              {"reason", fmt::format("the save of step {} is still being written", writing_step_.load())}});
 }
 
 // Training goes on; the previous checkpoint stays the newest. The event is

@@ -4,13 +4,17 @@
 // computes — the state only changes at that step's update, which waits for
 // the copy (wait_for_copy): the only possible stall — then writes it and, on
 // the rank that assembles the checkpoint, waits for the other parts and
-// completes the manifest. One save is in flight at a time: a new one first
-// waits for the previous.
+// completes the manifest. One save is in flight at a time: a periodic save
+// due while the previous one is still being written is skipped (event
+// checkpoint_skipped), not waited for, so a slow disk never stalls training;
+// the save that ends a run (or a stop) waits, and writes the state itself
+// without a copy (part_view): nothing changes it afterwards.
 //
 // When to save (the same answer on every rank, so that every writer copies the
 // same step): every train.checkpoint_every steps, when train.checkpoint_every_s
 // passed on the writer's clock (the vote travels in the commit record), after
 // the last step, and after the step in flight when SIGINT, SIGTERM or SIGHUP arrived.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -35,7 +39,9 @@ struct SaveJob {
   std::uint64_t epoch = 0;
   int rank = 0;
   // Copies this rank's units into host memory (into `reuse`, the previous
-  // part's buffer); empty when the rank writes no part.
+  // part's buffer), or for the last save returns a view of them (part_view:
+  // the update after it, if any, waits until the part is written); empty
+  // when the rank writes no part.
   std::function<CheckpointPart(std::vector<float> reuse)> copy;
   double wait_s = 0;                   // a stall: waiting for the previous save to end
   bool assemble = false;               // this rank completes the manifest
@@ -82,9 +88,18 @@ class CheckpointSaver {
   double wait_for_copy();
   // Blocks until the save in flight ended; its outcome is in events.jsonl.
   void wait();
+  // Whether a save is still being written (its thread has not ended).
+  bool busy() const { return in_flight_; }
+  // Logs that the periodic save after `steps_done` steps is skipped because
+  // one is still being written (the caller decided it: busy(), or any rank's
+  // vote in the commit record).
+  void skip(std::int64_t steps_done, int rank);
 
  private:
   void write(SaveJob& job);
+  // This rank's part into `partial`; false (reported) when it failed.
+  bool write_own_part(const SaveJob& job, const std::filesystem::path& partial,
+                      const std::optional<CheckpointPart>& part);
   void report_failure(const SaveJob& job, const std::string& reason);
   void copied();
 
@@ -96,6 +111,9 @@ class CheckpointSaver {
   std::mutex mutex_;
   std::condition_variable copy_cv_;
   bool copy_done_ = true;
+  std::atomic<bool> in_flight_ = false;
+  std::atomic<std::int64_t> writing_step_ = -1;
+  double slow_save_s_ = 0;  // NTP_TEST_SLOW_SAVE
 };
 
 // Installs SIGINT and SIGTERM handlers that only record the request, so the

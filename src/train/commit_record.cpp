@@ -25,6 +25,7 @@ CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t r
     t.join_pending = t.join_pending || rec.join_pending;
     t.checkpoint_due = t.checkpoint_due || rec.checkpoint_due;
     t.stop = t.stop || rec.stop;
+    t.save_busy = t.save_busy || rec.save_busy;
     double& compute = t.replica_compute_s.at(static_cast<std::size_t>(rec.replica));
     compute = compute < 0 ? rec.forward_s : std::min(compute, rec.forward_s);
     if (norm_replica < 0) norm_replica = rec.replica;

@@ -22,11 +22,12 @@ struct CommitRecord {
   bool join_pending = false;
   bool checkpoint_due = false;  // the writer's clock says train.checkpoint_every_s passed
   bool stop = false;            // this rank received SIGINT, SIGTERM or SIGHUP
+  bool save_busy = false;       // this rank is still writing its part of the previous checkpoint
   // This rank's forward passes of the step: its compute alone, which no other
   // replica can delay (the gradient sync runs only from the backward pass on).
   double forward_s = 0;
 
-  static constexpr int kWords = 10 + NormPart::kWords;
+  static constexpr int kWords = 11 + NormPart::kWords;
   void write(std::int64_t* out) const {
     std::memcpy(out + 0, &loss_sum, 8);
     out[1] = reshard_bytes;
@@ -38,7 +39,8 @@ struct CommitRecord {
     out[7] = checkpoint_due ? 1 : 0;
     out[8] = stop ? 1 : 0;
     std::memcpy(out + 9, &forward_s, 8);
-    norm.write(out + 10);
+    out[10] = save_busy ? 1 : 0;
+    norm.write(out + 11);
   }
   static CommitRecord read(const std::int64_t* in) {
     CommitRecord r;
@@ -52,7 +54,8 @@ struct CommitRecord {
     r.checkpoint_due = in[7] != 0;
     r.stop = in[8] != 0;
     std::memcpy(&r.forward_s, in + 9, 8);
-    r.norm = NormPart::read(in + 10);
+    r.save_busy = in[10] != 0;
+    r.norm = NormPart::read(in + 11);
     return r;
   }
 };
@@ -76,6 +79,7 @@ struct CommitTotals {
   bool join_pending = false;
   bool checkpoint_due = false;
   bool stop = false;
+  bool save_busy = false;  // a periodic save due now is skipped (CheckpointSaver::skip)
   // Per replica: the forward passes (CommitRecord::forward_s) of its rank
   // that took the least, i.e. waited least in the TP collectives: the pace of
   // its busiest GPU, which the others wait for; 0 when it does not train.

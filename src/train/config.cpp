@@ -46,6 +46,7 @@ const Choices<FallbackPolicy> kFallbacks = {{"checkpoint", FallbackPolicy::kChec
 const Choices<BatchPolicy> kPolicies = {{"proportional", BatchPolicy::kProportional},
                                         {"fixed", BatchPolicy::kFixed},
                                         {"constant-global", BatchPolicy::kConstantGlobal}};
+const Choices<Balance> kBalances = {{"work", Balance::kWork}, {"count", Balance::kCount}};
 const Choices<power::PowerMode> kPowerModes = {{"off", power::PowerMode::off},
                                                {"simulated", power::PowerMode::simulated},
                                                {"nvml", power::PowerMode::nvml}};
@@ -308,6 +309,12 @@ const std::vector<KeyDef>& schema() {
               NTP_FIELD(parallel.min_tp)),
       choice_key("parallel.batch_policy", "proportional | fixed | constant-global", kPolicies,
                  NTP_FIELD(parallel.batch_policy)),
+      int_key("parallel.align",
+              "FFN neurons and vocabulary rows are sharded in blocks of up to this many units (GEMM widths); "
+              "1 = one unit",
+              NTP_FIELD(parallel.align)),
+      choice_key("parallel.balance", "shares balance work (units / slot speed) | count (unit counts)", kBalances,
+                 NTP_FIELD(parallel.balance)),
       float_key("sync.bucket_mb", "gradient-sync bucket size in MiB", NTP_FIELD(sync.bucket_mb)),
       bool_key("sync.split_embedding",
                "sync the tied wte gradient's LM-head part as soon as the LM head's backward ends",
@@ -325,6 +332,9 @@ const std::vector<KeyDef>& schema() {
                 NTP_FIELD(deadline.straggler_s)),
       float_key("deadline.checkpoint_s", "every part of a checkpoint must be written within this",
                 NTP_FIELD(deadline.checkpoint_s)),
+      float_key("deadline.lease_s",
+                "each rank's lease on the store: a rank that cannot renew it stops (0: 2 x heartbeat_s)",
+                NTP_FIELD(deadline.lease_s)),
       choice_key("power.mode", "off | simulated | nvml", kPowerModes, NTP_FIELD(power.mode)),
       float_key("power.tdp_w", "GPU default power limit (W): speed 1", NTP_FIELD(power.tdp_w)),
       float_key("power.max_frac", "per-GPU maximum limit as a multiple of power.tdp_w",
@@ -512,6 +522,7 @@ void validate_parallel(const ParallelConfig& p, const OptimConfig& t) {
   require(p.dp >= 1, "parallel.dp", "must be >= 1");
   require(p.min_tp >= 1 && p.min_tp <= p.tp, "parallel.min_tp",
           fmt::format("must be in [1, parallel.tp = {}]", p.tp));
+  require(p.align >= 1, "parallel.align", "must be >= 1 (units per block; 1 = one unit)");
   for (const auto& [replica, slots] : p.failed) {
     require(replica < p.dp, "parallel.failed",
             fmt::format("replica {} does not exist (parallel.dp = {})", replica, p.dp));
@@ -547,6 +558,29 @@ void validate_power(const PowerConfig& p) {
           "must be a finite number >= 0");
 }
 
+// The timing of the leases (docs/launch.md, "Partitions"), with elastic.recover.
+void validate_lease(const Config& c) {
+  const DeadlineConfig& d = c.deadline;
+  require_seconds(d.lease_s, "deadline.lease_s", true);
+  if (!c.elastic.recover) return;
+  const double lease = lease_seconds(d);
+  require(lease >= d.heartbeat_s, "deadline.lease_s",
+          fmt::format("is {} s, must be >= deadline.heartbeat_s ({} s): a rank's lease must not end before its "
+                      "heartbeat is judged",
+                      lease, d.heartbeat_s));
+  require(heartbeat_interval_s(d) <= lease / 3, "deadline.lease_s",
+          fmt::format("is {} s, must be >= 3 x the heartbeat interval (deadline.heartbeat_s / 5, at least 0.05 s: "
+                      "{} s): a lease must span three renewals, so one lost or late renewal does not end it",
+                      lease, 3 * heartbeat_interval_s(d)));
+}
+
+}  // namespace
+
+double lease_seconds(const DeadlineConfig& d) { return d.lease_s > 0 ? d.lease_s : 2 * d.heartbeat_s; }
+double heartbeat_interval_s(const DeadlineConfig& d) { return std::max(0.05, d.heartbeat_s / 5); }
+
+namespace {
+
 // The worker processes of the job: the active slots of the training replicas.
 std::int64_t job_rank_count(const ParallelConfig& p) {
   std::int64_t n = 0;
@@ -575,11 +609,16 @@ void validate_rest(const Config& c) {
   // The agreement after a failure must outlast a member still blocked in a
   // collective (up to collective_s) and the settle window; the launcher's
   // hang detection must not fire on a rank that only waits for its peers.
-  require(c.deadline.rendezvous_s >= c.deadline.collective_s + 2 * c.elastic.settle_s,
+  // With leases it also waits, from the member's last renewal, for a silent
+  // member's lease to end (lease_s), overlapping that wait.
+  validate_lease(c);
+  const double lease_wait = c.elastic.recover ? lease_seconds(c.deadline) : 0;
+  require(c.deadline.rendezvous_s >= std::max(c.deadline.collective_s, lease_wait) + 2 * c.elastic.settle_s,
           "deadline.rendezvous_s",
-          fmt::format("must be >= deadline.collective_s + 2 x elastic.settle_s ({} s): survivors must be "
-                      "able to wait out a member still blocked in a collective",
-                      c.deadline.collective_s + 2 * c.elastic.settle_s));
+          fmt::format("must be >= max(deadline.collective_s, deadline.lease_s) + 2 x elastic.settle_s ({} s): "
+                      "survivors must be able to wait out a member still blocked in a collective, and a silent "
+                      "member's lease",
+                      std::max(c.deadline.collective_s, lease_wait) + 2 * c.elastic.settle_s));
   require(c.test.chaos >= 0, "test.chaos", "must be >= 0");
   require(!c.elastic.rejoin || c.elastic.recover, "elastic.rejoin", "needs elastic.recover = true");
   require_seconds(c.elastic.rejoin_after_s, "elastic.rejoin_after_s", true);
@@ -657,6 +696,8 @@ void reject_unused(const Config& c) {
        "needs elastic.rejoin = true"},
       {"elastic.settle_s", c.elastic.settle_s != d.elastic.settle_s, c.elastic.recover,
        "needs elastic.recover = true"},
+      {"deadline.lease_s", c.deadline.lease_s != d.deadline.lease_s, c.elastic.recover,
+       "needs elastic.recover = true"},
       {"elastic.max_recoveries", c.elastic.max_recoveries != d.elastic.max_recoveries, c.elastic.recover,
        "needs elastic.recover = true"},
       {"elastic.fallback", c.elastic.fallback != d.elastic.fallback, c.elastic.recover,
@@ -691,6 +732,7 @@ std::string to_string(DataOrder order) { return name_of(kOrders, order); }
 std::string to_string(DataFormat format) { return name_of(kFormats, format); }
 std::string to_string(LrSchedule schedule) { return name_of(kSchedules, schedule); }
 std::string to_string(BatchPolicy policy) { return name_of(kPolicies, policy); }
+std::string to_string(Balance balance) { return name_of(kBalances, balance); }
 std::string to_string(NanPolicy policy) { return name_of(kNanPolicies, policy); }
 std::string to_string(FallbackPolicy policy) { return name_of(kFallbacks, policy); }
 

@@ -28,6 +28,10 @@ enum class DataOrder { kShuffled, kSequential };
 enum class DataFormat { kAuto, kLlmc, kNanogpt, kText };
 enum class LrSchedule { kCosine, kConstant };
 enum class BatchPolicy { kProportional, kFixed, kConstantGlobal };
+// What shares of a unit kind balance (parallel.balance, layout/shares.h):
+// work = units / slot speed (per phase: each kind on its own), count = unit
+// counts, speeds ignored. Equal speeds make them the same.
+enum class Balance { kWork, kCount };
 // What a non-finite loss or gradient norm does (train.on_nan).
 enum class NanPolicy { kStop, kSkip };
 // What a failure that in-job recovery cannot handle does (elastic.fallback).
@@ -37,6 +41,7 @@ std::string to_string(DataOrder order);
 std::string to_string(DataFormat format);
 std::string to_string(LrSchedule schedule);
 std::string to_string(BatchPolicy policy);
+std::string to_string(Balance balance);
 std::string to_string(NanPolicy policy);
 std::string to_string(FallbackPolicy policy);
 
@@ -104,6 +109,11 @@ struct ParallelConfig {
   std::map<std::int64_t, std::vector<std::int64_t>> failed;  // replica -> failed slots
   std::int64_t min_tp = 1;  // replicas with fewer active slots are dropped
   BatchPolicy batch_policy = BatchPolicy::kProportional;
+  // Neuron-like kinds (FFN neurons, vocabulary rows) are cut in blocks of up
+  // to this many units, so GEMM widths stay multiples of a tile; heads stay
+  // whole (job_config). 1 = the floor/ceil split of one unit.
+  std::int64_t align = 64;
+  Balance balance = Balance::kWork;
   bool operator==(const ParallelConfig&) const = default;
 
   // Active slots of replica r (all slots not listed in `failed`), ascending.
@@ -123,8 +133,18 @@ struct DeadlineConfig {
   double heartbeat_s = 5.0;    // a rank silent this long is declared dead
   double straggler_s = 10.0;   // after the first worker death, wait this long for the rest
   double checkpoint_s = 300.0; // a checkpoint's parts must all be written within this
+  double lease_s = 0;          // each rank's lease on the store (elastic.recover); 0: 2 x heartbeat_s
   bool operator==(const DeadlineConfig&) const = default;
 };
+
+// The lease every rank holds on the store with elastic.recover (docs/launch.md,
+// "Partitions"): deadline.lease_s, or 2 x heartbeat_s when that is 0. Twice
+// the heartbeat: a host's loss is acted on once both its beats (heartbeat_s)
+// and its leases are gone, and a lease that survives ten renewals does not
+// lapse when a loaded host delays its heartbeat thread by a second or two.
+double lease_seconds(const DeadlineConfig& d);
+// How often a rank beats and renews its lease: heartbeat_s / 5, at least 50 ms.
+double heartbeat_interval_s(const DeadlineConfig& d);
 
 enum class NeedSource { kModelled, kMeasured };
 

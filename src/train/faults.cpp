@@ -64,10 +64,12 @@ FaultSpec parse_one(const std::string& entry) {
       f.signal = kHang;
     } else if (parts[2] == "MUTE") {
       f.signal = kMute;
+    } else if (parts[2] == "LAPSE") {
+      f.signal = kLapse;
     } else if (parts[2] == "LAG" && f.phase == "commit") {
       f.signal = kLag;
     } else {
-      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL, STOP, SEGV, HANG or MUTE (or LAG, at commit)", entry,
+      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL, STOP, SEGV, HANG, MUTE or LAPSE (or LAG, at commit)", entry,
                                               parts[2]));
     }
   }
@@ -115,6 +117,7 @@ std::string to_string(const FaultSpec& f) {
                      : f.signal == kLag ? "LAG"
                      : f.signal == kHang ? "HANG"
                      : f.signal == kMute ? "MUTE"
+                     : f.signal == kLapse ? "LAPSE"
                                          : "KILL");
 }
 

@@ -14,7 +14,10 @@
 // (a wedged process: only the collective deadlines and the survivors'
 // agreement can find it); MUTE: no signal, the rank's heartbeat stops while
 // it trains on (a heartbeat thread starved of CPU: the launcher sees the
-// process still gets CPU and must not fence it); or, at commit
+// process still gets CPU and must not fence it; its lease on the store is
+// still renewed, so nobody may act on its absence); LAPSE: no signal, the
+// rank stops renewing its lease and beating (as if cut off from the store):
+// its guard fences it (exit 4) before the lease can end; or, at commit
 // only, LAG: no signal, the rank acts as if the commit collective had failed
 // on it while the others completed it (a partial commit: it falls one step
 // behind and recovery must roll it forward).
@@ -27,12 +30,13 @@ namespace ntp::train {
 constexpr int kLag = 0;    // FaultSpec::signal of LAG
 constexpr int kHang = -1;  // FaultSpec::signal of HANG
 constexpr int kMute = -2;  // FaultSpec::signal of MUTE
+constexpr int kLapse = -3;  // FaultSpec::signal of LAPSE
 
 struct FaultSpec {
   int rank = 0;
   std::int64_t step = 0;
   std::string phase = "start";
-  int signal = 9;  // SIGKILL, SIGSTOP, kLag, kHang or kMute
+  int signal = 9;  // SIGKILL, SIGSTOP, kLag, kHang, kMute or kLapse
   bool operator==(const FaultSpec&) const = default;
 };
 

@@ -102,7 +102,8 @@ void LocalTrainer::load_checkpoint(const Checkpoint& checkpoint) {
   optimizer_->set_steps(checkpoint.info().optimizer_steps);
 }
 
-CheckpointPart LocalTrainer::snapshot(std::vector<float> reuse) const {
+CheckpointPart LocalTrainer::snapshot(std::vector<float> reuse, bool copy) const {
+  if (!copy) return part_view(model_->layout(), model_->params(), optimizer_->m().span(), optimizer_->v().span(), true);
   return snapshot_part(model_->layout(), model_->params(), optimizer_->m().span(), optimizer_->v().span(), true,
                        std::move(reuse));
 }
@@ -115,16 +116,17 @@ double LocalTrainer::validation_loss(const model::TokenData& val) {
 
 namespace {
 
-// Saves the state after `steps_done` steps: the one rank writes the one part.
+// Saves the state after `steps_done` steps: the one rank writes the one part,
+// a copy unless it is the `last` save (the run ends: nothing changes the state).
 void save_checkpoint(const Config& config, const LocalTrainer& trainer, CheckpointSaver& saver,
-                     std::int64_t steps_done) {
+                     std::int64_t steps_done, bool last) {
   const double start = unix_time_s();
   saver.wait();
   SaveJob job;
   job.wait_s = unix_time_s() - start;
   job.info = checkpoint_info(config, trainer.setup().gpt, trainer.setup().seq_len, trainer.data_identity(), steps_done,
                              trainer.optimizer_steps(), config.parallel, 0);
-  job.copy = [&trainer](std::vector<float> reuse) { return trainer.snapshot(std::move(reuse)); };
+  job.copy = [&trainer, last](std::vector<float> reuse) { return trainer.snapshot(std::move(reuse), !last); };
   job.assemble = true;
   job.writers = {0};
   job.config_toml = checkpoint_config_toml(config, config.parallel);
@@ -182,8 +184,11 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
     metrics.push_back(m);
     if (on_step) on_step(m);
     const bool last = s + 1 == config.train.steps;
-    if (StopRequest::signal() != 0 || last || saver.step_due(s + 1) || saver.time_due()) {
-      save_checkpoint(config, trainer, saver, s + 1);
+    if (StopRequest::signal() != 0 || last) {
+      save_checkpoint(config, trainer, saver, s + 1, true);
+    } else if (saver.step_due(s + 1) || saver.time_due()) {
+      if (saver.busy()) saver.skip(s + 1, 0);  // a slow disk does not stall training
+      else save_checkpoint(config, trainer, saver, s + 1, false);
     }
     if (StopRequest::signal() != 0 && !last) {
       saver.wait();

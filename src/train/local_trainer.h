@@ -62,9 +62,10 @@ class LocalTrainer {
                    TraceRecorder* trace = nullptr, StepUpdate update = StepUpdate::kApply);
 
   // The whole training state (parameters, both moments, AdamW's step count)
-  // from a checkpoint of any layout, and its host copy as one part.
+  // from a checkpoint of any layout, and its host copy as one part (without
+  // `copy`: a view of the state, part_view, for the save that ends the run).
   void load_checkpoint(const Checkpoint& checkpoint);
-  CheckpointPart snapshot(std::vector<float> reuse = {}) const;
+  CheckpointPart snapshot(std::vector<float> reuse = {}, bool copy = true) const;
   std::int64_t optimizer_steps() const { return optimizer_->steps(); }
   // Called in step() right before the optimizer changes the state (a
   // checkpoint copy in flight must end first).

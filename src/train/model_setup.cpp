@@ -95,6 +95,21 @@ ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token) {
   return setup;
 }
 
+std::string describe_model(const ModelConfig& keys) {
+  const std::string source = keys.init_from.empty() ? keys.preset : keys.init_from;
+  model::GptConfig gpt;
+  try {
+    gpt = resolve_model(keys, -1).gpt;  // no data: every token id fits
+  } catch (const std::exception& e) {
+    return fmt::format("{} ({})", source, e.what());
+  }
+  const std::string kv = gpt.llama() ? fmt::format(", {} KV heads", gpt.kv_heads) : "";
+  return fmt::format("{} ({}: {} layer{}, {} heads{}, hidden {}, vocab {}, {:.1f}M parameters)", source,
+                     model::to_string(gpt.family), gpt.layers, gpt.layers == 1 ? "" : "s", gpt.heads, kv,
+                     gpt.d_model, gpt.vocab,
+                     static_cast<double>(model::parameter_count(gpt)) / 1e6);
+}
+
 void init_model(const ModelConfig& keys, std::uint64_t seed, model::Model& model) {
   if (keys.init_from.empty()) {
     model.init(seed);

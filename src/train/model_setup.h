@@ -4,6 +4,7 @@
 // GPT-2, llama2.c for Llama; the set keys must then agree with it), checked
 // against the data.
 #include <cstdint>
+#include <string>
 
 #include "model/config.h"
 #include "model/model.h"
@@ -23,6 +24,14 @@ struct ModelSetup {
 // every token id of the data must be below the vocabulary. Of an init_from
 // checkpoint it reads the header alone (and checks the file's size).
 ModelSetup resolve_model(const ModelConfig& keys, std::int32_t data_max_token);
+
+// What trains, said wherever the run names its model (the banner,
+// run_started, the summary, the report): where it comes from (the checkpoint
+// file of model.init_from, else the preset) and its shape, e.g.
+// "gpt2_124M.bin (gpt2: 12 layers, 12 heads, hidden 768, vocab 50257, 124.5M
+// parameters)". Never throws: a file it cannot read (the job's check refused
+// it before anything ran) is named with why, in place of the shape.
+std::string describe_model(const ModelConfig& keys);
 
 // The model's first values: the units it holds read straight from
 // model.init_from (model::read_model_shard: no full-model buffer), or the

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -52,13 +53,13 @@ struct RankLayout {
 
 RankLayout plan_rank(const ParallelConfig& p, const model::GptConfig& gpt, RankPlace me) {
   RankLayout out;
-  const layout::JobLayout heads = layout::plan_job(job_config(p, gpt.head_units()));
-  const layout::JobLayout neurons = layout::plan_job(job_config(p, gpt.ffn()));
-  const layout::JobLayout vocab = layout::plan_job(job_config(p, gpt.padded_vocab));
+  const layout::JobLayout heads = layout::plan_job(job_config(p, model::UnitKind::kHead, gpt.head_units()));
+  const layout::JobLayout neurons = layout::plan_job(job_config(p, model::UnitKind::kNeuron, gpt.ffn()));
+  const layout::JobLayout vocab = layout::plan_job(job_config(p, model::UnitKind::kVocab, gpt.padded_vocab));
   out.views = {heads.slot_view(me.replica, me.slot), neurons.slot_view(me.replica, me.slot),
                vocab.slot_view(me.replica, me.slot)};
   out.shard = {out.views.heads.units, out.views.neurons.units, out.views.vocab.units};
-  out.active = layout::alive_slots(job_config(p, gpt.head_units()), me.replica);
+  out.active = layout::alive_slots(job_config(p, model::UnitKind::kHead, gpt.head_units()), me.replica);
   int training = 0;
   bool no_extra_slots = true;
   for (int r = 0; r < vocab.num_replicas(); ++r) {
@@ -151,9 +152,9 @@ bool trains(const ParallelConfig& p, std::int64_t replica) {
 
 KindPlans transition_plans(const ParallelConfig& from, const ParallelConfig& to,
                            const model::GptConfig& gpt, const std::vector<layout::SlotRef>& stale) {
-  const auto plan = [&](std::int64_t units, const char* kind) {
-    layout::TransitionPlan p = layout::plan_transition(layout::plan_job(job_config(from, units)),
-                                                       layout::plan_job(job_config(to, units)), stale);
+  const auto plan = [&](model::UnitKind unit_kind, std::int64_t units, const char* kind) {
+    layout::TransitionPlan p = layout::plan_transition(layout::plan_job(job_config(from, unit_kind, units)),
+                                                       layout::plan_job(job_config(to, unit_kind, units)), stale);
     if (!p.recoverable()) {
       throw layout::UnitsLostError(fmt::format(
           "no surviving holder at the resume step has these {}: {}", kind,
@@ -161,7 +162,9 @@ KindPlans transition_plans(const ParallelConfig& from, const ParallelConfig& to,
     }
     return p;
   };
-  return {plan(gpt.head_units(), gpt.llama() ? "KV groups" : "heads"), plan(gpt.ffn(), "FFN neurons"), plan(gpt.padded_vocab, "vocabulary rows")};
+  return {plan(model::UnitKind::kHead, gpt.head_units(), gpt.llama() ? "KV groups" : "heads"),
+          plan(model::UnitKind::kNeuron, gpt.ffn(), "FFN neurons"),
+          plan(model::UnitKind::kVocab, gpt.padded_vocab, "vocabulary rows")};
 }
 
 // Everything of a rank that is built from the data, the model and the
@@ -305,7 +308,8 @@ void NtpTrainer::connect() {
   const int j = x.layout.views.heads.sync_group;
   if (j >= 0) {
     // DP groups come from the layout's core lists, never from physical slot ids.
-    const layout::JobLayout heads = layout::plan_job(job_config(parallel_, x.setup.gpt.head_units()));
+    const layout::JobLayout heads =
+        layout::plan_job(job_config(parallel_, model::UnitKind::kHead, x.setup.gpt.head_units()));
     std::vector<int> members;
     for (const auto& [r, slot] : heads.sync_group_members(j)) members.push_back(global_rank_of({r, slot}));
     x.dp = comm::create_group(
@@ -403,6 +407,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
   mine_rec.replica = me_.replica;
   mine_rec.join_pending = is_writer() && options_.join_pending && options_.join_pending(members_);
   mine_rec.checkpoint_due = is_writer() && x.saver->time_due();
+  mine_rec.save_busy = x.saver->busy();
   mine_rec.stop = StopRequest::signal() != 0;
   std::vector<std::int64_t> record(CommitRecord::kWords);
   mine_rec.write(record.data());
@@ -466,9 +471,14 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
     x.run.append_metrics(m);
   }
   stop_requested_ = t.stop;
-  if (t.stop || t.checkpoint_due || x.saver->step_due(s + 1) || s + 1 == config_.train.steps) {
+  const bool last = t.stop || s + 1 == config_.train.steps;
+  if (!last && (t.checkpoint_due || x.saver->step_due(s + 1)) && t.save_busy) {
+    // A rank of the writer's replica is still writing the previous save:
+    // every rank skips this one alike (the vote is in the commit record).
+    if (is_writer()) x.saver->skip(s + 1, options_.rank);
+  } else if (last || t.checkpoint_due || x.saver->step_due(s + 1)) {
     const double save_start = unix_time_s();
-    save_checkpoint(s + 1);
+    save_checkpoint(s + 1, last);
     x.clock.off_clock(unix_time_s() - save_start);
   }
   return m;
@@ -484,7 +494,7 @@ std::string part_failed_key(std::uint64_t epoch, std::int64_t steps_done, int ra
 
 }  // namespace
 
-void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
+void NtpTrainer::save_checkpoint(std::int64_t steps_done, bool last) {
   Impl& x = *impl_;
   const int writer_replica = places_.at(static_cast<std::size_t>(writer_rank_)).replica;
   SaveJob job;
@@ -504,11 +514,13 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done) {
   job.wait_s = unix_time_s() - start;
   if (me_.replica == writer_replica) {
     // Runs in the save thread while the next step computes; the state changes
-    // only at that step's update, which waits for it (apply_update).
+    // only at that step's update, which waits for it (apply_update). The last
+    // save writes the state itself: nothing waits for it but the end.
     job.copy = [&layout = x.model->layout(), params = std::span<const float>(x.model->params()),
                 m = std::span<const float>(x.optimizer->m().span()),
                 v = std::span<const float>(x.optimizer->v().span()),
-                replicated = x.tp.rank() == 0](std::vector<float> reuse) {
+                replicated = x.tp.rank() == 0, last](std::vector<float> reuse) {
+      if (last) return part_view(layout, params, m, v, replicated);
       return snapshot_part(layout, params, m, v, replicated, std::move(reuse));
     };
   }
@@ -545,7 +557,7 @@ void NtpTrainer::wait_for_checkpoint() { impl_->saver->wait(); }
 
 void NtpTrainer::save_resume_state(std::int64_t resume) {
   if (resume <= 0 || resume > config_.train.steps) return;  // nothing applied yet, or past the run
-  if (resume == config_.train.steps || impl_->saver->step_due(resume)) save_checkpoint(resume);
+  if (resume == config_.train.steps || impl_->saver->step_due(resume)) save_checkpoint(resume, resume == config_.train.steps);
 }
 
 void NtpTrainer::load_checkpoint(const std::filesystem::path& dir) {
@@ -727,9 +739,10 @@ std::vector<RankPlace> job_places(const ParallelConfig& p) {
   return places;
 }
 
-layout::JobConfig job_config(const ParallelConfig& p, std::int64_t units) {
+layout::JobConfig job_config(const ParallelConfig& p, model::UnitKind kind, std::int64_t units) {
   layout::JobConfig c;
   c.units = units;
+  c.align = kind == model::UnitKind::kHead ? 1 : p.align;
   c.tp = static_cast<int>(p.tp);
   c.replicas = static_cast<int>(p.dp);
   c.min_tp = static_cast<int>(p.min_tp);
@@ -787,11 +800,13 @@ JobData check_job(const Config& config, const std::filesystem::path& run_dir) {
         config.train.global_batch, samples, setup.seq_len));
   }
   if (!config.run.resume.empty()) check_resume(config, setup, read.train);
-  const std::pair<const char*, std::int64_t> kinds[] = {
-      {setup.gpt.llama() ? "KV groups" : "heads", setup.gpt.head_units()}, {"FFN neurons", setup.gpt.ffn()}, {"vocabulary rows", setup.gpt.padded_vocab}};
-  for (const auto& [kind, units] : kinds) {
+  const std::tuple<const char*, model::UnitKind, std::int64_t> kinds[] = {
+      {setup.gpt.llama() ? "KV groups" : "heads", model::UnitKind::kHead, setup.gpt.head_units()},
+      {"FFN neurons", model::UnitKind::kNeuron, setup.gpt.ffn()},
+      {"vocabulary rows", model::UnitKind::kVocab, setup.gpt.padded_vocab}};
+  for (const auto& [kind, unit_kind, units] : kinds) {
     try {
-      layout::plan_job(job_config(config.parallel, units));
+      layout::plan_job(job_config(config.parallel, unit_kind, units));
     } catch (const std::exception& e) {
       throw ConfigError(fmt::format("parallel.tp: cannot lay out the model's {} {}: {}", units, kind,
                                     e.what()));

@@ -31,6 +31,7 @@
 
 #include "layout/job_layout.h"
 #include "layout/transition.h"
+#include "model/shard.h"
 #include "train/config.h"
 #include "train/dataset.h"
 #include "train/metrics.h"
@@ -55,8 +56,12 @@ struct RankPlace {
 // replica-major, slots ascending. Global rank i is places[i].
 std::vector<RankPlace> job_places(const ParallelConfig& parallel);
 
-// The layout library's view of the job for `units` units of one kind.
-layout::JobConfig job_config(const ParallelConfig& parallel, std::int64_t units);
+// The layout library's view of the job for `units` units of `kind`: heads
+// (GPT-2 heads, Llama KV groups) stay whole, neuron-like kinds (FFN neurons,
+// Llama's SwiGLU neurons, vocabulary rows) are cut in blocks of
+// parallel.align (layout/shares.h). Slot speeds would apply under
+// parallel.balance = "work"; none are measured yet, so every slot runs at 1.0.
+layout::JobConfig job_config(const ParallelConfig& parallel, model::UnitKind kind, std::int64_t units);
 
 // Everything about the job that can be wrong before a process starts: the
 // data, the model against the data, and the layouts of every unit kind (e.g.
@@ -221,7 +226,7 @@ class NtpTrainer {
   void apply_update(std::int64_t s, double grad_norm, bool skipped);
   // Copies this rank's part of the checkpoint after `steps_done` steps and
   // writes it in the background (train/checkpoint_saver.h).
-  void save_checkpoint(std::int64_t steps_done);
+  void save_checkpoint(std::int64_t steps_done, bool last);  // last: a view of the state, no copy
   // Blocks until a save in flight copied the state (before step s changes
   // it); logs checkpoint_copy_waited when that stalled training.
   void wait_for_checkpoint_copy(std::int64_t s);

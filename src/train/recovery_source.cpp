@@ -24,8 +24,10 @@ class EpochLayouts {
     auto it = planned_.find(epoch);
     if (it == planned_.end()) {
       std::vector<layout::JobLayout> kinds;
-      for (std::int64_t units : {gpt_.head_units(), gpt_.ffn(), gpt_.padded_vocab})
-        kinds.push_back(layout::plan_job(job_config(p, units)));
+      const std::pair<model::UnitKind, std::int64_t> units[] = {{model::UnitKind::kHead, gpt_.head_units()},
+                                                                {model::UnitKind::kNeuron, gpt_.ffn()},
+                                                                {model::UnitKind::kVocab, gpt_.padded_vocab}};
+      for (const auto& [kind, count] : units) kinds.push_back(layout::plan_job(job_config(p, kind, count)));
       it = planned_.emplace(epoch, std::move(kinds)).first;
     }
     for (const layout::JobLayout& kind : it->second) out.push_back(kind.slot_view(place.replica, place.slot).units);

@@ -174,4 +174,118 @@ TEST(PlanCli, LostUnitsExitThreeNamingReplicaAndCount) {
   EXPECT_NE(none.err.find("no replica can train"), std::string::npos) << none.err;
 }
 
+// ---- --model: every kind, today's cut beside the configured one ----------
+
+std::vector<long long> widths(const json& kind) {
+  return kind["widths"].get<std::vector<long long>>();
+}
+
+TEST(PlanCli, AlignCutsOneKindInBlocks) {
+  const json j = plan_json({"--units", "3072", "--tp", "5", "--replicas", "1", "--align", "64"});
+  EXPECT_EQ(j["align"], 64);
+  EXPECT_EQ(j["block"], 64);
+  EXPECT_EQ(j["replica_layouts"][0]["layout"][4],
+            json::parse("[[2496,3072]]"));  // 9 blocks, the last slot
+  const json today = plan_json({"--units", "3072", "--tp", "5", "--replicas", "1"});
+  EXPECT_EQ(today["block"], 1);
+  EXPECT_EQ(today["replica_layouts"][0]["layout"][4], json::parse("[[2458,3072]]"));  // 614 units
+}
+
+TEST(PlanCli, ModelReportsWidthsAndPhaseLoadsOfBothCuts) {
+  const json j = plan_json({"--model", "gpt2", "--tp", "5", "--replicas", "2", "--failed", "1:4"});
+  EXPECT_EQ(j["model"]["ffn"], 3072);
+  EXPECT_DOUBLE_EQ(j["unit_flops"]["neuron"].get<double>(), 3 * 4.0 * 768);
+  const json& today = j["today"];
+  const json& configured = j["configured"];
+  EXPECT_EQ(today["align"], 1);
+  EXPECT_EQ(today["balance"], "count");
+  EXPECT_EQ(configured["align"], 64);
+  EXPECT_EQ(configured["balance"], "work");
+  EXPECT_EQ(configured["kinds"][1],
+            json::parse(R"({"kind":"neurons","units":3072,"block":64,"sync_degree":4})"));
+  EXPECT_EQ(configured["kinds"][0]["block"], 1);  // heads stay whole
+  const json& t0 = today["replica_reports"][0];
+  const json& c0 = configured["replica_reports"][0];
+  EXPECT_EQ(widths(t0["neurons"]), (std::vector<long long>{615, 615, 614, 614, 614}));
+  EXPECT_EQ(widths(c0["neurons"]), (std::vector<long long>{640, 640, 640, 576, 576}));
+  EXPECT_EQ(t0["neurons"]["unaligned"], 5);  // no width a multiple of 8
+  EXPECT_EQ(c0["neurons"]["unaligned"], 0);
+  EXPECT_EQ(widths(c0["heads"]), (std::vector<long long>{3, 3, 2, 2, 2}));
+  EXPECT_DOUBLE_EQ(c0["heads"]["busiest_over_ideal"].get<double>(), 3 / 2.4);
+  EXPECT_DOUBLE_EQ(c0["neurons"]["busiest_over_ideal"].get<double>(), 640 / (3072 / 5.0));
+  EXPECT_EQ(c0["neurons"]["phase"], "mlp");
+  EXPECT_GT(c0["step_busiest_over_ideal"].get<double>(), 1.0);
+  // Replica 1 (slot 4 failed) holds nothing there.
+  EXPECT_EQ(widths(configured["replica_reports"][1]["neurons"])[4], 0);
+}
+
+TEST(PlanCli, ModelShapeFlagsGiveThe480bExampleAtTp30) {
+  // examples/sim/b200_32k.toml: a domain of 32 with 2 slots lost runs TP 30.
+  const json j = plan_json({"--model", "gpt2", "--d-model", "20480", "--heads", "128", "--vocab",
+                            "131072", "--seq-len", "16384", "--layers", "100", "--tp", "32",
+                            "--replicas", "1", "--failed", "0:30,31"});
+  EXPECT_EQ(j["model"]["ffn"], 81920);
+  const json& t = j["today"]["replica_reports"][0];
+  const json& c = j["configured"]["replica_reports"][0];
+  EXPECT_DOUBLE_EQ(c["heads"]["busiest_over_ideal"].get<double>(), 5 / (128 / 30.0));
+  EXPECT_EQ(widths(t["neurons"])[0], 2731);
+  EXPECT_EQ(t["neurons"]["unaligned"], 30);
+  EXPECT_EQ(widths(c["neurons"])[0], 2752);
+  EXPECT_EQ(widths(c["neurons"])[29], 2688);
+  EXPECT_EQ(c["neurons"]["unaligned"], 0);
+}
+
+TEST(PlanCli, SpeedsShapeTheWorkCutNotTheCountCut) {
+  const std::vector<std::string> job = {"--model",    "gpt2", "--tp",     "4",
+                                        "--replicas", "1",    "--speeds", "0:1,1,0.5,1"};
+  const json work = plan_json(job);
+  EXPECT_EQ(widths(work["configured"]["replica_reports"][0]["neurons"]),
+            (std::vector<long long>{896, 896, 448, 832}));
+  // Today's cut holds equal counts, so the slow slot is twice as busy.
+  EXPECT_DOUBLE_EQ(
+      work["today"]["replica_reports"][0]["neurons"]["busiest_over_ideal"].get<double>(),
+      768 / 0.5 / (3072 / 3.5));
+  EXPECT_EQ(work["today"]["replica_reports"][0]["neurons"]["busiest_slot"], 2);
+  std::vector<std::string> count = job;
+  count.insert(count.end(), {"--balance", "count"});
+  const json counted = plan_json(count);
+  EXPECT_EQ(counted["configured"]["balance"], "count");
+  EXPECT_EQ(widths(counted["configured"]["replica_reports"][0]["neurons"]),
+            (std::vector<long long>{768, 768, 768, 768}));
+}
+
+TEST(PlanCli, ModelTableNamesKindsAndCuts) {
+  const Result r =
+      plan({"--model", "llama-small", "--tp", "3", "--replicas", "3", "--failed", "2:0"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* part :
+       {"(SwiGLU)", "KV groups", "FFN neurons", "vocabulary rows", "today", "configured",
+        "replica 1: same as replica 0", "trains on 2 of 3 slots", "240 224 224"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+}
+
+TEST(PlanCli, ModelBadInputExitsTwoNamingTheFlagOrKind) {
+  const std::vector<BadCase> cases = {
+      {{"--model", "gpt2", "--units", "8", "--tp", "4", "--replicas", "1"}, "--units"},
+      {{"--model", "gpt5", "--tp", "4", "--replicas", "1"},
+       "--model: model preset: unknown gpt2 preset 'gpt5'"},
+      {{"--tp", "4", "--replicas", "1"}, "--units or --model"},
+      {{"--units", "8", "--tp", "4", "--replicas", "1", "--d-model", "64"}, "--d-model"},
+      {{"--model", "gpt2", "--tp", "4", "--replicas", "1", "--align", "0"}, "--align"},
+      {{"--model", "gpt2", "--tp", "4", "--replicas", "1", "--balance", "flops"}, "--balance"},
+      {{"--model", "gpt2", "--tp", "4", "--replicas", "1", "--speeds", "0:1,1"},
+       "--speeds: 2 speeds for replica 0"},
+      {{"--model", "gpt2", "--tp", "4", "--replicas", "1", "--to-failed", "0:1"}, "--to-failed"},
+      {{"--model", "tiny", "--tp", "5", "--replicas", "1"},
+       "heads: units (4) smaller than the 5 active slots"},
+      {{"--model", "gpt2", "--heads", "7", "--tp", "4", "--replicas", "1"}, "d_model"},
+  };
+  for (const BadCase& c : cases) {
+    const Result r = plan(c.args);
+    EXPECT_EQ(r.code, 2) << c.names << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.names;
+    EXPECT_NE(r.err.find(c.names), std::string::npos) << r.err;
+  }
+}
+
 }  // namespace

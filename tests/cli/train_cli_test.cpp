@@ -340,6 +340,32 @@ TEST_F(TrainCliTest, PrintConfigShowsEveryResolvedKeyAndRunsNothing) {
   EXPECT_EQ(ntp("train --set test.kill_rank=99 --set test.kill_at_step=1 --print-config").exit_code, 2);
 }
 
+// Started from a model file, the run names that file and its shape wherever
+// it names its model (the banner, run_started, the summary, the report), not
+// the preset model.preset would have given ("model tiny" for a GPT-2 124M).
+TEST_F(TrainCliTest, TheRunNamesTheModelFileItTrainsAndItsShape) {
+  auto run = ntp("train " + kSmall + "--set model.d_model=64 --set model.heads=2 --set train.steps=1 --run-dir " +
+                 (dir_ / "first").string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  const std::string file = (dir_ / "first" / "model.bin").string();
+  const fs::path run_dir = dir_ / "from_file";
+  run = ntp("train --set model.init_from=" + file + " --set train.steps=1 --set train.global_batch=2 "
+            "--set train.micro_batch=2 --run-dir " + run_dir.string());
+  ASSERT_EQ(run.exit_code, 0) << text_of(run);
+  const std::string model = "model " + file + " (gpt2: 1 layer, 2 heads, hidden 64, vocab 256, ";
+  EXPECT_EQ(run.out.rfind("ntp train: " + model, 0), 0u) << run.out;
+  std::string job;
+  for (const auto& e : read_lines(run_dir / "events.jsonl")) {
+    if (e["event"] == "run_started") job = e["job"];
+  }
+  EXPECT_EQ(job.rfind(model, 0), 0u) << job;
+  EXPECT_EQ(job.find("tiny"), std::string::npos) << job;
+  std::ifstream summary(run_dir / "summary.json");
+  EXPECT_EQ(nlohmann::json::parse(summary)["job"], job);
+  std::ifstream report(run_dir / "report.html");
+  EXPECT_NE(std::string(std::istreambuf_iterator<char>(report), {}).find(model), std::string::npos);
+}
+
 TEST_F(TrainCliTest, RunStartedCountsTheRealRanks) {
   const fs::path run_dir = dir_ / "r";
   const auto run = ntp("train " + kSmall + "--set train.steps=2 --set parallel.tp=2 --set parallel.dp=2 "

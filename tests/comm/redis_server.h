@@ -75,6 +75,12 @@ class RedisServer {
     throw std::runtime_error("redis-server did not come up on port " + std::to_string(port_));
   }
 
+  // Sends the server a signal (SIGSTOP: it stops answering, as a network
+  // cut looks to its clients; SIGCONT: back).
+  void signal(int sig) {
+    if (process_) process_->signal(sig);
+  }
+
   std::string spec(const std::string& name_space = "") const {
     return "redis://127.0.0.1:" + std::to_string(port_) + (name_space.empty() ? "" : "/" + name_space);
   }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "comm/child_process.h"
+#include "comm/error.h"
 #include "tests/comm/create_race.h"
 #include "tests/comm/drill.h"
 #include "tests/comm/redis_server.h"
@@ -49,6 +50,44 @@ TEST(StoreCreate, RedisSetsOnlyAMissingKeyPerNamespace) {
   expect_create_sets_only_a_missing_key(*a);
   EXPECT_TRUE(b->create("k", to_bytes("b")));  // another namespace's key
   EXPECT_EQ(to_text(*a->try_get("k")), std::string("a\0b", 3));
+}
+
+// A lease: set_expiring's key is there until its ttl runs out, renewing it
+// keeps it, and the store drops it by itself once renewals stop.
+void expect_leases_expire_unless_renewed(Store& store) {
+  store.set_expiring("lease", to_bytes("a"), 400ms);
+  EXPECT_EQ(to_text(*store.try_get("lease")), "a");
+  for (int i = 0; i < 8; ++i) {  // 800 ms of renewals, twice the ttl
+    std::this_thread::sleep_for(100ms);
+    store.set_expiring("lease", to_bytes("b"), 400ms);
+  }
+  EXPECT_EQ(to_text(*store.try_get("lease")), "b");
+  EXPECT_EQ(store.get_many({"lease", "none"})[0].has_value(), true);
+  std::this_thread::sleep_for(700ms);
+  EXPECT_FALSE(store.try_get("lease").has_value()) << store.describe() << ": the lease outlived its ttl";
+  EXPECT_FALSE(store.get_many({"lease"})[0].has_value());
+  // Renewed after it lapsed: held again; erase and erase_prefix take it away.
+  store.set_expiring("lease", to_bytes("c"), 10s);
+  EXPECT_TRUE(store.try_get("lease").has_value());
+  store.erase("lease");
+  EXPECT_FALSE(store.try_get("lease").has_value());
+  store.set_expiring("ntp/lease/3", to_bytes("d"), 10s);
+  store.erase_prefix("ntp/lease/");
+  EXPECT_FALSE(store.try_get("ntp/lease/3").has_value());
+  EXPECT_THROW(store.set_expiring("lease", to_bytes("e"), 0ms), CommError);
+}
+
+TEST(StoreLease, FileStoreDropsAKeyOnceItsTtlRunsOut) {
+  testing::TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  expect_leases_expire_unless_renewed(*store);
+}
+
+TEST(StoreLease, RedisDropsAKeyOnceItsTtlRunsOut) {
+  if (!testing::RedisServer::available()) GTEST_SKIP() << "redis-server is not installed";
+  testing::RedisServer redis;
+  auto store = open_store(redis.spec("lease"));
+  expect_leases_expire_unless_renewed(*store);
 }
 
 // kProcesses comm_peer processes and this process race with kRaceThreads
@@ -109,6 +148,9 @@ class CheckThenSetStore : public Store {
     return true;
   }
   std::optional<std::vector<char>> try_get(const std::string& key) override { return inner_->try_get(key); }
+  void set_expiring(const std::string& key, const std::vector<char>& value, std::chrono::milliseconds ttl) override {
+    inner_->set_expiring(key, value, ttl);
+  }
   void erase(const std::string& key) override { inner_->erase(key); }
   void erase_prefix(const std::string& prefix) override { inner_->erase_prefix(prefix); }
   std::string describe() const override { return "check-then-set over " + inner_->describe(); }

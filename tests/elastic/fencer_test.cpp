@@ -91,6 +91,29 @@ TEST_F(FencerTest, AHostWhoseLauncherStillBeatsAnswersForItsRanksItself) {
   EXPECT_FALSE(store_->try_get(dead_key(5)));  // its beat is fresh
 }
 
+// A rank cut off with its host stops once it cannot renew its lease; the
+// watcher must not act before the store has dropped that lease, however
+// stale the beats (a beat says nothing about whether the rank still runs).
+TEST_F(FencerTest, ARemoteRankIsDeclaredLostOnlyOnceItsLeaseEndedOnTheStore) {
+  Fencer fencer(config_, *run_, store_);
+  fencer.watch_remote(0, {{1, {4, 5}}});
+  beat(comm::heartbeat_key(4), 5000);
+  beat(comm::heartbeat_key(5), 5000);
+  beat(host_beat_key(1), 5000);
+  store_->set_expiring(comm::lease_key(4), comm::to_bytes("1"), std::chrono::milliseconds(800));
+  store_->set_expiring(comm::lease_key(5), comm::to_bytes("1"), std::chrono::milliseconds(60000));
+  poll(fencer);
+  EXPECT_FALSE(store_->try_get(dead_key(4))) << "declared lost while the store still held its lease";
+  EXPECT_FALSE(store_->try_get(fence_key(4)));
+  for (int i = 0; i < 8 && !declared(4); ++i) poll(fencer);  // rank 4's lease ends (polls close together)
+  EXPECT_TRUE(declared(4));
+  EXPECT_TRUE(store_->try_get(fence_key(4)));
+  EXPECT_FALSE(store_->try_get(dead_key(5)));  // still holds its lease
+  store_->erase(comm::lease_key(5));
+  poll(fencer);
+  EXPECT_TRUE(declared(5));
+}
+
 TEST_F(FencerTest, ItWritesItsOwnBeatWhileOtherHostsWatch) {
   Fencer fencer(config_, *run_, store_);
   fencer.watch_remote(1, {{0, {0, 1}}});

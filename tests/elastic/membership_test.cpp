@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/group.h"
+#include "comm/heartbeat.h"
 #include "tests/support/test_dir.h"
 
 namespace ntp::elastic {
@@ -82,6 +83,27 @@ TEST_F(MembershipTest, AMemberSilentTooLongIsFencedAndLeftOut) {
   late.members = {0, 1, 2};
   late.epoch = 1;
   EXPECT_THROW(agree_membership(*store_, late), LeftOutError);
+}
+
+// A silent member whose lease the store still holds may still be running
+// (cut off from the store, its guard has not fenced it yet): the census
+// asks for it to be fenced but publishes no list without it until its dead
+// mark is set or its lease has ended on the store.
+TEST_F(MembershipTest, ASilentMemberIsLeftOutOnlyOnceItsLeaseEndedOrItIsDead) {
+  store_->set_expiring(comm::lease_key(1), comm::to_bytes("1"), milliseconds(1500));
+  store_->set_expiring(comm::lease_key(3), comm::to_bytes("1"), milliseconds(60000));
+  const auto start = std::chrono::steady_clock::now();
+  auto a = agree(0, {0, 1, 2, 3}, 4, milliseconds(300));
+  auto b = agree(2, {0, 1, 2, 3}, 4, milliseconds(300));
+  ASSERT_EQ(a.wait_for(milliseconds(1000)), std::future_status::timeout) << "published while leases were held";
+  EXPECT_TRUE(store_->try_get(fence_key(1)).has_value());  // asked for, not waited for
+  EXPECT_TRUE(store_->try_get(fence_key(3)).has_value());
+  store_->set(dead_key(3), comm::to_bytes("fenced"));  // its launcher killed it
+  const Membership m = a.get();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(1500));  // rank 1's lease ran out
+  EXPECT_EQ(m.ranks(), (std::vector<int>{0, 2}));
+  EXPECT_EQ(m.lost, (std::vector<int>{1, 3}));
+  EXPECT_EQ(b.get().ranks(), (std::vector<int>{0, 2}));
 }
 
 // A host cut off the network comes back after the others declared its ranks

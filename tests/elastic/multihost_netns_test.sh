@@ -9,9 +9,9 @@
 # (its bridge port down) for longer than deadline.collective_s: host 0 trains
 # on at DP 1 and verifies, host 1 stops naming the store it lost and leaves no
 # process behind, so no split brain; the same with a partition that heals
-# before the store deadline (host 1's processes are alive when it is back: the
-# others declared its ranks lost, so it stops them and exits with an error,
-# and host 0 fences none of its own); a blip of 0.5 s, shorter than
+# before the store deadline (host 1's ranks fence themselves once they cannot
+# renew their leases, before host 0 may declare them lost; back on the
+# network host 1 exits with an error, and host 0 fences none of its own); a blip of 0.5 s, shorter than
 # deadline.heartbeat_s, that loses nobody; three ranks of host 0 whose
 # heartbeats stop while they train (starved), which nobody may declare lost; host 1 killed whole mid-run (its
 # launcher's process group: its workers die with it and nobody on that host
@@ -104,7 +104,10 @@ start_redis
 STEPS=36
 SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set train.global_batch=8
   --set elastic.recover=true --set deadline.heartbeat_s=2 --set deadline.collective_s=20
-  --set deadline.rendezvous_s=30)
+  --set deadline.rendezvous_s=30 --set deadline.lease_s=6)
+# deadline.lease_s = 6: longer than the `redis` case's outage (3 s and a
+# restart: every rank would fence itself), shorter than `partition-short`'s
+# cut (host 1's ranks fence themselves at 5.4 s, before host 0 may act).
 STORE="redis://10.88.0.10:6379"
 PARTITION_S=${NTP_PARTITION_S:-25}  # longer than deadline.collective_s and the store's 20 s deadline
 # Longer than deadline.heartbeat_s (host 1 is declared lost), shorter than

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "layout/errors.h"
+#include "layout/sync_partition.h"
 
 namespace ntp::layout {
 namespace {
@@ -85,6 +86,38 @@ TEST(JobLayout, BadConfigsNameTheField) {
                InfeasibleError);
   EXPECT_THROW(plan_job({.units = 8, .tp = 4, .replicas = 1, .failed = {{0, {0}}}, .min_tp = 4}),
                InfeasibleError);
+}
+
+TEST(JobLayout, NeuronLikeKindsInAlignedBlocksAndSpeedWeightedReplicas) {
+  // 3,072 neurons in blocks of 64; replica 1 lost slot 3 (K = 3); replica 0
+  // runs slot 2 at half speed.
+  const JobLayout job = plan_job({.units = 3072,
+                                  .tp = 4,
+                                  .replicas = 3,
+                                  .failed = {{1, {3}}},
+                                  .align = 64,
+                                  .speeds = {{0, {1, 1, 0.5, 1}}}});
+  EXPECT_EQ(job.block, 64);
+  EXPECT_EQ(job.sync_partition, sync_partition(3072, 3, 64));
+  EXPECT_EQ(job.units_of(1, 2), (IntervalSet{{2048, 3072}}));  // k == K: S itself
+  // 48 blocks at speeds 1, 1, 0.5, 1: 14, 14, 7, 13 (times 14, 14, 14, 13).
+  EXPECT_EQ(job.units_of(0, 0).size(), 896);
+  EXPECT_EQ(job.units_of(0, 2).size(), 448);
+  EXPECT_EQ(job.units_of(0, 3).size(), 832);
+  EXPECT_EQ(job.units_of(2, 3).size(), 768);    // replica 2 at equal speeds: 12 blocks each
+  EXPECT_NE(job.replicas[0], job.replicas[2]);  // same slots, other speeds: planned apart
+}
+
+TEST(JobLayout, AlignAndSpeedsAreValidated) {
+  EXPECT_EQ(error_of({.units = 8, .tp = 4, .replicas = 1, .align = 0}),
+            "align must be >= 1, got 0");
+  EXPECT_EQ(error_of({.units = 8, .tp = 2, .replicas = 1, .speeds = {{0, {1}}}}),
+            "1 speeds for replica 0, expected one per slot (2)");
+  EXPECT_EQ(error_of({.units = 8, .tp = 2, .replicas = 1, .speeds = {{1, {1, 1}}}}),
+            "speeds of replica 1 out of range [0, 1)");
+  EXPECT_NE(error_of({.units = 8, .tp = 2, .replicas = 1, .speeds = {{0, {1, -2}}}})
+                .find("finite and > 0"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "layout/errors.h"
 #include "layout/sync_partition.h"
+#include "layout_checks.h"
 #include "random_job.h"
 
 namespace ntp::layout {
@@ -15,102 +16,35 @@ namespace {
 using testing::random_config;
 using testing::some_replica_trains;
 
-// The units of the transfers that `pick` selects, and their count with
-// repetitions (equal to the set's size only when no unit appears twice).
-template <typename Pick>
-std::pair<IntervalSet, Unit> gather(const std::vector<SlotTransfer>& plan, Pick pick) {
-  IntervalSet units;
-  Unit count = 0;
-  for (const SlotTransfer& t : plan) {
-    if (!pick(t)) continue;
-    units.add(t.units);
-    count += t.units.size();
-  }
-  return {units, count};
-}
-
+// S(U, K) at block 1: K contiguous parts covering [0, U), within one unit.
 void check_partition(const JobLayout& job) {
   ASSERT_EQ(static_cast<int>(job.sync_partition.size()), job.sync_degree);
-  IntervalSet all;
-  for (const IntervalSet& s : job.sync_partition) {
-    ASSERT_EQ(s.intervals().size(), 1u) << "S_j must be contiguous";
-    ASSERT_LE(s.size() - job.units / job.sync_degree, 1);
-    ASSERT_GE(s.size(), job.units / job.sync_degree);
-    ASSERT_TRUE(all.intersect(s).empty());
-    all.add(s);
-  }
-  ASSERT_EQ(all, IntervalSet::range(0, job.units));
+  ASSERT_EQ(testing::partition_violation(job.sync_partition, job.units, 1), "");
 }
 
+// The general properties (layout_checks.h: every unit exactly once, core
+// slot j ends pre-sync with exactly S_j, post-sync the inverse, a forest of
+// transfers), and today's: shares within one unit, only extra slots send.
 void check_training_replica(const JobLayout& job, const JobConfig& config, int r) {
   const ReplicaLayout& layout = job.replica(r);
   const int k = static_cast<int>(layout.active.size());
   const int K = job.sync_degree;
   ASSERT_GE(k, config.min_tp);
   ASSERT_GE(k, K);
-  ASSERT_EQ(layout.core, std::vector<int>(layout.active.begin(), layout.active.begin() + K));
-  // Every unit exactly once; balanced within one unit; failed slots empty.
-  IntervalSet all;
-  Unit total = 0;
-  for (int slot = 0; slot < job.tp; ++slot) {
-    const IntervalSet& units = layout.slots[static_cast<size_t>(slot)];
-    if (!layout.is_active(slot)) {
-      ASSERT_TRUE(units.empty()) << "failed slot " << slot << " holds units";
-      continue;
-    }
-    // No alive slot of a training replica idles, whatever the other replicas' k.
-    ASSERT_FALSE(units.empty()) << "replica " << r << " slot " << slot << " idles";
-    ASSERT_GE(units.size(), job.units / k) << "replica " << r << " slot " << slot;
-    ASSERT_LE(units.size(), (job.units + k - 1) / k) << "replica " << r << " slot " << slot;
-    all.add(units);
-    total += units.size();
+  ASSERT_EQ(testing::coverage_violation(layout, job.units), "") << "replica " << r;
+  ASSERT_EQ(testing::sync_violation(layout, job.sync_partition), "") << "replica " << r;
+  for (int slot : layout.active) {
+    const Unit units = layout.slots[static_cast<size_t>(slot)].size();
+    ASSERT_GE(units, job.units / k) << "replica " << r << " slot " << slot;
+    ASSERT_LE(units, (job.units + k - 1) / k) << "replica " << r << " slot " << slot;
   }
-  ASSERT_EQ(total, job.units);
-  ASSERT_EQ(all, IntervalSet::range(0, job.units));
-  // Pre-sync: extra -> core only; core j ends with exactly S_j; each extra
-  // slot sends everything it holds, once. Post-sync is the exact inverse.
-  for (const SlotTransfer& t : layout.pre_sync) {
-    ASSERT_FALSE(layout.is_core(t.from));
-    ASSERT_TRUE(layout.is_core(t.to));
-    ASSERT_FALSE(t.units.empty());
-    const IntervalSet& target = job.sync_partition[static_cast<size_t>(layout.sync_group(t.to))];
-    ASSERT_EQ(t.units.intersect(target), t.units);
-  }
-  for (int j = 0; j < K; ++j) {
-    const int core = layout.core[static_cast<size_t>(j)];
-    const auto [in, count] =
-        gather(layout.pre_sync, [&](const SlotTransfer& t) { return t.to == core; });
-    const IntervalSet& own = layout.slots[static_cast<size_t>(core)];
-    ASSERT_EQ(count, in.size());
-    ASSERT_TRUE(in.intersect(own).empty());
-    ASSERT_EQ(own.unite(in), job.sync_partition[static_cast<size_t>(j)]);
-    ASSERT_EQ(own.prefix(own.size()), job.sync_partition[static_cast<size_t>(j)].prefix(own.size()))
-        << "core slot keeps a prefix of S_j";
-  }
-  for (size_t e = static_cast<size_t>(K); e < layout.active.size(); ++e) {
-    const int extra = layout.active[e];
-    const auto [out, count] =
-        gather(layout.pre_sync, [&](const SlotTransfer& t) { return t.from == extra; });
-    ASSERT_EQ(count, out.size());
-    ASSERT_EQ(out, layout.slots[static_cast<size_t>(extra)]);
-  }
-  ASSERT_EQ(layout.post_sync.size(), layout.pre_sync.size());
-  for (const SlotTransfer& t : layout.pre_sync)
-    ASSERT_NE(std::find(layout.post_sync.begin(), layout.post_sync.end(),
-                        SlotTransfer{t.to, t.from, t.units}),
-              layout.post_sync.end());
+  for (const SlotTransfer& t : layout.pre_sync) ASSERT_FALSE(layout.is_core(t.from));
   if (k == K) {
     ASSERT_TRUE(layout.pre_sync.empty());
     for (int j = 0; j < K; ++j)
       ASSERT_EQ(layout.slots[static_cast<size_t>(layout.core[static_cast<size_t>(j)])],
                 job.sync_partition[static_cast<size_t>(j)]);
   }
-  // Few transfers: the (extra, core) pairs form a forest, so at most
-  // senders + receivers - 1, within k - K - 1 of the lower bound (every core
-  // slot with a tail sends at least once).
-  std::set<int> senders, receivers;
-  for (const SlotTransfer& t : layout.pre_sync) senders.insert(t.from), receivers.insert(t.to);
-  ASSERT_LE(layout.pre_sync.size(), std::max<size_t>(1, senders.size() + receivers.size()) - 1);
 }
 
 // The per-rank view agrees with the replica layout it summarises.

@@ -66,6 +66,27 @@ inline JobConfig random_config(std::mt19937_64& rng) {
   return config;
 }
 
+inline Unit random_align(std::mt19937_64& rng) {
+  static constexpr Unit kAligns[] = {1, 8, 64};
+  return kAligns[pick(rng, 0, 2)];
+}
+
+// Speeds for about half the replicas: each slot at 1.0 or, now and then,
+// anything down to 0.3 of it (fail-slow GPUs), rarely crawling at 0.01-0.1
+// (slow enough that an aligned block exceeds its share).
+inline SlotSpeeds random_speeds(std::mt19937_64& rng, int replicas, int tp) {
+  SlotSpeeds speeds;
+  std::bernoulli_distribution listed(0.5), slow(0.3), crawls(0.03);
+  std::uniform_real_distribution<double> speed(0.3, 1.0), crawl(0.01, 0.1);
+  for (int r = 0; r < replicas; ++r) {
+    if (!listed(rng)) continue;
+    std::vector<double>& slots = speeds[r];
+    for (int s = 0; s < tp; ++s)
+      slots.push_back(crawls(rng) ? crawl(rng) : slow(rng) ? speed(rng) : 1.0);
+  }
+  return speeds;
+}
+
 // True when at least one replica has min_tp alive slots.
 inline bool some_replica_trains(const JobConfig& config) {
   for (int r = 0; r < config.replicas; ++r)

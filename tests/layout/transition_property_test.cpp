@@ -148,7 +148,10 @@ void check_spread(const JobLayout& from, const JobLayout& to, const Stale& stale
     if (m.cross_domain && load.count(m.from.replica)) load[m.from.replica] += m.units.size();
   Unit lo = load.begin()->second, hi = lo;
   for (const auto& [p, units] : load) lo = std::min(lo, units), hi = std::max(hi, units);
-  const Unit slot_share = (to.units + to.sync_degree - 1) / to.sync_degree;
+  Unit slot_share = 0;  // the largest share of the new layout
+  for (int r = 0; r < to.num_replicas(); ++r)
+    for (int slot = 0; slot < to.tp; ++slot)
+      slot_share = std::max(slot_share, to.units_of(r, slot).size());
   ASSERT_LE(hi - lo, slot_share);
 }
 
@@ -237,6 +240,37 @@ TEST(TransitionProperty, StaleSlotsAreRolledForwardFromServingHolders) {
   EXPECT_GT(fed_inside, 500);
   EXPECT_GT(whole_stale, 200);
   EXPECT_GT(lost_to_stale, 40);
+}
+
+// Aligned, speed-weighted layouts: the same checks, and a re-layout for new
+// speeds with nobody lost (a slot turned slow or fast again) moves units only
+// inside replicas.
+TEST(TransitionProperty, AlignedSpeedWeightedTransitionsDeliverExactly) {
+  std::mt19937_64 rng(77);
+  int checked = 0, relayouts = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    JobConfig a = testing::random_config(rng);
+    a.align = testing::random_align(rng);
+    a.speeds = testing::random_speeds(rng, a.replicas, a.tp);
+    const bool relayout = pick(rng, 0, 2) == 0;
+    JobConfig b = relayout ? a : random_next(rng, a);
+    b.speeds = testing::random_speeds(rng, b.replicas, b.tp);
+    if (!testing::some_replica_trains(a) || !testing::some_replica_trains(b)) continue;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + describe(a, b) + " align " +
+                 std::to_string(a.align));
+    const JobLayout from = plan_job(a), to = plan_job(b);
+    const TransitionPlan plan = plan_transition(from, to);
+    check_plan(from, to, {}, plan);
+    if (HasFatalFailure()) return;
+    ++checked;
+    if (relayout) {
+      ASSERT_TRUE(plan.recoverable());
+      ASSERT_EQ(plan.cross_units, 0);
+      relayouts += plan.intra_units > 0;
+    }
+  }
+  EXPECT_GT(checked, 1500);
+  EXPECT_GT(relayouts, 200);
 }
 
 TEST(TransitionProperty, UnchangedConfigurationMovesNothing) {

@@ -38,6 +38,35 @@ TEST(Svg, AFlatNonNegativeLineIsDrawnFromZero) {
   EXPECT_NE(render_svg(c).find(">-"), std::string::npos);
 }
 
+// 0..1700 rounds to 0..1800 by 200s; asked again of 0..1800 the step would
+// be 500 and the top of the axis (1800) would carry no label.
+TEST(Svg, TheTopOfEveryAxisIsALabelledTick) {
+  Chart c{"rate", "x", "tokens/s", "", {}};
+  c.series.push_back({"tokens/s", {0, 1}, {0, 1700}, false, false, false});
+  const std::string svg = render_svg(c);
+  EXPECT_NE(svg.find(">1800<"), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">1600<"), std::string::npos) << "the ticks go by the step the range was rounded to";
+  EXPECT_EQ(svg.find(">1500<"), std::string::npos);
+  c.series[0].y = {0, 1.2};  // steps of 0.2 summed would drift past 1.2 and drop it
+  EXPECT_NE(render_svg(c).find(">1.2<"), std::string::npos) << render_svg(c);
+}
+
+// Two series of equal values: the offset one is drawn beside the other, not under it.
+TEST(Svg, AnOffsetSeriesIsDrawnBesideAnEqualOne) {
+  Chart c{"tp", "t", "tp", "", {}};
+  c.series.push_back({"replica 0", {0, 1, 2}, {4, 4, 4}, true, false, false});
+  c.series.push_back({"replica 1", {0, 1, 2}, {4, 4, 4}, true, false, false});
+  const auto points = [](const std::string& svg, std::size_t n) {
+    std::size_t at = 0;
+    for (std::size_t i = 0; i <= n; ++i) at = svg.find("points='", at) + 8;
+    return svg.substr(at, svg.find('\'', at) - at);
+  };
+  EXPECT_EQ(points(render_svg(c), 0), points(render_svg(c), 1)) << "equal values: one line hides the other";
+  c.series[1].offset_px = 3;
+  const std::string svg = render_svg(c);
+  EXPECT_NE(points(svg, 0), points(svg, 1));
+}
+
 const char* const kSmall = testing::small_scenario_toml();
 
 double j_energy(const Study& study) {

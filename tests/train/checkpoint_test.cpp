@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -64,6 +65,19 @@ std::vector<Shard> random_split(const ntp::model::GptConfig& c, int parts, std::
   return out;
 }
 
+// The parameters and moments of `state` that `layout` holds, in its order.
+struct RankState {
+  std::vector<float> p, m, v;
+};
+RankState rank_state(const ParameterLayout& full, const FullState& state, const ParameterLayout& layout) {
+  RankState out;
+  for (auto [to, from] : {std::pair{&out.p, &state.params}, {&out.m, &state.m}, {&out.v, &state.v}}) {
+    to->resize(static_cast<std::size_t>(layout.size()));
+    ntp::model::scatter_from_full(full, *from, layout, *to);
+  }
+  return out;
+}
+
 // Writes a checkpoint of `state` as the parts of `split` (rank = index).
 fs::path save(const fs::path& root, const ntp::model::GptConfig& c, const FullState& state,
               const std::vector<Shard>& split, std::int64_t step) {
@@ -73,11 +87,8 @@ fs::path save(const fs::path& root, const ntp::model::GptConfig& c, const FullSt
   std::vector<int> writers;
   for (std::size_t r = 0; r < split.size(); ++r) {
     const ParameterLayout layout(c, split[r]);
-    std::vector<float> p(static_cast<std::size_t>(layout.size())), m(p.size()), v(p.size());
-    ntp::model::scatter_from_full(full, state.params, layout, p);
-    ntp::model::scatter_from_full(full, state.m, layout, m);
-    ntp::model::scatter_from_full(full, state.v, layout, v);
-    ntp::train::write_part(partial, static_cast<int>(r), ntp::train::snapshot_part(layout, p, m, v, r == 0));
+    const RankState x = rank_state(full, state, layout);
+    ntp::train::write_part(partial, static_cast<int>(r), ntp::train::snapshot_part(layout, x.p, x.m, x.v, r == 0));
     writers.push_back(static_cast<int>(r));
   }
   ntp::train::CheckpointInfo info;
@@ -111,6 +122,57 @@ void expect_error(const std::function<void()>& fn, const std::string& needle) {
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+// The last save writes the rank's buffers themselves (part_view): the same
+// file, byte for byte, as the copy a periodic save writes, with the checksum
+// of those bytes; a part without the replicated tensors too.
+TEST_F(CheckpointTest, AViewOfTheStateWritesTheBytesOfItsCopy) {
+  const ntp::model::GptConfig c = small_model();
+  const ParameterLayout full(c, Shard::full(c));
+  std::mt19937_64 rng(11);
+  const FullState state = random_state(full, 5);
+  const std::vector<Shard> split = random_split(c, 2, rng);
+  for (std::size_t r = 0; r < split.size(); ++r) {
+    const ParameterLayout layout(c, split[r]);
+    const RankState x = rank_state(full, state, layout);
+    const bool replicated = r == 0;
+    const ntp::train::CheckpointPart copy = ntp::train::snapshot_part(layout, x.p, x.m, x.v, replicated);
+    const ntp::train::CheckpointPart view = ntp::train::part_view(layout, x.p, x.m, x.v, replicated);
+    EXPECT_FALSE(copy.borrows_state());
+    EXPECT_TRUE(view.borrows_state());
+    EXPECT_EQ(view.bytes(), copy.values.size() * sizeof(float));
+    fs::create_directories(root_ / "copy");
+    fs::create_directories(root_ / "view");
+    const ntp::train::PartRecord a = ntp::train::write_part(root_ / "copy", static_cast<int>(r), copy);
+    const ntp::train::PartRecord b = ntp::train::write_part(root_ / "view", static_cast<int>(r), view);
+    EXPECT_EQ(a.checksum, ntp::model::checksum_bytes(ntp::model::kChecksumBasis, copy.values.data(), view.bytes()));
+    EXPECT_EQ(b.checksum, a.checksum);
+    EXPECT_EQ(b.bytes, a.bytes);
+    std::ifstream fa(root_ / "copy" / a.file, std::ios::binary), fb(root_ / "view" / b.file, std::ios::binary);
+    const std::string bytes_a{std::istreambuf_iterator<char>(fa), {}};
+    const std::string bytes_b{std::istreambuf_iterator<char>(fb), {}};
+    EXPECT_EQ(bytes_a.size(), a.bytes);
+    EXPECT_TRUE(bytes_a == bytes_b) << "part " << r;
+  }
+}
+
+// The checksum of a stream in pieces of any length is the one of the whole.
+TEST(Checksum, PiecesOfAnyLengthSumAsTheWhole) {
+  std::vector<std::uint8_t> bytes(1000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(i * 37 + 11);
+  const std::uint64_t whole = ntp::model::checksum_bytes(ntp::model::kChecksumBasis, bytes.data(), bytes.size());
+  for (std::size_t piece : {1u, 3u, 4u, 7u, 8u, 13u, 999u}) {
+    ntp::model::Checksum sum;
+    for (std::size_t at = 0; at < bytes.size(); at += piece) sum.add(bytes.data() + at, std::min(piece, bytes.size() - at));
+    EXPECT_EQ(sum.value(), whole) << "pieces of " << piece;
+  }
+  // checksum_bytes chained piece by piece, without carrying the partial word, is not it.
+  std::uint64_t chained = ntp::model::kChecksumBasis;
+  for (std::size_t at = 0; at < bytes.size(); at += 7) {
+    chained = ntp::model::checksum_bytes(chained, bytes.data() + at, std::min<std::size_t>(7, bytes.size() - at));
+  }
+  EXPECT_NE(chained, whole);
 }
 
 TEST_F(CheckpointTest, AnyLayoutReadsBackEveryValueBitForBit) {

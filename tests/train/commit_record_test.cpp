@@ -41,7 +41,21 @@ TEST(CommitRecord, WordsRoundTrip) {
   EXPECT_TRUE(back.join_pending);
   EXPECT_FALSE(back.checkpoint_due);
   EXPECT_TRUE(back.stop);
+  EXPECT_FALSE(back.save_busy);
   EXPECT_EQ(back.norm.fixed, rec.norm.fixed);
+  rec.save_busy = true;
+  rec.write(words.data());
+  EXPECT_TRUE(CommitRecord::read(words.data()).save_busy);
+  EXPECT_EQ(CommitRecord::read(words.data()).norm.fixed, rec.norm.fixed);
+}
+
+// One rank still writing its part of the last checkpoint is enough: every
+// rank then skips the periodic save due now, alike.
+TEST(CommitRecord, OneBusyWriterSkipsTheSaveForEveryRank) {
+  CommitRecord busy = rank(0, 1.0, 0.0);
+  busy.save_busy = true;
+  EXPECT_FALSE(commit_totals(gather({rank(0, 1.0, 0.0), rank(1, 1.0, 0.0)}), 2, 2).save_busy);
+  EXPECT_TRUE(commit_totals(gather({rank(0, 1.0, 0.0), busy}), 2, 2).save_busy);
 }
 
 // Rank 0's backward ended at 0.8 s and it waited 0.3 s; rank 1's ended at

@@ -65,6 +65,41 @@ TEST(Faults, TheConfigurationRejectsAFailureOfARankOrStepTheJobDoesNotHave) {
                ConfigError);
 }
 
+// The lease's timing (docs/launch.md, "Partitions"), checked at start; each
+// error names the key to change.
+TEST(Faults, LeaseTimingsThatCannotHoldAreRejected) {
+  const auto load = [](std::vector<std::string> sets) {
+    sets.push_back("elastic.recover=true");
+    return load_config("", sets);
+  };
+  const auto rejected_for = [&](const std::vector<std::string>& sets) -> std::string {
+    try {
+      load(sets);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_DOUBLE_EQ(lease_seconds(load({}).deadline), 10.0);  // 2 x heartbeat_s
+  EXPECT_DOUBLE_EQ(lease_seconds(load({"deadline.lease_s=7"}).deadline), 7.0);
+  EXPECT_DOUBLE_EQ(heartbeat_interval_s(load({"deadline.heartbeat_s=0.1", "deadline.lease_s=0.2"}).deadline), 0.05);
+  // Shorter than the heartbeat deadline.
+  EXPECT_NE(rejected_for({"deadline.lease_s=4"}).find("deadline.lease_s: is 4 s, must be >= deadline.heartbeat_s"),
+            std::string::npos)
+      << rejected_for({"deadline.lease_s=4"});
+  // Fewer than three renewals (every max(heartbeat_s / 5, 0.05 s)) per lease.
+  EXPECT_NE(rejected_for({"deadline.heartbeat_s=0.1", "deadline.lease_s=0.12"}).find("deadline.lease_s"),
+            std::string::npos);
+  // The agreement cannot wait out a silent member's lease.
+  EXPECT_NE(rejected_for({"deadline.collective_s=10", "deadline.rendezvous_s=15", "deadline.lease_s=20"})
+                .find("deadline.rendezvous_s"),
+            std::string::npos);
+  EXPECT_EQ(rejected_for({"deadline.collective_s=10", "deadline.rendezvous_s=21", "deadline.lease_s=20"}), "accepted");
+  EXPECT_NE(rejected_for({"deadline.lease_s=-1"}).find("deadline.lease_s"), std::string::npos);
+  // Without in-job recovery nobody holds a lease.
+  EXPECT_THROW(load_config("", {"deadline.lease_s=20"}), ConfigError);
+}
+
 TEST(Faults, DeadlinesThatContradictEachOtherAreRejected) {
   EXPECT_THROW(load_config("", {"deadline.collective_s=50", "deadline.rendezvous_s=40"}), ConfigError);
   EXPECT_NO_THROW(load_config("", {"deadline.collective_s=10", "deadline.rendezvous_s=11"}));

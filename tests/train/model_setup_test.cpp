@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "model/model_file.h"
@@ -94,6 +95,29 @@ TEST_F(InitFrom, ATruncatedFileOfEachFormatIsRefused) {
               std::string::npos)
         << why;
   }
+}
+
+// The run names the model that trains: a checkpoint's file and its shape,
+// never the preset model.preset would have given (the "tiny" of a GPT-2
+// checkpoint); a preset by name and the shape its keys give it.
+TEST_F(InitFrom, TheModelIsNamedByItsFileAndShapeNotByThePreset) {
+  model::GptConfig wide = gpt2_;
+  wide.layers = 3;
+  wide.d_model = 96;
+  wide.heads = 6;
+  const std::string llmc = written("wide.bin", wide);
+  const std::string said = describe_model(keys(llmc));
+  EXPECT_EQ(said, fmt::format("{} (gpt2: 3 layers, 6 heads, hidden 96, vocab {}, {:.1f}M parameters)", llmc,
+                              wide.vocab, static_cast<double>(model::parameter_count(wide)) / 1e6));
+  EXPECT_EQ(said.find("tiny"), std::string::npos) << said;
+  ModelConfig preset;
+  preset.layers = 1;
+  EXPECT_EQ(describe_model(preset).rfind("tiny (gpt2: 1 layer, ", 0), 0u) << describe_model(preset);
+  EXPECT_NE(describe_model(keys(written("llama.bin", llama_))).find(" KV heads, "), std::string::npos);
+  // A file that cannot be read says why in place of the shape; nothing throws.
+  EXPECT_NE(describe_model(keys((dir_ / "missing.bin").string())).find("missing.bin (model.init_from: "),
+            std::string::npos)
+      << describe_model(keys((dir_ / "missing.bin").string()));
 }
 
 }  // namespace

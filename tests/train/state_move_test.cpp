@@ -13,10 +13,11 @@ namespace ntp::train {
 namespace {
 
 model::Shard shard_of(const ParallelConfig& p, const model::GptConfig& c, layout::SlotRef slot) {
-  const auto units = [&](std::int64_t n) {
-    return layout::plan_job(job_config(p, n)).slot_view(slot.replica, slot.slot).units;
+  const auto units = [&](model::UnitKind kind, std::int64_t n) {
+    return layout::plan_job(job_config(p, kind, n)).slot_view(slot.replica, slot.slot).units;
   };
-  return {units(c.heads), units(c.ffn()), units(c.padded_vocab)};
+  return {units(model::UnitKind::kHead, c.heads), units(model::UnitKind::kNeuron, c.ffn()),
+          units(model::UnitKind::kVocab, c.padded_vocab)};
 }
 
 // dp 2 x tp `tp`; global rank `dead` dies. Survivors run the move.
@@ -29,10 +30,12 @@ void check_move(std::int64_t tp, int dead) {
   ParallelConfig after = before;
   after.failed[places[static_cast<std::size_t>(dead)].replica].push_back(places[static_cast<std::size_t>(dead)].slot);
   KindPlans plans;
-  const auto plan = [&](std::int64_t n) {
-    return layout::plan_transition(layout::plan_job(job_config(before, n)), layout::plan_job(job_config(after, n)));
+  const auto plan = [&](model::UnitKind kind, std::int64_t n) {
+    return layout::plan_transition(layout::plan_job(job_config(before, kind, n)),
+                                   layout::plan_job(job_config(after, kind, n)));
   };
-  plans = {plan(c.heads), plan(c.ffn()), plan(c.padded_vocab)};
+  plans = {plan(model::UnitKind::kHead, c.heads), plan(model::UnitKind::kNeuron, c.ffn()),
+           plan(model::UnitKind::kVocab, c.padded_vocab)};
   std::vector<int> survivors;
   for (int r = 0; r < static_cast<int>(places.size()); ++r) {
     if (r != dead) survivors.push_back(r);

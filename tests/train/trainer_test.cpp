@@ -41,7 +41,7 @@ TEST(JobPlaces, ActiveSlotsOfTrainingReplicasReplicaMajor) {
   const std::vector<RankPlace> places = job_places(p);
   const std::vector<RankPlace> expected = {{0, 0}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {1, 2}, {1, 3}};
   EXPECT_EQ(places, expected);
-  const layout::JobConfig job = job_config(p, 7);
+  const layout::JobConfig job = job_config(p, model::UnitKind::kHead, 7);
   EXPECT_EQ(job.units, 7);
   EXPECT_EQ(job.failed.at(2), (std::vector<int>{0, 1, 3}));
 }
