@@ -40,41 +40,31 @@ bool contains(const std::vector<int>& sorted, int rank) {
 
 bool RecoveryPlan::is_stale(int rank) const { return contains(stale, rank); }
 
+namespace {
+
+// `p` with the slots of `ranks` marked failed (`failed`) or alive again.
+train::ParallelConfig mark_slots(train::ParallelConfig p, const std::vector<int>& ranks,
+                                 const std::vector<train::RankPlace>& places, bool failed) {
+  for (int rank : ranks) {
+    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
+    std::vector<std::int64_t>& slots = p.failed[place.replica];
+    slots.erase(std::remove(slots.begin(), slots.end(), place.slot), slots.end());
+    if (failed) slots.insert(std::upper_bound(slots.begin(), slots.end(), place.slot), place.slot);
+    if (slots.empty()) p.failed.erase(place.replica);
+  }
+  return p;
+}
+
+}  // namespace
+
 train::ParallelConfig without_ranks(const train::ParallelConfig& p, const std::vector<int>& lost,
                                     const std::vector<train::RankPlace>& places) {
-  train::ParallelConfig next = p;
-  for (int rank : lost) {
-    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
-    std::vector<std::int64_t>& failed = next.failed[place.replica];
-    if (std::find(failed.begin(), failed.end(), place.slot) == failed.end()) failed.push_back(place.slot);
-    std::sort(failed.begin(), failed.end());
-  }
-  return next;
+  return mark_slots(p, lost, places, true);
 }
 
 train::ParallelConfig with_ranks(const train::ParallelConfig& p, const std::vector<int>& joined,
                                  const std::vector<train::RankPlace>& places) {
-  train::ParallelConfig next = p;
-  for (int rank : joined) {
-    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
-    std::vector<std::int64_t>& failed = next.failed[place.replica];
-    failed.erase(std::remove(failed.begin(), failed.end(), place.slot), failed.end());
-    if (failed.empty()) next.failed.erase(place.replica);
-  }
-  return next;
-}
-
-std::vector<int> training_ranks(const train::ParallelConfig& p, const std::vector<train::RankPlace>& places) {
-  std::vector<int> ranks;
-  for (const train::RankPlace& place : train::job_places(p)) {
-    const auto it = std::find(places.begin(), places.end(), place);
-    if (it == places.end()) {
-      throw std::logic_error(fmt::format("replica {} slot {} has no process", place.replica, place.slot));
-    }
-    ranks.push_back(static_cast<int>(it - places.begin()));
-  }
-  std::sort(ranks.begin(), ranks.end());
-  return ranks;
+  return mark_slots(p, joined, places, false);
 }
 
 RecoveryPlan plan_recovery(const RecoveryInput& in) {
@@ -117,7 +107,7 @@ RecoveryPlan plan_recovery(const RecoveryInput& in) {
   // but is no error: the members go on in a new epoch.
   plan.changes_nothing = in.failure && in.agreed.lost.empty() && plan.stale.empty() &&
                          in.agreed.joined.empty() && plan.completes_commit.empty();
-  plan.members = training_ranks(plan.next, in.places);
+  plan.members = train::training_ranks(plan.next, in.places);
   if (!plan.members.empty()) plan.writer = plan.members.front();
   for (const Survivor& s : survivors) {
     if (s.applied == plan.newest && contains(plan.members, s.rank)) {
@@ -184,7 +174,7 @@ std::string check_recovery_plan(const RecoveryInput& in, const RecoveryPlan& pla
   const train::ParallelConfig next =
       with_ranks(without_ranks(in.last, in.agreed.lost, in.places), in.agreed.joined, in.places);
   if (!(plan.next == next)) return "the next configuration is not the last one without the lost and with the joined slots";
-  if (plan.members != training_ranks(next, in.places)) return "the members are not the ranks that train next";
+  if (plan.members != train::training_ranks(next, in.places)) return "the members are not the ranks that train next";
   // Without a source the job stops (units lost): nobody is refilled.
   for (const Survivor& s : in.agreed.survivors) {
     if (!plan.source) break;

@@ -80,7 +80,5 @@ train::ParallelConfig without_ranks(const train::ParallelConfig& p, const std::v
 train::ParallelConfig with_ranks(const train::ParallelConfig& p, const std::vector<int>& joined,
                                  const std::vector<train::RankPlace>& places);
 
-// The global ranks (indices into `places`) of the slots that train under `p`.
-std::vector<int> training_ranks(const train::ParallelConfig& p, const std::vector<train::RankPlace>& places);
 
 }  // namespace ntp::elastic

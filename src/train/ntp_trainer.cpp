@@ -271,10 +271,7 @@ int NtpTrainer::global_rank_of(layout::SlotRef slot) const {
 }
 
 std::vector<int> NtpTrainer::training_ranks(const ParallelConfig& p) const {
-  std::vector<int> ranks;
-  for (const RankPlace& place : job_places(p)) ranks.push_back(global_rank_of({place.replica, place.slot}));
-  std::sort(ranks.begin(), ranks.end());
-  return ranks;
+  return train::training_ranks(p, places_);
 }
 
 comm::GroupOptions NtpTrainer::group_options(std::uint64_t epoch, std::vector<int> ranks, std::string name) const {
@@ -737,6 +734,19 @@ std::vector<RankPlace> job_places(const ParallelConfig& p) {
     }
   }
   return places;
+}
+
+std::vector<int> training_ranks(const ParallelConfig& p, const std::vector<RankPlace>& places) {
+  std::vector<int> ranks;
+  for (const RankPlace& place : job_places(p)) {
+    const auto it = std::find(places.begin(), places.end(), place);
+    if (it == places.end()) {
+      throw std::logic_error(fmt::format("replica {} slot {} has no process", place.replica, place.slot));
+    }
+    ranks.push_back(static_cast<int>(it - places.begin()));
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
 }
 
 layout::JobConfig job_config(const ParallelConfig& p, model::UnitKind kind, std::int64_t units) {

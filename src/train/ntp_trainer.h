@@ -56,6 +56,10 @@ struct RankPlace {
 // replica-major, slots ascending. Global rank i is places[i].
 std::vector<RankPlace> job_places(const ParallelConfig& parallel);
 
+// The global ranks (indices into `places`, the job's first configuration)
+// of the slots that train under `p`, ascending.
+std::vector<int> training_ranks(const ParallelConfig& p, const std::vector<RankPlace>& places);
+
 // The layout library's view of the job for `units` units of `kind`: heads
 // (GPT-2 heads, Llama KV groups) stay whole, neuron-like kinds (FFN neurons,
 // Llama's SwiGLU neurons, vocabulary rows) are cut in blocks of

@@ -38,7 +38,7 @@ struct Case {
   // `applied` in the newest epoch's layout.
   Case& survive(std::int64_t applied, std::vector<int> lost = {}) {
     const std::vector<train::RankPlace> places = train::job_places(epochs.at(0));
-    for (int r : training_ranks(epochs.rbegin()->second, places)) {
+    for (int r : train::training_ranks(epochs.rbegin()->second, places)) {
       if (std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
       agreed.survivors.push_back({r, applied, epochs.rbegin()->first, -1, 1.5, false});
     }
