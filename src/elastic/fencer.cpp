@@ -46,7 +46,9 @@ void Fencer::on_event(const std::string& event, const RankExit& r) {
   }
   if (event == "worker_exited") {
     pids_.erase(r.rank);
-    if (!r.ok()) store_->set(dead_key(r.rank), comm::to_bytes("exited"));
+    // Created, never overwritten: another host's verdict (kLostWithHost) on a
+    // rank of this host, cut off meanwhile, must outlive this host's report.
+    if (!r.ok()) store_->create(dead_key(r.rank), comm::to_bytes("exited"));
     // A worker lost to a signal (killed, or fenced) or fenced by itself is a slot to repair.
     if ((!r.exited || r.tolerated_exit) && config_.elastic.rejoin && !restarted_.contains(r.rank)) {
       lost_ms_[r.rank] = now_ms();
@@ -258,7 +260,10 @@ void Fencer::fence(int rank, const std::string& reason, std::int64_t age_ms) {
   if (it == pids_.end() || fenced_.contains(rank)) return;
   fenced_.insert(rank);
   // The dead mark goes first: survivors must not wait for this rank again.
-  store_->set(dead_key(rank), comm::to_bytes("fenced"));
+  // Created, never overwritten: when the others declared it lost with its
+  // host (this host was cut off), their mark is the one that stays, which is
+  // how the lowest host left knows to write the run's summary.
+  store_->create(dead_key(rank), comm::to_bytes("fenced"));
   ::kill(-it->second, SIGKILL);
   ::kill(it->second, SIGKILL);
   killed_pids_.insert(it->second);

@@ -393,6 +393,7 @@ Environment worker_env(const LaunchOptions& options, int local_rank, int hardwar
   env["LOCAL_RANK"] = std::to_string(local_rank);
   env["LOCAL_WORLD_SIZE"] = std::to_string(options.nproc);
   env["GROUP_RANK"] = std::to_string(options.node_rank);
+  env["GROUP_WORLD_SIZE"] = std::to_string(options.nnodes);
   env["NTP_STORE"] = options.store;
   env["MASTER_ADDR"] = addr;
   if (port != 0) env["MASTER_PORT"] = std::to_string(port);

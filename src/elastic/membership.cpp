@@ -176,6 +176,7 @@ std::vector<int> Membership::ranks() const {
 
 std::string alive_list_key(std::uint64_t epoch) { return epoch_key(epoch, "alive"); }
 std::string members_list_key(std::uint64_t epoch) { return epoch_key(epoch, "members"); }
+std::string seat_key(std::uint64_t epoch, int rank) { return epoch_key(epoch, fmt::format("seat/{}", rank)); }
 
 namespace {
 
@@ -214,10 +215,42 @@ LeftOutError declared_lost(const MembershipOptions& o, const std::vector<char>& 
                                   comm::to_text(mark), o.epoch));
 }
 
+constexpr const char* kSeatTaken = "registered";
+constexpr const char* kSeatClosed = "closed";
+
+// Claims this rank's seat in the epoch (compare-and-set): refused when the
+// publisher of a list without it closed the seat first. A reissued create
+// (a reconnect) finds the seat it took itself: only this rank writes "registered" there.
+void claim_seat(comm::Store& store, const MembershipOptions& o) {
+  if (store.create(seat_key(o.epoch, o.rank), comm::to_bytes(kSeatTaken))) return;
+  const auto seat = store.try_get(seat_key(o.epoch, o.rank));
+  if (seat && comm::to_text(*seat) == kSeatClosed) {
+    throw StaleEpochError(fmt::format("rank {}: the store refused its registration in epoch {}: the epoch was agreed "
+                                      "without it ({} is closed), so its state is of an older epoch; it leaves, "
+                                      "and only a new process may come back, through the rejoin path",
+                                      o.rank, o.epoch, seat_key(o.epoch, o.rank)));
+  }
+}
+
+// Closes the seat of every member and candidate that `survivors` leaves out,
+// before the list is published: none of them can register in this epoch
+// afterwards. A seat its rank claimed first stays claimed; that rank is dead
+// or was asked to be fenced, and learns it was left out from the list.
+void close_seats(comm::Store& store, const MembershipOptions& o, const std::vector<Survivor>& survivors) {
+  std::set<int> in;
+  for (const Survivor& s : survivors) in.insert(s.rank);
+  for (const std::vector<int>* ranks : {&o.members, &o.candidates}) {
+    for (int r : *ranks) {
+      if (!in.contains(r)) store.create(seat_key(o.epoch, r), comm::to_bytes(kSeatClosed));
+    }
+  }
+}
+
 }  // namespace
 
 Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
   if (const auto mark = store.try_get(dead_key(o.rank))) throw declared_lost(o, *mark);
+  claim_seat(store, o);
   const std::string members_key = members_list_key(o.epoch);
   Survivor me;
   me.applied = o.applied;
@@ -286,7 +319,9 @@ Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
       if (const auto list = published(kPoll)) return adopt(o, *list);
       continue;
     }
-    if (store.append(members_key, comm::to_bytes(format_survivors(census.survivors()))) == 0) {
+    const std::vector<Survivor> survivors = census.survivors();
+    close_seats(store, o, survivors);
+    if (store.append(members_key, comm::to_bytes(format_survivors(survivors))) == 0) {
       erase_finished_epoch(store, o.epoch);
     }
     // The next look reads back whichever publication won.

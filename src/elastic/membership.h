@@ -30,11 +30,23 @@
 // a network partition cannot count the survivors, busy in a later epoch, as
 // silent and have them fenced. Both leave with LeftOutError.
 //
+// Epochs are fencing tokens on the store. Before it registers in epoch E a
+// rank claims its seat, seat_key(E, rank), by compare-and-set (Store::create:
+// "registered"); before it publishes, the census taker closes the seat of
+// every member and candidate it leaves out the same way ("closed"). For each
+// rank and epoch exactly one of the two wins: a rank whose seat was closed is
+// refused by the store and told so (StaleEpochError) without writing anything
+// in that epoch, and one that claimed its seat first is in the census or was
+// fenced (it is then left out when it reads the published list). A rank back
+// from a cut, its state still in the epoch before E, can therefore never act
+// in E or any epoch before it; it comes back, if at all, as a new process
+// through the rejoin path (a candidate of a later epoch).
+//
 // A repaired rank that wants to come back is a candidate: it registers like a
 // survivor (nothing applied, no layout), and the list includes it if it
 // registered in time; it is never waited for.
 //
-// Store keys: "ntp/dead/<rank>" (the launcher), "ntp/fence/<rank>" (the
+// Store keys: seat_key(E, rank) ("registered" or "closed"), "ntp/dead/<rank>" (the launcher), "ntp/fence/<rank>" (the
 // survivors, for the launcher), list alive_list_key(E) with items "<rank>
 // <applied> <held> <pending> <norm bits> <skipped>", list members_list_key(E)
 // whose first item is the published list, "<rank>:<applied>:<held>:<pending>:
@@ -56,6 +68,9 @@ std::string fence_key(int rank);  // set by survivors: the launcher must kill `r
 std::string starved_key(int rank);
 std::string alive_list_key(std::uint64_t epoch);    // registrations of epoch `epoch`
 std::string members_list_key(std::uint64_t epoch);  // publications of epoch `epoch`; the first wins
+// A rank's seat in epoch `epoch`: claimed by the rank before it registers, or
+// closed by the publisher of a list that leaves it out; whoever creates it first wins.
+std::string seat_key(std::uint64_t epoch, int rank);
 
 struct MembershipOptions {
   int rank = 0;                  // this process's global rank
@@ -99,9 +114,19 @@ class LeftOutError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The store refused this rank's registration: the epoch it would register in
+// was closed without it (its seat is closed), so its state is of an older
+// epoch. It must exit without touching the job's state; only a new process,
+// through the rejoin path, may come back.
+class StaleEpochError : public LeftOutError {
+ public:
+  using LeftOutError::LeftOutError;
+};
+
 // Blocks until the survivors of `options.epoch` are published. Throws
-// LeftOutError when this rank is not among them, std::runtime_error when the
-// deadline passes.
+// StaleEpochError when the store refuses its registration (its seat in the
+// epoch is closed), LeftOutError when this rank is not among the survivors,
+// std::runtime_error when the deadline passes.
 Membership agree_membership(comm::Store& store, const MembershipOptions& options);
 
 }  // namespace ntp::elastic

@@ -93,23 +93,29 @@ constexpr const char* kEpochKey = "ntp/epoch";
 std::string join_key(int rank) { return fmt::format("ntp/join/{}", rank); }
 std::string done_key() { return "ntp/done"; }
 
-Recovery::Recovery(train::NtpTrainer& trainer)
-    : trainer_(trainer), members_(trainer.members()), next_epoch_(trainer.epoch() + 1) {
-  configs_[trainer.epoch()] = trainer.parallel();
+Recovery::Recovery(train::RecoveryExecutor& trainer, const train::WorkerOptions& options,
+                   std::shared_ptr<comm::Store> store)
+    : trainer_(trainer),
+      options_(options),
+      store_(std::move(store)),
+      members_(trainer.plan().members()),
+      next_epoch_(trainer.plan().epoch() + 1) {
+  plans_.emplace(trainer.plan().epoch(), trainer.plan());
 }
 
-const train::ParallelConfig& Recovery::config_of(std::uint64_t epoch) {
-  auto it = configs_.find(epoch);
-  if (it != configs_.end()) return it->second;
-  const auto text = trainer_.store()->try_get(config_key(epoch));
-  if (!text) throw RecoveryError(fmt::format("rank {}: the store has no configuration of epoch {}", trainer_.rank(), epoch));
-  return configs_[epoch] = parse_failed(trainer_.config().parallel, comm::to_text(*text));
+const train::JobPlan& Recovery::plan_of(std::uint64_t epoch) {
+  auto it = plans_.find(epoch);
+  if (it != plans_.end()) return it->second;
+  const auto text = store_->try_get(config_key(epoch));
+  if (!text) throw RecoveryError(fmt::format("rank {}: the store has no configuration of epoch {}", options_.rank, epoch));
+  const train::JobPlan& any = trainer_.plan();
+  return plans_.emplace(epoch, any.at(parse_failed(any.parallel(), comm::to_text(*text)), epoch)).first->second;
 }
 
 std::vector<int> Recovery::candidates() const {
   std::vector<int> out;
-  if (!trainer_.config().elastic.rejoin) return out;
-  for (int r = 0; r < static_cast<int>(trainer_.places().size()); ++r) {
+  if (!config().elastic.rejoin) return out;
+  for (int r = 0; r < trainer_.plan().world_size(); ++r) {
     if (!std::binary_search(members_.begin(), members_.end(), r)) out.push_back(r);
   }
   return out;
@@ -120,18 +126,18 @@ RecoveryOutcome Recovery::recover(const std::string& error) { return run(error, 
 RecoveryOutcome Recovery::grow() { return run("a repaired rank asks to rejoin", false); }
 
 RecoveryOutcome Recovery::join() {
-  const std::shared_ptr<comm::Store> store = trainer_.store();
-  const train::Config& config = trainer_.config();
-  store->set(join_key(trainer_.rank()), comm::to_bytes("1"));
-  trainer_.event("rank_rejoining", {{"applied_step", trainer_.applied_step()}});
+  const std::shared_ptr<comm::Store> store = store_;
+  const train::Config& config = this->config();
+  store->set(join_key(options_.rank), comm::to_bytes("1"));
+  trainer_.event("rank_rejoining", {{"applied_step", trainer_.commit_state().applied}});
   const double start = unix_time_s();
   while (unix_time_s() - start < config.deadline.rendezvous_s + config.deadline.collective_s) {
     if (store->try_get(done_key())) break;  // the run ended before this rank got in
     std::uint64_t latest = 0;
     if (const auto text = store->try_get(kEpochKey)) latest = std::stoull(comm::to_text(*text));
-    members_ = trainer_.training_ranks(config_of(latest));
+    members_ = plan_of(latest).members();
     next_epoch_ = latest + 1;
-    configs_.erase(configs_.begin(), configs_.lower_bound(latest));
+    plans_.erase(plans_.begin(), plans_.lower_bound(latest));
     try {
       return attempt("rejoin", unix_time_s(), false);
     } catch (const LeftOutError&) {
@@ -140,7 +146,7 @@ RecoveryOutcome Recovery::join() {
       continue;  // a failure while it joined: the survivors recover, it tries again
     }
   }
-  store->erase(join_key(trainer_.rank()));
+  store->erase(join_key(options_.rank));
   trainer_.event("rank_left", {{"reason", "the run did not take this rank back before it ended or in time"}});
   return {true, 0};
 }
@@ -149,10 +155,10 @@ RecoveryOutcome Recovery::run(const std::string& error, bool failure) {
   const double start = unix_time_s();
   std::string cause = error;
   while (true) {
-    if (recoveries_ >= trainer_.config().elastic.max_recoveries) {
+    if (recoveries_ >= config().elastic.max_recoveries) {
       throw RecoveryError(fmt::format("rank {}: recovery budget spent (elastic.max_recoveries = {}); last "
                                       "failure: {}",
-                                      trainer_.rank(), trainer_.config().elastic.max_recoveries, cause));
+                                      options_.rank, config().elastic.max_recoveries, cause));
     }
     ++recoveries_;
     try {
@@ -168,39 +174,39 @@ RecoveryOutcome Recovery::run(const std::string& error, bool failure) {
 }
 
 RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool failure) {
-  const train::Config& config = trainer_.config();
+  const train::Config& config = this->config();
   const std::uint64_t epoch = next_epoch_++;
+  const train::CommitState held = trainer_.commit_state();
   if (failure) {
-    trainer_.event("failure_detected", {{"epoch", epoch - 1}, {"applied_step", trainer_.applied_step()},
+    trainer_.event("failure_detected", {{"epoch", epoch - 1}, {"applied_step", held.applied},
                                         {"error", error}, {"seconds", unix_time_s() - start}});
   }
-  const auto store = std::make_shared<comm::CountingStore>(trainer_.store());
+  const auto store = std::make_shared<comm::CountingStore>(store_);
   const PhaseMeter agreement(*store);
   trainer_.drop_groups();
 
   MembershipOptions mo;
-  mo.rank = trainer_.rank();
+  mo.rank = options_.rank;
   mo.members = members_;
   mo.candidates = candidates();
   mo.epoch = epoch;
-  mo.applied = trainer_.applied_step();
-  mo.held_epoch = trainer_.epoch();
-  mo.pending = trainer_.pending_commit();
-  mo.grad_norm = trainer_.last_commit().grad_norm;
-  mo.skipped = trainer_.last_commit().skipped;
+  mo.applied = held.applied;
+  mo.held_epoch = trainer_.plan().epoch();
+  mo.pending = held.pending;
+  mo.grad_norm = held.last.grad_norm;
+  mo.skipped = held.last.skipped;
   mo.settle = ms(config.elastic.settle_s);
   mo.wait_for_blocked = ms(config.deadline.collective_s + config.elastic.settle_s);
   mo.deadline = ms(config.deadline.rendezvous_s);
   const Membership agreed = agree_membership(*store, mo);
-  if (std::binary_search(agreed.joined.begin(), agreed.joined.end(), trainer_.rank())) {
-    trainer_.store()->erase(join_key(trainer_.rank()));  // in: the survivors stop growing for it
+  if (std::binary_search(agreed.joined.begin(), agreed.joined.end(), options_.rank)) {
+    store_->erase(join_key(options_.rank));  // in: the survivors stop growing for it
   }
   if (fault_point_) fault_point_();
-  const RecoveryPlan plan = plan_recovery({agreed, configs_.rbegin()->second,
-                                           [this](std::uint64_t e) -> const train::ParallelConfig& { return config_of(e); },
-                                           trainer_.places(), trainer_.gpt(), failure});
+  const RecoveryPlan plan = plan_recovery(
+      {agreed, plans_.rbegin()->second, [this](std::uint64_t e) -> const train::JobPlan& { return plan_of(e); }, failure});
   const std::int64_t newest = plan.newest;
-  if (plan.source && std::binary_search(plan.completes_commit.begin(), plan.completes_commit.end(), trainer_.rank())) {
+  if (plan.source && std::binary_search(plan.completes_commit.begin(), plan.completes_commit.end(), options_.rank)) {
     trainer_.complete_commit(newest, plan.outcome);
     trainer_.event("commit_completed", {{"epoch", epoch}, {"step", newest}});
   }
@@ -208,12 +214,11 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
     throw RecoveryError(fmt::format(
         "rank {}: a collective failed ({}) but no rank was lost and none is behind: not recovering (is "
         "deadline.collective_s too short for a step?)",
-        trainer_.rank(), error));
+        options_.rank, error));
   }
-  const train::ParallelConfig& next = plan.next;
-  configs_[epoch] = next;
+  const train::JobPlan& next = plans_.insert_or_assign(epoch, *plan.next).first->second;
   // For ranks that rejoin later without this history (every survivor writes the same).
-  store->set(config_key(epoch), comm::to_bytes(failed_text(next)));
+  store->set(config_key(epoch), comm::to_bytes(failed_text(next.parallel())));
   store->set(kEpochKey, comm::to_bytes(std::to_string(epoch)));
   members_ = plan.members;
   const std::vector<int> survivors = agreed.ranks();
@@ -226,34 +231,33 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
 
   const PhaseMeter transfer(*store);
   const std::unique_ptr<comm::Group> exchange =
-      comm::create_group(store, trainer_.group_options(epoch, survivors, "recover"));
-  const train::StateMoveStats moved =
-      trainer_.move_state(next, plan.source->plans, *exchange, survivors, plan.is_stale(trainer_.rank()),
-                          plan.stale.empty() ? std::nullopt : plan.fresh, newest);
-  trainer_.adopt(next, epoch);
+      comm::create_group(store, train::group_options(config, options_, epoch, survivors, "recover"));
+  const train::StateMoveStats moved = trainer_.move_state(
+      {&next, &plan.source->plans, survivors, plan.is_stale(options_.rank),
+       plan.stale.empty() ? std::nullopt : plan.fresh, newest},
+      *exchange);
+  trainer_.adopt(next);
   trainer_.event("state_transferred",
                  with(transfer.fields(), {{"epoch", epoch}, {"units_in", moved.units_in}, {"bytes_in", moved.bytes_in},
                                           {"units_out", moved.units_out}, {"bytes_out", moved.bytes_out},
-                                          {"stale", plan.is_stale(trainer_.rank())}}));
+                                          {"stale", plan.is_stale(options_.rank)}}));
   prove_agreement(*exchange, survivors);
   exchange->barrier();  // every survivor holds its new state before anyone leaves
 
-  if (!trainer_.trains_now()) {
+  if (!next.is_member(options_.rank)) {
     trainer_.event("rank_left", {{"epoch", epoch}, {"reason", "replica below parallel.min_tp"}});
     return {true, 0};
   }
   const double connect_start = unix_time_s();
   const double connect_cpu = process_cpu_s();
-  trainer_.connect();
   const int writer = plan.writer;
-  trainer_.set_writer(writer);
-  if (trainer_.is_writer()) trainer_.take_over_logs(newest + 1);
-  trainer_.save_resume_state(newest + 1);
+  trainer_.connect(writer);
+  trainer_.resume_at(newest + 1);
   for (int r : agreed.joined) {
-    if (r == trainer_.rank()) trainer_.event("rank_rejoined", {{"epoch", epoch}, {"step", newest + 1}});
+    if (r == options_.rank) trainer_.event("rank_rejoined", {{"epoch", epoch}, {"step", newest + 1}});
   }
   trainer_.event("step_resumed", {{"step", newest + 1}, {"epoch", epoch}, {"joined", agreed.joined},
-                                  {"tp", train::split_input(next, config.train.global_batch).active},
+                                  {"tp", next.split().active},
                                   {"writer", writer}, {"recovery_s", unix_time_s() - start},
                                   {"connect_s", unix_time_s() - connect_start},
                                   {"connect_cpu_s", process_cpu_s() - connect_cpu}});
@@ -265,8 +269,9 @@ void Recovery::prove_agreement(comm::Group& group, const std::vector<int>& survi
   // unit kind and the hash of its replicated tensors.
   const train::StateHashes hashes = trainer_.state_hashes();
   const std::array<std::uint64_t, 3> digests = hashes.digests();
-  const bool trains = trainer_.trains_now();
-  std::vector<std::int64_t> mine = {trains ? trainer_.place().replica : -1,
+  const train::JobPlan& plan = trainer_.plan();
+  const bool trains = plan.is_member(options_.rank);
+  std::vector<std::int64_t> mine = {trains ? plan.place(options_.rank).replica : -1,
                                     static_cast<std::int64_t>(digests[0]), static_cast<std::int64_t>(digests[1]),
                                     static_cast<std::int64_t>(digests[2]),
                                     static_cast<std::int64_t>(hashes.replicated)};
@@ -297,7 +302,7 @@ void Recovery::prove_agreement(comm::Group& group, const std::vector<int>& survi
       }
     }
   }
-  trainer_.event("replicas_agree", {{"epoch", trainer_.epoch()}, {"replicas", per_replica.size()},
+  trainer_.event("replicas_agree", {{"epoch", plan.epoch()}, {"replicas", per_replica.size()},
                                     {"digest", fmt::format("{:016x}", first[0] ^ first[1] ^ first[2])}});
 }
 

@@ -27,7 +27,9 @@
 #include <string>
 
 #include "elastic/membership.h"
+#include "train/job_plan.h"
 #include "train/ntp_trainer.h"
+#include "train/recovery_executor.h"
 
 namespace ntp::elastic {
 
@@ -48,7 +50,9 @@ struct RecoveryOutcome {
 
 class Recovery {
  public:
-  explicit Recovery(train::NtpTrainer& trainer);
+  // Drives `trainer`, rank options.rank of the job, through recoveries, over
+  // the job's `store`.
+  Recovery(train::RecoveryExecutor& trainer, const train::WorkerOptions& options, std::shared_ptr<comm::Store> store);
 
   // After `error` broke a step (or the start, or the finish): agree, move,
   // prove, reconnect. Retries into the next epoch when a failure interrupts
@@ -70,19 +74,22 @@ class Recovery {
  private:
   RecoveryOutcome run(const std::string& error, bool failure);
   RecoveryOutcome attempt(const std::string& error, double start, bool failure);
-  // An agreed epoch's configuration, from memory or (rejoining) the store.
-  const train::ParallelConfig& config_of(std::uint64_t epoch);
+  // An agreed epoch's plan, from memory or (rejoining) the store.
+  const train::JobPlan& plan_of(std::uint64_t epoch);
+  const train::Config& config() const { return trainer_.plan().config(); }
   // Ranks outside the membership that may rejoin (elastic.rejoin).
   std::vector<int> candidates() const;
   void prove_agreement(comm::Group& group, const std::vector<int>& survivors);
 
-  train::NtpTrainer& trainer_;
+  train::RecoveryExecutor& trainer_;
+  train::WorkerOptions options_;
+  std::shared_ptr<comm::Store> store_;
   std::vector<int> members_;  // of the last agreed epoch
   std::uint64_t next_epoch_ = 1;
   std::int64_t recoveries_ = 0;
-  // The configuration of every agreed epoch: a survivor whose state is in an
-  // older epoch's layout is stale against the newest one.
-  std::map<std::uint64_t, train::ParallelConfig> configs_;
+  // The plan of every agreed epoch: a survivor whose state is in an older
+  // epoch's layout is stale against the newest one.
+  std::map<std::uint64_t, train::JobPlan> plans_;
   std::function<void()> fault_point_;
 };
 

@@ -11,9 +11,7 @@
 namespace ntp::elastic {
 namespace {
 
-train::RankPlace place_of(const RecoveryInput& in, int rank) {
-  return in.places.at(static_cast<std::size_t>(rank));
-}
+train::RankPlace place_of(const RecoveryInput& in, int rank) { return in.last.place(rank); }
 
 std::vector<train::SurvivorState> survivor_states(const RecoveryInput& in) {
   std::vector<train::SurvivorState> states;
@@ -24,10 +22,10 @@ std::vector<train::SurvivorState> survivor_states(const RecoveryInput& in) {
 }
 
 // The layouts the newest state is held in: only survivors at `newest` serve.
-std::map<std::uint64_t, train::ParallelConfig> held_configs(const RecoveryInput& in, std::int64_t newest) {
-  std::map<std::uint64_t, train::ParallelConfig> held;
+std::map<std::uint64_t, const train::JobPlan*> held_plans(const RecoveryInput& in, std::int64_t newest) {
+  std::map<std::uint64_t, const train::JobPlan*> held;
   for (const Survivor& s : in.agreed.survivors) {
-    if (s.applied == newest) held.emplace(s.held_epoch, in.config_of(s.held_epoch));
+    if (s.applied == newest) held.emplace(s.held_epoch, &in.plan_of(s.held_epoch));
   }
   return held;
 }
@@ -40,33 +38,6 @@ bool contains(const std::vector<int>& sorted, int rank) {
 
 bool RecoveryPlan::is_stale(int rank) const { return contains(stale, rank); }
 
-namespace {
-
-// `p` with the slots of `ranks` marked failed (`failed`) or alive again.
-train::ParallelConfig mark_slots(train::ParallelConfig p, const std::vector<int>& ranks,
-                                 const std::vector<train::RankPlace>& places, bool failed) {
-  for (int rank : ranks) {
-    const train::RankPlace place = places.at(static_cast<std::size_t>(rank));
-    std::vector<std::int64_t>& slots = p.failed[place.replica];
-    slots.erase(std::remove(slots.begin(), slots.end(), place.slot), slots.end());
-    if (failed) slots.insert(std::upper_bound(slots.begin(), slots.end(), place.slot), place.slot);
-    if (slots.empty()) p.failed.erase(place.replica);
-  }
-  return p;
-}
-
-}  // namespace
-
-train::ParallelConfig without_ranks(const train::ParallelConfig& p, const std::vector<int>& lost,
-                                    const std::vector<train::RankPlace>& places) {
-  return mark_slots(p, lost, places, true);
-}
-
-train::ParallelConfig with_ranks(const train::ParallelConfig& p, const std::vector<int>& joined,
-                                 const std::vector<train::RankPlace>& places) {
-  return mark_slots(p, joined, places, false);
-}
-
 RecoveryPlan plan_recovery(const RecoveryInput& in) {
   RecoveryPlan plan;
   const std::vector<Survivor>& survivors = in.agreed.survivors;
@@ -76,11 +47,11 @@ RecoveryPlan plan_recovery(const RecoveryInput& in) {
     plan.outcome = {s.grad_norm, s.skipped};
     break;
   }
-  plan.next = with_ranks(without_ranks(in.last, in.agreed.lost, in.places), in.agreed.joined, in.places);
+  plan.next = in.last.at(in.last.next_parallel(in.agreed.lost, in.agreed.joined), in.agreed.epoch);
   const std::vector<train::SurvivorState> states = survivor_states(in);
-  const std::map<std::uint64_t, train::ParallelConfig> held = held_configs(in, plan.newest);
+  const std::map<std::uint64_t, const train::JobPlan*> held = held_plans(in, plan.newest);
   try {
-    plan.source = train::choose_recovery_source(held, states, plan.next, in.gpt);
+    plan.source = train::choose_recovery_source(held, states, *plan.next);
   } catch (const layout::UnitsLostError&) {
     plan.units_lost = std::current_exception();
   }
@@ -107,7 +78,7 @@ RecoveryPlan plan_recovery(const RecoveryInput& in) {
   // but is no error: the members go on in a new epoch.
   plan.changes_nothing = in.failure && in.agreed.lost.empty() && plan.stale.empty() &&
                          in.agreed.joined.empty() && plan.completes_commit.empty();
-  plan.members = train::training_ranks(plan.next, in.places);
+  plan.members = plan.next->members();
   if (!plan.members.empty()) plan.writer = plan.members.front();
   for (const Survivor& s : survivors) {
     if (s.applied == plan.newest && contains(plan.members, s.rank)) {
@@ -171,10 +142,11 @@ std::string check_recovery_plan(const RecoveryInput& in, const RecoveryPlan& pla
     return fmt::format("resumes at step {}, but a survivor applied step {}: resume at {}", plan.resume(), newest,
                        newest + 1);
   }
-  const train::ParallelConfig next =
-      with_ranks(without_ranks(in.last, in.agreed.lost, in.places), in.agreed.joined, in.places);
-  if (!(plan.next == next)) return "the next configuration is not the last one without the lost and with the joined slots";
-  if (plan.members != train::training_ranks(next, in.places)) return "the members are not the ranks that train next";
+  const train::ParallelConfig next = in.last.next_parallel(in.agreed.lost, in.agreed.joined);
+  if (!plan.next || !(plan.next->parallel() == next) || plan.next->epoch() != in.agreed.epoch) {
+    return "the next plan is not the last one without the lost and with the joined slots, in the agreed epoch";
+  }
+  if (plan.members != in.last.at(next, in.agreed.epoch).members()) return "the members are not the ranks that train next";
   // Without a source the job stops (units lost): nobody is refilled.
   for (const Survivor& s : in.agreed.survivors) {
     if (!plan.source) break;

@@ -11,8 +11,8 @@
 // The rules, in order:
 //   - resume at newest + 1, newest = the highest step any survivor applied:
 //     a step is applied everywhere or redone, never twice, never skipped;
-//   - next = the last agreed configuration without the lost ranks' slots and
-//     with the joined ranks' slots;
+//   - next = the last agreed plan without the lost ranks' slots and with the
+//     joined ranks' slots (JobPlan::next_parallel), in the agreed epoch;
 //   - the state comes from the newest layout epoch whose holders at `newest`
 //     leave no unit without a serving holder (train/recovery_source.h);
 //     a survivor behind `newest`, or holding another epoch's layout with other
@@ -28,29 +28,27 @@
 #include <vector>
 
 #include "elastic/membership.h"
-#include "model/config.h"
+#include "train/job_plan.h"
 #include "train/ntp_trainer.h"
 #include "train/recovery_source.h"
 
 namespace ntp::elastic {
 
-// The configuration of an agreed epoch (a survivor's state may be laid out
-// in an older one). May throw when the epoch is unknown.
-using ConfigOf = std::function<const train::ParallelConfig&(std::uint64_t epoch)>;
+// The plan of an agreed epoch (a survivor's state may be laid out in an
+// older one). May throw when the epoch is unknown.
+using PlanOf = std::function<const train::JobPlan&(std::uint64_t epoch)>;
 
 struct RecoveryInput {
   Membership agreed;
-  train::ParallelConfig last;            // the last agreed configuration
-  ConfigOf config_of;                    // every epoch a survivor holds its state in
-  std::vector<train::RankPlace> places;  // global rank -> its place (the first configuration)
-  model::GptConfig gpt;
+  train::JobPlan last;  // the last agreed epoch's plan (its places: every rank of the job)
+  PlanOf plan_of;       // every epoch a survivor holds its state in
   bool failure = true;  // a broken step (false: growing for a rejoin)
 };
 
 struct RecoveryPlan {
   std::int64_t newest = -1;  // the highest applied step; the run resumes at newest + 1
-  train::NtpTrainer::CommitOutcome outcome;  // of newest's commit, as a survivor that applied it saw it
-  train::ParallelConfig next;
+  train::CommitOutcome outcome;  // of newest's commit, as a survivor that applied it saw it
+  std::optional<train::JobPlan> next;  // the agreed epoch's plan
   std::optional<train::RecoverySource> source;  // none when units are lost
   std::exception_ptr units_lost;                // layout::UnitsLostError when !source
   std::uint64_t from_epoch = 0;                 // the layout the state is taken from
@@ -73,12 +71,5 @@ RecoveryPlan plan_recovery(const RecoveryInput& in);
 // holds, else the first violation. Tests run it on every case, and on plans
 // of deliberately broken planners, to show it can fail.
 std::string check_recovery_plan(const RecoveryInput& in, const RecoveryPlan& plan);
-
-// `p` without the slots of `lost`, and with those of `joined` back.
-train::ParallelConfig without_ranks(const train::ParallelConfig& p, const std::vector<int>& lost,
-                                    const std::vector<train::RankPlace>& places);
-train::ParallelConfig with_ranks(const train::ParallelConfig& p, const std::vector<int>& joined,
-                                 const std::vector<train::RankPlace>& places);
-
 
 }  // namespace ntp::elastic

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "elastic/worker.h"  // run_train_worker: `ntp train --worker`
 #include "train/config.h"
 #include "train/verify.h"
 
@@ -61,11 +62,6 @@ std::vector<std::string> demo_overrides();
 // The run directory of a job: --run-dir, else run.dir, else a new folder
 // runs/<UTC time> created here (unique, see train::create_new_run_dir).
 std::filesystem::path choose_run_dir(const train::Config& config, const std::string& flag);
-
-// The worker side (`ntp train --worker --run-dir DIR`, started by the
-// launcher): reads DIR/config.toml and its place from the environment
-// (world.h), then runs one rank of the NTP trainer. Returns the exit code.
-int run_train_worker(const std::filesystem::path& run_dir);
 
 // This process's place in a multi-host job: one `ntp train` per host, each
 // starting its host's ranks (docs/train.md, "Several hosts").

@@ -2,9 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <net/if.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -15,7 +17,11 @@
 
 #include "comm/error.h"
 #include "comm/heartbeat.h"
+#include "comm/store.h"
+#include "elastic/crash_report.h"
+#include "elastic/membership.h"
 #include "elastic/recovery.h"
+#include "elastic/world.h"
 #include "layout/errors.h"
 #include "train/checkpoint_saver.h"
 #include "train/faults.h"
@@ -85,7 +91,7 @@ class FaultPlan {
 
 int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan& faults, comm::Heartbeat& heartbeat,
              bool rejoining) {
-  Recovery recovery(trainer);
+  Recovery recovery(trainer, trainer.options(), trainer.store());
   std::int64_t current = 0;
   recovery.set_fault_point([&] { faults.fire(trainer, current, "recovery"); });
   // Besides the guard thread, every phase of a step (the commit, the update,
@@ -107,7 +113,7 @@ int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan&
     current = s;
     try {
       if (!connected) {
-        trainer.connect();
+        trainer.connect(trainer.plan().members().front());
         connected = true;
       }
       if (s < config.train.steps) {
@@ -135,13 +141,27 @@ int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan&
   }
 }
 
+// The Gloo address of a worker: NTP_GLOO_IFACE names an interface of this
+// host or an address (host name); loopback without it.
+void set_gloo_address(train::WorkerOptions& options, const Environment& env) {
+  const auto it = env.find("NTP_GLOO_IFACE");
+  if (it == env.end() || it->second.empty()) return;
+  if (::if_nametoindex(it->second.c_str()) != 0) {
+    options.gloo_iface = it->second;
+  } else {
+    options.gloo_host = it->second;
+  }
+}
+
 }  // namespace
 
 int run_worker(const train::Config& config, const std::filesystem::path& run_dir,
-               const train::WorkerOptions& options) {
+               const train::WorkerOptions& options, int nnodes) {
   std::optional<train::NtpTrainer> started;
   try {
-    started.emplace(config, run_dir, options);
+    train::JobInput input = train::read_job_input(config, run_dir);
+    train::JobPlan plan = train::JobPlan::build(config, input.shape(), nnodes);
+    started.emplace(std::move(plan), std::move(input), run_dir, options);
   } catch (const train::ConfigError& e) {
     // A rank that cannot start (its data differs from the job's, say) says
     // why in events.jsonl, so that ntp train's verdict names the cause.
@@ -188,6 +208,37 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
     trainer.restore_power("error");
     throw;
   }
+}
+
+int run_train_worker(const std::filesystem::path& run_dir) {
+  const train::Config config = train::load_config((run_dir / "config.toml").string(), {});
+  const Environment env = current_environment();
+  const WorldInfo world = world_from_env(env);
+  install_crash_report(world.rank);
+  train::WorkerOptions options;
+  options.rank = world.rank;
+  options.world_size = world.world_size;
+  options.store = world.store;
+  if (config.power.mode == power::PowerMode::nvml) options.gpu = gpu_of_local_rank(env, world.local_rank);
+  set_gloo_address(options, env);
+  if (env.contains("NTP_TEST_MISPAIR_RANK")) options.mispair_rank = std::stoi(env.at("NTP_TEST_MISPAIR_RANK"));
+  if (config.elastic.recover) {
+    const std::shared_ptr<comm::Store> store = comm::open_store(options.store);
+    options.is_dead = [store](int rank) { return store->try_get(dead_key(rank)).has_value(); };
+    if (config.elastic.rejoin) {
+      // A request counts while its rank beats: a worker lost while it asked
+      // (its key stays) must not make the survivors grow for nobody.
+      const auto max_age = std::chrono::milliseconds(static_cast<std::int64_t>(config.deadline.heartbeat_s * 1000));
+      options.join_pending = [store, world = world.world_size, max_age](const std::vector<int>& members) {
+        for (int r = 0; r < world; ++r) {
+          if (std::binary_search(members.begin(), members.end(), r) || !store->try_get(join_key(r))) continue;
+          if (comm::stale_ranks(*store, {r}, max_age).empty()) return true;
+        }
+        return false;
+      };
+    }
+  }
+  return run_worker(config, run_dir, options, world.num_nodes);
 }
 
 }  // namespace ntp::elastic

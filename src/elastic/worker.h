@@ -17,9 +17,16 @@ inline constexpr int kExitUnitsLost = 3;
 // may go on without it (docs/launch.md, "Partitions").
 inline constexpr int kExitSelfFenced = 4;
 
-// Runs the worker's whole life; returns its exit code. Throws on errors
-// (exit 1 from main).
+// Runs the worker's whole life: reads the data, plans the job (its `nnodes`
+// hosts) and runs rank options.rank of it; returns its exit code. Throws on
+// errors (exit 1 from main).
 int run_worker(const train::Config& config, const std::filesystem::path& run_dir,
-               const train::WorkerOptions& options);
+               const train::WorkerOptions& options, int nnodes);
+
+// The worker side (`ntp train --worker --run-dir DIR`, started by the
+// launcher): reads DIR/config.toml and its place from the environment
+// (world.h), then runs one rank of the NTP trainer (run_worker). Returns the
+// exit code.
+int run_train_worker(const std::filesystem::path& run_dir);
 
 }  // namespace ntp::elastic

@@ -43,7 +43,9 @@ WorldInfo from_torchrun(const Environment& env) {
   w.local_world_size = get_int(env, "LOCAL_WORLD_SIZE", w.world_size);
   w.node_rank = get_int(env, "GROUP_RANK", 0);
   check(w.local_world_size >= 1, "LOCAL_WORLD_SIZE must be >= 1");
-  w.num_nodes = (w.world_size + w.local_world_size - 1) / w.local_world_size;
+  // Hosts may hold different numbers of ranks (a replica without a slot):
+  // the launcher says how many there are.
+  w.num_nodes = get_int(env, "GROUP_WORLD_SIZE", (w.world_size + w.local_world_size - 1) / w.local_world_size);
   return w;
 }
 

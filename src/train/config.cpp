@@ -537,7 +537,7 @@ void validate_parallel(const ParallelConfig& p, const OptimConfig& t) {
   }
   std::int64_t training = 0;
   for (std::int64_t r = 0; r < p.dp; ++r) {
-    if (static_cast<std::int64_t>(p.active_slots(r).size()) >= p.min_tp) ++training;
+    if (p.trains(r)) ++training;
   }
   require(training >= 1, "parallel.failed",
           fmt::format("every replica has fewer than parallel.min_tp = {} active slots", p.min_tp));
@@ -585,8 +585,7 @@ namespace {
 std::int64_t job_rank_count(const ParallelConfig& p) {
   std::int64_t n = 0;
   for (std::int64_t r = 0; r < p.dp; ++r) {
-    const auto active = static_cast<std::int64_t>(p.active_slots(r).size());
-    if (active >= p.min_tp) n += active;
+    if (p.trains(r)) n += static_cast<std::int64_t>(p.active_slots(r).size());
   }
   return n;
 }

@@ -118,6 +118,11 @@ struct ParallelConfig {
 
   // Active slots of replica r (all slots not listed in `failed`), ascending.
   std::vector<std::int64_t> active_slots(std::int64_t replica) const;
+  // The min_tp rule, the one copy: replica r trains while it keeps min_tp
+  // active slots (train::JobPlan::trains).
+  bool trains(std::int64_t replica) const {
+    return static_cast<std::int64_t>(active_slots(replica).size()) >= min_tp;
+  }
 };
 
 struct SyncConfig {

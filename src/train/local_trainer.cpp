@@ -34,14 +34,13 @@ tensor::ThreadSetup context_setup(const ModelConfig& keys, TrainerRole role) {
 
 LocalTrainer::LocalTrainer(const Config& config, const std::filesystem::path& run_dir, TrainerRole role)
     : config_(config),
-      data_(open_dataset(config.data, run_dir)),
-      data_identity_(identity_of(data_, config.data.path)),
-      setup_(resolve_model(config.model, data_.max_token())),
+      input_(read_job_input(config, run_dir)),
+      plan_(JobPlan::build(config, input_.shape())),
       ctx_(std::make_unique<tensor::Context>(context_setup(config.model, role))) {
-  check_job_data(run_dir, data_identity_);  // the data the job started on
+  check_job_data(run_dir, input_.identity.train);  // the data the job started on
   tensor::set_huge_pages(config.model.huge_pages);
-  const model::Shard full = model::Shard::full(setup_.gpt);
-  model_ = std::make_unique<model::Model>(setup_.gpt, full, *ctx_);
+  const model::Shard full = model::Shard::full(setup().gpt);
+  model_ = std::make_unique<model::Model>(setup().gpt, full, *ctx_);
   const double init_start = unix_time_s();
   init_model(config.model, static_cast<std::uint64_t>(config.train.seed), *model_);
   init_s_ = unix_time_s() - init_start;
@@ -54,7 +53,7 @@ StepMetrics LocalTrainer::step(std::int64_t step,
                                const std::vector<std::vector<std::int64_t>>& samples,
                                TraceRecorder* trace, StepUpdate update) {
   const double start = unix_time_s();
-  const std::int64_t T = setup_.seq_len;
+  const std::int64_t T = setup().seq_len;
   std::vector<std::int64_t> all;
   StepMetrics m;
   m.step = step;
@@ -71,7 +70,7 @@ StepMetrics LocalTrainer::step(std::int64_t step,
     inputs_.resize(static_cast<std::size_t>(micro * T));
     targets_.resize(inputs_.size());
     for (std::int64_t i = 0; i < micro; ++i, ++next) {
-      data_.sample(all[next], T, inputs_.data() + i * T, targets_.data() + i * T);
+      input_.data.sample(all[next], T, inputs_.data() + i * T, targets_.data() + i * T);
     }
     double t0 = unix_time_s();
     const model::LossStats loss =
@@ -97,7 +96,7 @@ StepMetrics LocalTrainer::step(std::int64_t step,
 }
 
 void LocalTrainer::load_checkpoint(const Checkpoint& checkpoint) {
-  checkpoint.check_model(setup_.gpt);
+  checkpoint.check_model(setup().gpt);
   checkpoint.load(model_->layout(), model_->params(), optimizer_->m().span(), optimizer_->v().span());
   optimizer_->set_steps(checkpoint.info().optimizer_steps);
 }
@@ -109,9 +108,9 @@ CheckpointPart LocalTrainer::snapshot(std::vector<float> reuse, bool copy) const
 }
 
 double LocalTrainer::validation_loss(const model::TokenData& val) {
-  const std::vector<std::int64_t> ids = eval_samples(val, setup_.seq_len, config_.train);
-  const double sum = forward_loss_sum(*model_, val, ids, setup_.seq_len, config_.train.micro_batch);
-  return sum / static_cast<double>(static_cast<std::int64_t>(ids.size()) * setup_.seq_len);
+  const std::vector<std::int64_t> ids = eval_samples(val, setup().seq_len, config_.train);
+  const double sum = forward_loss_sum(*model_, val, ids, setup().seq_len, config_.train.micro_batch);
+  return sum / static_cast<double>(static_cast<std::int64_t>(ids.size()) * setup().seq_len);
 }
 
 namespace {
@@ -156,17 +155,15 @@ std::vector<StepMetrics> run_steps(const Config& config, const RunDir& run, Rank
     if (blocked > 1e-3) run.event("checkpoint_copy_waited", {{"rank", 0}, {"step", step}, {"seconds", blocked}});
   });
   const StopRequest stop;
-  const std::optional<model::TokenData> val = open_val_dataset(config.data);
-  if (val) check_val_data(*val, trainer.setup().seq_len, trainer.setup().gpt.vocab);
+  const std::optional<model::TokenData>& val = trainer.val();
   run.event("model_ready", {{"model", model::to_string(trainer.setup().gpt)},
                             {"parameters", model::parameter_count(trainer.setup().gpt)},
                             {"seq_len", trainer.setup().seq_len},
                             {"data_tokens", trainer.data().size()},
                             {"threads", trainer.describe_threads()},
                             {"init_s", trainer.init_seconds()}});
-  const SampleSchedule schedule(samples_in(trainer.data().size(), trainer.setup().seq_len),
-                                config.train.global_batch, config.data.order, config.train.seed);
-  const BatchSplitInput split = split_input(config.parallel, config.train.global_batch);
+  const SampleSchedule schedule = trainer.plan().schedule();
+  const BatchSplitInput split = trainer.plan().split();
   const std::int64_t first_traced = config.train.steps > 1 ? 1 : 0;
   TraceRecorder trace(0, "rank 0: replica 0 slot 0", run_start);
   std::vector<StepMetrics> metrics;

@@ -25,6 +25,8 @@
 #include "tensor/context.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/job_input.h"
+#include "train/job_plan.h"
 #include "train/metrics.h"
 #include "train/model_setup.h"
 #include "train/trace.h"
@@ -41,14 +43,18 @@ enum class TrainerRole { kRun, kReference };
 
 class LocalTrainer {
  public:
-  // Reads the data and builds the model (from model.init_from or random init).
-  // Throws ConfigError naming the key when the model does not fit the data.
+  // Reads the data, plans the job and builds the model (from model.init_from
+  // or random init). Throws ConfigError naming the key when the model does not
+  // fit the data.
   LocalTrainer(const Config& config, const std::filesystem::path& run_dir, TrainerRole role);
   ~LocalTrainer();
 
-  const ModelSetup& setup() const { return setup_; }
-  const model::TokenData& data() const { return data_; }
-  const DataIdentity& data_identity() const { return data_identity_; }
+  const ModelSetup& setup() const { return input_.setup; }
+  const model::TokenData& data() const { return input_.data; }
+  const std::optional<model::TokenData>& val() const { return input_.val; }
+  const DataIdentity& data_identity() const { return input_.identity.train; }
+  // The job this trainer runs (--verify: the run it replays) as planned.
+  const JobPlan& plan() const { return plan_; }
   std::span<const float> params() const { return model_->params(); }
   std::string describe_threads() const { return ctx_->describe(); }
   // Seconds the parameters' first values took (model.init_from's read, or the random init).
@@ -75,9 +81,8 @@ class LocalTrainer {
 
  private:
   Config config_;
-  model::TokenData data_;
-  DataIdentity data_identity_;
-  ModelSetup setup_;
+  JobInput input_;
+  JobPlan plan_;
   std::unique_ptr<tensor::Context> ctx_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<model::AdamW> optimizer_;

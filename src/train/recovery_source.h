@@ -16,8 +16,7 @@
 #include <vector>
 
 #include "layout/transition.h"
-#include "model/config.h"
-#include "train/ntp_trainer.h"
+#include "train/job_plan.h"
 
 namespace ntp::train {
 
@@ -39,12 +38,10 @@ struct RecoverySource {
 // are final) and holds its state in that layout.
 bool completes_locally(const SurvivorState& s, std::int64_t newest, std::uint64_t from);
 
-// `configs`: the configuration of every epoch a survivor at the newest step
-// holds its state in;
-// `next`: the configuration to recover into. Throws layout::UnitsLostError
+// `plans`: the plan of every epoch a survivor at the newest step holds its
+// state in; `next`: the plan to recover into. Throws layout::UnitsLostError
 // (the one of the newest candidate layout) when every candidate loses units.
-RecoverySource choose_recovery_source(const std::map<std::uint64_t, ParallelConfig>& configs,
-                                      const std::vector<SurvivorState>& survivors, const ParallelConfig& next,
-                                      const model::GptConfig& gpt);
+RecoverySource choose_recovery_source(const std::map<std::uint64_t, const JobPlan*>& plans,
+                                      const std::vector<SurvivorState>& survivors, const JobPlan& next);
 
 }  // namespace ntp::train

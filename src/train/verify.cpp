@@ -625,8 +625,7 @@ VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolera
                                        (run_dir / "model.bin").string(), trained.params.size(), initial.size()));
   }
   const std::int64_t steps = config.train.steps;
-  const SampleSchedule schedule(samples_in(reference.data().size(), reference.setup().seq_len),
-                                config.train.global_batch, config.data.order, config.train.seed);
+  const SampleSchedule schedule = reference.plan().schedule();
   std::vector<std::vector<std::int64_t>> expected;
   std::vector<std::int64_t> expected_epochs;
   for (std::int64_t s = 0; s < steps; ++s) {

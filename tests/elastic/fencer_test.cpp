@@ -147,6 +147,16 @@ TEST_F(FencerTest, AHostCutOffDeclaresNobodyLostWhenItIsBack) {
   int status = 0;
   ASSERT_EQ(::waitpid(worker, &status, 0), worker);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  // Its own report of the exit leaves the others' verdict as it was: the
+  // lowest host left reads it to know it writes the run's summary in node 0's
+  // place (host 0 cut off and back: "fenced" or "exited" over it kept host 1 from it).
+  RankExit exit;
+  exit.rank = 4;
+  exit.pid = worker;
+  exit.running = false;
+  exit.signal = SIGKILL;
+  fencer.on_event("worker_exited", exit);
+  EXPECT_TRUE(declared(4)) << "dead mark overwritten: " << comm::to_text(*store_->try_get(dead_key(4)));
 }
 
 // A local rank's beat is judged by whether it changes, on the launcher's own

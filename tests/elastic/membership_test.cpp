@@ -132,6 +132,72 @@ TEST_F(MembershipTest, ACensusTakerDeclaredLostMeanwhileFencesNobodyAndPublishes
   for (int r : {0, 1}) EXPECT_FALSE(store_->try_get(fence_key(r)).has_value()) << "rank " << r;
 }
 
+// Epochs are fencing tokens: rank 1, cut off while ranks 0 and 2 agreed
+// epoch 1 without it, comes back with its state still in epoch 0. The store
+// refuses its registration in epoch 1 (its seat was closed by compare-and-set
+// before the list was published), it is told why, and it wrote nothing there.
+// A candidate left out is refused the same way, so it must ask again in a
+// later epoch (the rejoin path).
+TEST_F(MembershipTest, AStaleEpochsRegistrationIsRefusedByTheStoreAndTheRankToldSo) {
+  MembershipOptions o;
+  o.members = {0, 1, 2};
+  o.candidates = {5};
+  o.epoch = 1;
+  o.settle = milliseconds(20);
+  o.wait_for_blocked = milliseconds(300);
+  o.deadline = milliseconds(10000);
+  MembershipOptions a = o, b = o;
+  a.rank = 0;
+  b.rank = 2;
+  auto fa = std::async(std::launch::async, [&] { return agree_membership(*store_, a); });
+  auto fb = std::async(std::launch::async, [&] { return agree_membership(*store_, b); });
+  EXPECT_EQ(fa.get().ranks(), (std::vector<int>{0, 2}));
+  EXPECT_EQ(fb.get().lost, (std::vector<int>{1}));
+  const std::size_t registered = store_->items(alive_list_key(1)).size();
+  for (int stale : {1, 5}) {
+    MembershipOptions back = o;
+    back.rank = stale;
+    try {
+      agree_membership(*store_, back);
+      ADD_FAILURE() << "rank " << stale << " registered in an epoch agreed without it";
+    } catch (const StaleEpochError& e) {
+      EXPECT_NE(std::string(e.what()).find("refused its registration in epoch 1"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(seat_key(1, stale)), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(comm::to_text(*store_->try_get(seat_key(1, stale))), "closed");
+  }
+  EXPECT_EQ(store_->items(alive_list_key(1)).size(), registered) << "a stale rank wrote its registration";
+  // The seat is the whole check: with its seat claimed (the broken variant:
+  // a store that let it through), the same rank registers and is caught
+  // only later, by the published list.
+  store_->erase(seat_key(1, 1));
+  MembershipOptions through = o;
+  through.rank = 1;
+  EXPECT_THROW(
+      {
+        try {
+          agree_membership(*store_, through);
+        } catch (const StaleEpochError&) {
+          ADD_FAILURE() << "refused without its seat closed";
+          throw;
+        }
+      },
+      LeftOutError);
+  EXPECT_EQ(store_->items(alive_list_key(1)).size(), registered + 1);
+}
+
+// For each rank and epoch one of the two compare-and-sets wins: a rank that
+// claimed its seat first keeps it (the publisher's close does not overwrite
+// it), so a seat never reads "closed" for a rank the census may count.
+TEST_F(MembershipTest, APublisherDoesNotCloseASeatItsRankClaimedFirst) {
+  store_->create(seat_key(1, 1), comm::to_bytes("registered"));  // rank 1 claimed it, then died
+  store_->set(dead_key(1), comm::to_bytes("1"));
+  auto a = agree(0, {0, 1});
+  EXPECT_EQ(a.get().lost, (std::vector<int>{1}));
+  EXPECT_EQ(comm::to_text(*store_->try_get(seat_key(1, 1))), "registered");
+  EXPECT_EQ(comm::to_text(*store_->try_get(seat_key(1, 0))), "registered");
+}
+
 TEST_F(MembershipTest, ThePublicationIsCompareAndSetTheFirstOneWins) {
   // A survivor that thinks it decides alone cannot overwrite an earlier decision.
   store_->append(members_list_key(1), comm::to_bytes("0:4:0,2:4:0"));

@@ -2,29 +2,46 @@
 # Multi-host `ntp train` on one machine: network namespaces stand in for
 # hosts. A "switch" namespace holds a bridge; each host namespace is joined to
 # it by a veth pair and has its own address (10.88.0.10 + node); Redis runs in
-# host 0's namespace. The run directory is a folder every "host" sees (one
-# file system), as a shared run.dir would be.
+# the switch's namespace on the bridge's own address (10.88.0.2), as a store
+# host of its own: cutting a host's port cuts it off from the store and the
+# other host, while the other host still reaches the store. The run directory
+# is a folder every "host" sees (one file system), as a shared run.dir would be.
 #
-# Cases: 2 hosts x 4 ranks train and verify; host 1 cut off the network
-# (its bridge port down) for longer than deadline.collective_s: host 0 trains
-# on at DP 1 and verifies, host 1 stops naming the store it lost and leaves no
-# process behind, so no split brain; the same with a partition that heals
-# before the store deadline (host 1's ranks fence themselves once they cannot
-# renew their leases, before host 0 may declare them lost; back on the
-# network host 1 exits with an error, and host 0 fences none of its own); a blip of 0.5 s, shorter than
-# deadline.heartbeat_s, that loses nobody; three ranks of host 0 whose
-# heartbeats stop while they train (starved), which nobody may declare lost; host 1 killed whole mid-run (its
-# launcher's process group: its workers die with it and nobody on that host
-# reports the deaths) and the job goes on and verifies; host 0 killed whole
-# the same way (the job's first host: host 1 trains on, writes the summary in
-# its place, and the run verifies with `ntp verify`); Redis restarted mid-run
-# (down longer than deadline.heartbeat_s), no recovery; Redis killed for good
+# Cases: 2 hosts x 4 ranks train and verify (train); host 1 killed whole
+# mid-run (kill: its launcher's process group, so its workers die with it and
+# nobody on that host reports the deaths) and the job goes on and verifies;
+# host 0 killed whole the same way (kill0: the job's first host; host 1 trains
+# on, writes the summary in its place, and the run verifies with `ntp verify`);
+# three ranks of host 0 whose heartbeats stop while they train (starved),
+# which nobody may declare lost; Redis restarted mid-run, down longer than
+# deadline.heartbeat_s (redis): no recovery; Redis killed for good
 # (store-gone): both hosts stop naming the store and leave no process.
+# Partitions (issue 32), each host cut off by its bridge port going down:
+#   blip             host 1, 0.5 s, shorter than deadline.heartbeat_s: nobody is lost.
+#   partition-lease  host 1, 4 s, between deadline.heartbeat_s and
+#                    deadline.lease_s: nobody may act while the leases hold, so
+#                    no recovery or (should the cut outlast a lease renewal's
+#                    retries) host 1's ranks fence themselves and host 0 trains
+#                    on without them; never both sides.
+#   partition-short  host 1, 8 s, past the lease, short of the store's reconnect
+#                    deadline: host 1's ranks fence themselves, host 0 declares
+#                    them lost once their leases are gone, trains on at DP 1 and
+#                    verifies; back on the network host 1 exits 1, and host 0
+#                    fences none of its own.
+#   partition        host 1, 25 s, past the store's 20 s reconnect deadline: the
+#                    same, and host 1 stops naming the store it lost.
+#   store-cut0       host 0 (the job's first), 25 s, cut off from the store and
+#                    host 1: its ranks fence themselves, host 1 declares them
+#                    lost, trains on at DP 1, writes the summary in node 0's
+#                    place and the run verifies; node 0 stops naming the store.
+# Every partition case: each step committed once (metrics.jsonl, epochs), no
+# process left on the host cut off, nothing exits 3.
 #
 # Usage: multihost_netns_test.sh NTP_BINARY [CASE...]
-#   (cases: train kill kill0 partition partition-short blip starved redis store-gone)
-# NTP_PARTITION_S / NTP_SHORT_PARTITION_S / NTP_BLIP_S: the cut of `partition`
-# (25 s), `partition-short` (8 s) and `blip` (0.5 s).
+#   (cases: train kill kill0 partition partition-short partition-lease blip starved redis store-gone store-cut0)
+# NTP_PARTITION_S / NTP_SHORT_PARTITION_S / NTP_LEASE_PARTITION_S / NTP_BLIP_S /
+# NTP_CUT0_S: the cut of `partition` (25 s), `partition-short` (8 s),
+# `partition-lease` (4 s), `blip` (0.5 s) and `store-cut0` (25 s).
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
 # Every namespace, process and file it made is removed on any exit (NTP_NETNS_KEEP=1 keeps the files:
 # the run directories and outputs, for a failure to be looked at).
@@ -61,8 +78,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The exit codes of the case that runs, as far as known ("-": not exited,
+# or killed by the test): said with its PASS or FAIL line (the soak tallies them).
+CODE0=- CODE1=-
 fail() {
   echo "FAIL: $*"
+  echo "exit codes: node0=$CODE0 node1=$CODE1"
   for f in "$TMP"/*.out; do
     [[ -f $f ]] && { echo "--- $f"; tail -n 30 "$f"; }
   done
@@ -76,6 +97,8 @@ ip netns del "$ID-probe"
 SW="$ID-sw"
 ip netns add "$SW" && NAMESPACES+=("$SW") || fail "ip netns add $SW"
 ip -n "$SW" link add br0 type bridge && ip -n "$SW" link set br0 up || fail "bridge"
+STORE_ADDR=10.88.0.2  # the store host: the bridge's own address, reachable from each host's port
+ip -n "$SW" addr add "$STORE_ADDR/24" dev br0 && ip -n "$SW" link set lo up || fail "the store's address"
 for node in 0 1; do
   ns="$ID-h$node"
   ip netns add "$ns" && NAMESPACES+=("$ns") || fail "ip netns add $ns"
@@ -84,16 +107,16 @@ for node in 0 1; do
   ip -n "$ns" addr add "10.88.0.$((10 + node))/24" dev eth0 || fail "address of node $node"
   ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up || fail "links of node $node"
 done
-echo "hosts: $ID-h0 (10.88.0.10, Redis) and $ID-h1 (10.88.0.11), bridged in $SW"
+echo "hosts: $ID-h0 (10.88.0.10) and $ID-h1 (10.88.0.11), bridged in $SW with Redis ($STORE_ADDR)"
 
 export NTP_REDIS_PASSWORD="netns-$ID"  # AUTH on, as on a shared server
 start_redis() {
-  ip netns exec "$ID-h0" "$REDIS" --port 6379 --bind 10.88.0.10 --requirepass "$NTP_REDIS_PASSWORD" \
+  ip netns exec "$SW" "$REDIS" --port 6379 --bind "$STORE_ADDR" --requirepass "$NTP_REDIS_PASSWORD" \
     --save "" --appendonly yes --appendfsync always --dir "$TMP" --loglevel warning >>"$TMP/redis.log" 2>&1 &
   REDIS_PID=$!
   disown "$REDIS_PID"  # no job notice when the cleanup kills it
   for _ in $(seq 100); do
-    ip netns exec "$ID-h0" redis-cli -h 10.88.0.10 -a "$NTP_REDIS_PASSWORD" --no-auth-warning ping 2>/dev/null |
+    ip netns exec "$SW" redis-cli -h "$STORE_ADDR" -a "$NTP_REDIS_PASSWORD" --no-auth-warning ping 2>/dev/null |
       grep -q PONG && return 0
     sleep 0.1
   done
@@ -108,12 +131,18 @@ SETTINGS=(--set parallel.dp=2 --set parallel.tp=4 --set train.global_batch=8
 # deadline.lease_s = 6: longer than the `redis` case's outage (3 s and a
 # restart: every rank would fence itself), shorter than `partition-short`'s
 # cut (host 1's ranks fence themselves at 5.4 s, before host 0 may act).
-STORE="redis://10.88.0.10:6379"
+STORE="redis://$STORE_ADDR:6379"
 PARTITION_S=${NTP_PARTITION_S:-25}  # longer than deadline.collective_s and the store's 20 s deadline
 # Longer than deadline.heartbeat_s (host 1 is declared lost), shorter than
 # deadline.collective_s and the store deadline (host 1's processes live on).
 SHORT_PARTITION_S=${NTP_SHORT_PARTITION_S:-8}
 BLIP_S=${NTP_BLIP_S:-0.5}  # shorter than deadline.heartbeat_s: nobody is lost
+# Longer than deadline.heartbeat_s (host 1's beats go stale on host 0),
+# shorter than deadline.lease_s: nobody may act on host 1 meanwhile.
+LEASE_PARTITION_S=${NTP_LEASE_PARTITION_S:-4}
+# Host 0 cut off from the store and host 1: longer than deadline.lease_s (its
+# ranks fence themselves) and than the store's 20 s reconnect deadline.
+CUT0_S=${NTP_CUT0_S:-25}
 CUT_S=$PARTITION_S  # the cut of the case that runs
 EXTRA=()  # settings of the case that runs
 # Three of host 0's ranks stop beating while they train on (test.failures
@@ -186,12 +215,28 @@ kill_host() {
   echo "$name: killed node $node's launcher process group (pid $pid) after $(steps_logged "$run") steps"
 }
 
+# Each step committed once: metrics.jsonl, which the writer appends to after
+# a step's commit, holds steps 0..STEPS-1 once each in order, and no epoch was
+# agreed twice with different members (two sides would each publish one).
+check_committed_once() {
+  local name=$1 run=$2
+  local steps
+  steps=$(jq -r '.step' "$run/metrics.jsonl" | tr '\n' ' ')
+  [[ $steps == "$(seq -s ' ' 0 $((STEPS - 1))) " ]] || fail "$name: steps in metrics.jsonl, want 0..$((STEPS - 1)) once each: $steps"
+  local split
+  split=$(jq -c 'select(.event == "membership_agreed") | [.epoch, (.survivors | sort)]' "$run/events.jsonl" |
+    sort -u | jq -r '.[0]' | uniq -d)
+  [[ -z $split ]] || fail "$name: epochs agreed with different members: $split"
+}
+
 # A run of the two hosts, with `$2` done to it after step 4 (none, kill, kill0,
-# partition, blip: a partition that loses nobody, redis).
+# partition, blip: a partition that loses nobody, redis, cut0: host 0 cut off
+# the store and host 1).
 run_case() {
   local name=$1 action=$2
   local run="$TMP/run-$name-$RANDOM" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
   local started=$SECONDS
+  CODE0=- CODE1=-
   start_node0 "$run" "$out0"
   local spec
   spec=$(job_spec "$out0") || fail "$name: node 0 printed no job spec"
@@ -203,12 +248,13 @@ run_case() {
   case $action in
     kill) kill_host "$name" 1 "$NODE1" "$run" ;;
     kill0) kill_host "$name" 0 "$NODE0" "$run" ;;
-    partition | blip)
-      local at=$(steps_logged "$run")
-      ip -n "$SW" link set p1 down || fail "$name: could not cut host 1's link"
+    partition | blip | lease | cut0)
+      local at=$(steps_logged "$run") port=p1
+      [[ $action == cut0 ]] && port=p0
+      ip -n "$SW" link set "$port" down || fail "$name: could not cut $port"
       sleep "$CUT_S"
-      ip -n "$SW" link set p1 up || fail "$name: could not restore host 1's link"
-      echo "$name: cut host 1 off the network after $at steps for $CUT_S s; $(steps_logged "$run") steps by then"
+      ip -n "$SW" link set "$port" up || fail "$name: could not restore $port"
+      echo "$name: cut host ${port#p} off the network after $at steps for $CUT_S s; $(steps_logged "$run") steps by then"
       ;;
     redis)
       local at=$(steps_logged "$run")
@@ -220,20 +266,24 @@ run_case() {
       ;;
   esac
   local code0=137 code1=137 finisher=$out0
-  if [[ $action == kill0 ]]; then
+  if [[ $action == kill0 || $action == cut0 ]]; then
     wait_for "$NODE1" 150 || fail "$name: node 1 did not finish within 150 s"
-    code1=$WAITED
+    code1=$WAITED CODE1=$WAITED
     finisher=$out1
     ((code1 == 0)) || fail "$name: node 1 exited with $code1"
+    if [[ $action == cut0 ]]; then
+      wait_for "$NODE0" 60 || fail "$name: node 0 did not stop within 60 s of node 1"
+      code0=$WAITED CODE0=$WAITED
+    fi
     grep -q "node 1 writes the run's summary" "$out1" || fail "$name: node 1 did not take over the summary"
     ip netns exec "$ID-h1" "$NTP" verify "$run" >"$TMP/$name-verify.out" 2>&1 ||
       fail "$name: ntp verify failed: $(tail -n 5 "$TMP/$name-verify.out")"
   else
     wait_for "$NODE0" 150 || fail "$name: node 0 did not finish within 150 s"
-    code0=$WAITED
+    code0=$WAITED CODE0=$WAITED
     if [[ $action != kill ]]; then
       wait_for "$NODE1" 30 || fail "$name: node 1 did not finish within 30 s of node 0"
-      code1=$WAITED
+      code1=$WAITED CODE1=$WAITED
     fi
     ((code0 == 0)) || fail "$name: node 0 exited with $code0"
     grep -q 'verify: pass — ' "$out0" || fail "$name: --verify did not pass"
@@ -243,23 +293,33 @@ run_case() {
   for rank in 0 1 2 3 4 5 6 7; do
     [[ -f $run/logs/rank-$rank.log ]] || fail "$name: no log of rank $rank in $run/logs"
   done
+  check_committed_once "$name" "$run"
   local recoveries
   [[ -f $run/summary.json ]] || fail "$name: no summary.json"
   grep -q '"status": *"finished"' "$run/summary.json" || fail "$name: summary.json: $(cat "$run/summary.json")"
   recoveries=$(grep -c "^recovered:" "$finisher")
-  case $action in
-    kill | kill0 | partition)
+  local outcome=$action
+  if [[ $action == lease ]]; then
+    # A cut between the heartbeat and the lease: nobody acts while the
+    # leases hold, so either the cut heals in time (no recovery, as a blip)
+    # or host 1's ranks fenced themselves and are lost (as a partition).
+    outcome=blip
+    ((recoveries == 0)) || outcome=partition
+    echo "$name: $([[ $outcome == blip ]] && echo "no recovery" || echo "host 1 fenced itself; host 0 recovered")"
+  fi
+  case $outcome in
+    kill | kill0 | partition | cut0)
       local lost="[4,5,6,7]"
-      [[ $action == kill0 ]] && lost="[0,1,2,3]"
+      [[ $action == kill0 || $action == cut0 ]] && lost="[0,1,2,3]"
       ((recoveries >= 1)) || fail "$name: no recovery reported"
       grep -q '"event": *"rank_lost"' "$run/events.jsonl" || fail "$name: no rank_lost event"
       grep -qF "lost ranks $lost" "$finisher" || fail "$name: ranks $lost not reported lost"
       grep "^recovered:" "$finisher"
-      if [[ $action == partition ]]; then
+      if [[ $outcome == partition ]]; then
         # The host cut off stops (it cannot reach the store, so it cannot
         # train on alone) and leaves no worker behind.
-        ((code1 != 0)) || fail "$name: node 1, cut off, exited 0"
-        grep -q "redis://10.88.0.10:6379" "$out1" || fail "$name: node 1's error does not name the store"
+        ((code1 != 0 && code1 != 3)) || fail "$name: node 1, cut off, exited $code1"
+        grep -qF "$STORE" "$out1" || fail "$name: node 1's error does not name the store"
         [[ -z $(ip netns pids "$ID-h1") ]] || fail "$name: processes left on host 1: $(ip netns pids "$ID-h1")"
         # The side that holds the store keeps every rank: none of host 0's is
         # declared lost or fenced.
@@ -267,6 +327,26 @@ run_case() {
         own=$(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" | grep -E '"rank": *[0-3][,}]')
         [[ -z $own ]] || fail "$name: host 0 lost or fenced its own ranks: $own"
         echo "$name: node 1 stopped with $code1: $(grep error "$out1" | head -n 1)"
+      fi
+      if [[ $action == cut0 ]]; then
+        # Host 0, cut off, stops (not with 3: the job went on without it),
+        # names the store and leaves no process; host 1 keeps every rank.
+        ((code0 != 0 && code0 != 3)) || fail "$name: node 0, cut off, exited $code0"
+        grep -qF "$STORE" "$out0" || fail "$name: node 0's error does not name the store"
+        [[ -z $(ip netns pids "$ID-h0") ]] || fail "$name: processes left on host 0: $(ip netns pids "$ID-h0")"
+        local own
+        own=$(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" | grep -E '"rank": *[4-7][,}]')
+        [[ -z $own ]] || fail "$name: host 1 lost or fenced its own ranks: $own"
+        # Node 0 records its failure in the run (run_failed, a failed
+        # summary.json) when it gives up on the store: harmless while host 1
+        # trains on (its summary replaces that one), a failed run's summary
+        # over a finished one after.
+        local order
+        order=$(jq -r 'select(.event == "run_failed" or .event == "run_finished") | .event' "$run/events.jsonl" | tr '\n' ' ')
+        [[ $order != *"run_finished run_failed"* ]] || fail "$name: node 0 recorded a failure after host 1 finished the run: $order"
+        [[ $order != *run_failed* ]] && echo "$name: node 0 recorded no failure in the run" ||
+          echo "$name: node 0 recorded its failure in the run before host 1 finished it ($order)"
+        echo "$name: node 0 stopped with $code0: $(grep error "$out0" | head -n 1)"
       fi
       ;;
     *)
@@ -279,6 +359,7 @@ run_case() {
       fi
       ;;
   esac
+  echo "exit codes: node0=$CODE0 node1=$CODE1"
   echo "PASS $name ($((SECONDS - started)) s)"
 }
 
@@ -290,6 +371,7 @@ run_store_gone_case() {
   local name=$1
   local run="$TMP/run-$name-$RANDOM" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
   local started=$SECONDS
+  CODE0=- CODE1=-
   start_node0 "$run" "$out0"
   local spec
   spec=$(job_spec "$out0") || fail "$name: node 0 printed no job spec"
@@ -299,18 +381,21 @@ run_store_gone_case() {
   echo "$name: killed redis-server after $(steps_logged "$run") steps"
   wait_for "$NODE0" 60 || fail "$name: node 0 did not stop within 60 s of the store's loss"
   local code0=$WAITED
+  CODE0=$code0
   wait_for "$NODE1" 30 || fail "$name: node 1 did not stop within 30 s of node 0"
   local code1=$WAITED
+  CODE1=$code1
   ((code0 != 0 && code1 != 0)) || fail "$name: exit codes $code0 and $code1, want both non-zero"
-  grep -q "lost the job's store redis://10.88.0.10:6379 and stopped its workers" "$out0" ||
+  grep -qF "lost the job's store $STORE and stopped its workers" "$out0" ||
     fail "$name: node 0 does not name the store it lost: $(grep error "$out0" | head -n 1)"
-  grep -q "node 1 lost the job's store redis://10.88.0.10:6379" "$out1" ||
+  grep -qF "node 1 lost the job's store $STORE" "$out1" ||
     fail "$name: node 1 does not name the store it lost: $(grep error "$out1" | head -n 1)"
   for h in 0 1; do
     [[ -z $(ip netns pids "$ID-h$h") ]] || fail "$name: processes left on host $h: $(ip netns pids "$ID-h$h")"
   done
   grep -q '"status": *"failed"' "$run/summary.json" || fail "$name: summary.json: $(cat "$run/summary.json")"
   start_redis  # for the cases after this one
+  echo "exit codes: node0=$CODE0 node1=$CODE1"
   echo "PASS $name ($((SECONDS - started)) s): $(grep error "$out0" | head -n 1 | cut -c1-160)"
 }
 
@@ -321,6 +406,7 @@ for c in "${CASES[@]}"; do
     kill0) run_case kill0 kill0 ;;
     partition) CUT_S=$PARTITION_S run_case partition partition ;;
     partition-short) CUT_S=$SHORT_PARTITION_S run_case partition-short partition ;;
+    partition-lease) CUT_S=$LEASE_PARTITION_S run_case partition-lease lease ;;
     blip) CUT_S=$BLIP_S run_case blip blip ;;
     starved)
       EXTRA=("${STARVED[@]}")
@@ -329,6 +415,7 @@ for c in "${CASES[@]}"; do
       ;;
     redis) run_case redis redis ;;
     store-gone) run_store_gone_case store-gone ;;
+    store-cut0) CUT_S=$CUT0_S run_case store-cut0 cut0 ;;
     *) fail "unknown case $c" ;;
   esac
 done

@@ -5,6 +5,7 @@
 #include "elastic/recovery_plan.h"
 
 #include <map>
+#include <memory>
 
 #include <gtest/gtest.h>
 
@@ -34,11 +35,20 @@ struct Case {
   bool failure = true;
 
   explicit Case(ParallelConfig first) { epochs[0] = std::move(first); }
+  // The plan of every epoch (the first one's fixes the ranks).
+  std::shared_ptr<std::map<std::uint64_t, train::JobPlan>> plans() const {
+    train::Config config;
+    config.parallel = epochs.at(0);
+    const train::JobPlan first = train::JobPlan::build(config, {gpt, 64, 1 << 20});
+    auto out = std::make_shared<std::map<std::uint64_t, train::JobPlan>>();
+    for (const auto& [e, p] : epochs) out->emplace(e, first.at(p, e));
+    return out;
+  }
   // Every member of the newest epoch but `lost` survives, having applied
   // `applied` in the newest epoch's layout.
   Case& survive(std::int64_t applied, std::vector<int> lost = {}) {
-    const std::vector<train::RankPlace> places = train::job_places(epochs.at(0));
-    for (int r : train::training_ranks(epochs.rbegin()->second, places)) {
+    const auto all = plans();
+    for (int r : all->rbegin()->second.members()) {
       if (std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
       agreed.survivors.push_back({r, applied, epochs.rbegin()->first, -1, 1.5, false});
     }
@@ -64,8 +74,10 @@ struct Case {
     return *this;
   }
   RecoveryInput input() const {
-    return {agreed, epochs.rbegin()->second, [this](std::uint64_t e) -> const ParallelConfig& { return epochs.at(e); },
-            train::job_places(epochs.at(0)), gpt, failure};
+    const auto all = plans();
+    Membership m = agreed;
+    m.epoch = all->rbegin()->first + 1;
+    return {m, all->rbegin()->second, [all](std::uint64_t e) -> const train::JobPlan& { return all->at(e); }, failure};
   }
 };
 
@@ -88,7 +100,7 @@ TEST(RecoveryPlan, OneLostRankResumesAfterTheNewestStepWithoutItsSlot) {
   c.survive(9, {5});
   const RecoveryPlan plan = planned(c);
   EXPECT_EQ(plan.resume(), 10);
-  EXPECT_EQ(plan.next, job(2, 4, {{1, {1}}}));
+  EXPECT_EQ(plan.next->parallel(), job(2, 4, {{1, {1}}}));
   EXPECT_TRUE(plan.stale.empty());
   EXPECT_TRUE(plan.completes_commit.empty());
   EXPECT_EQ(plan.members, (std::vector<int>{0, 1, 2, 3, 4, 6, 7}));
@@ -179,7 +191,7 @@ TEST(RecoveryPlan, AReplicaBelowMinTpSitsOutAndItsRanksLeave) {
   c.survive(9, {5});
   const RecoveryPlan plan = planned(c);
   EXPECT_EQ(plan.members, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(plan.next, job(2, 4, {{1, {1}}}, 4));
+  EXPECT_EQ(plan.next->parallel(), job(2, 4, {{1, {1}}}, 4));
   EXPECT_EQ(moved_units(plan), 0) << "the replica that trains keeps its layout; the dropped one needs nothing";
 }
 
@@ -199,7 +211,7 @@ TEST(RecoveryPlan, ASecondFailureAddsToTheFirst) {
   c.epochs[1] = job(2, 4, {{1, {1}}});
   c.survive(12, {6});
   const RecoveryPlan plan = planned(c);
-  EXPECT_EQ(plan.next, job(2, 4, {{1, {1, 2}}}));
+  EXPECT_EQ(plan.next->parallel(), job(2, 4, {{1, {1, 2}}}));
   EXPECT_EQ(plan.from_epoch, 1u);
   EXPECT_EQ(plan.members, (std::vector<int>{0, 1, 2, 3, 4, 7}));
 }
@@ -208,7 +220,7 @@ TEST(RecoveryPlan, TwoFailuresAtOnceInDifferentReplicas) {
   Case c(job(3, 4));
   c.survive(4, {2, 9});
   const RecoveryPlan plan = planned(c);
-  EXPECT_EQ(plan.next, job(3, 4, {{0, {2}}, {2, {1}}}));
+  EXPECT_EQ(plan.next->parallel(), job(3, 4, {{0, {2}}, {2, {1}}}));
   EXPECT_TRUE(plan.source.has_value());
 }
 
@@ -217,7 +229,7 @@ TEST(RecoveryPlan, ARejoiningRankIsRefilledWhole) {
   c.epochs[1] = job(2, 4, {{1, {1}}});
   c.survive(20).joins(5);
   const RecoveryPlan plan = planned(c);
-  EXPECT_EQ(plan.next, job(2, 4));
+  EXPECT_EQ(plan.next->parallel(), job(2, 4));
   EXPECT_EQ(plan.stale, std::vector<int>{5});
   EXPECT_EQ(plan.members, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_FALSE(plan.changes_nothing);
@@ -229,7 +241,7 @@ TEST(RecoveryPlan, ARejoinAndALossTogether) {
   c.epochs[1] = job(2, 4, {{1, {1}}});
   c.survive(20, {2}).joins(5);
   const RecoveryPlan plan = planned(c);
-  EXPECT_EQ(plan.next, job(2, 4, {{0, {2}}}));
+  EXPECT_EQ(plan.next->parallel(), job(2, 4, {{0, {2}}}));
   EXPECT_EQ(plan.stale, std::vector<int>{5});
 }
 
@@ -317,7 +329,7 @@ TEST(RecoveryPlan, LlamaGroupsAndSwigluNeuronsAreRecoveredLikeHeads) {
   c.survive(5, {3});
   const RecoveryPlan plan = planned(c);
   EXPECT_TRUE(plan.source.has_value());
-  EXPECT_EQ(plan.next, job(2, 2, {{1, {1}}}));
+  EXPECT_EQ(plan.next->parallel(), job(2, 2, {{1, {1}}}));
 }
 
 TEST(RecoveryPlan, EveryRankOfTheFirstSlotLostInANineReplicaJob) {
@@ -420,7 +432,7 @@ TEST(RecoveryPlanChecker, RejectsANextConfigurationThatKeepsALostSlot) {
   Case c(job(2, 4));
   c.survive(9, {5});
   RecoveryPlan plan = plan_recovery(c.input());
-  plan.next = job(2, 4);
+  plan.next = c.plans()->at(0).at(job(2, 4), plan.next->epoch());
   EXPECT_NE(check_recovery_plan(c.input(), plan), "");
 }
 

@@ -26,7 +26,10 @@ void check_move(std::int64_t tp, int dead) {
   ParallelConfig before;
   before.dp = 2;
   before.tp = tp;
-  const std::vector<RankPlace> places = job_places(before);
+  Config config;
+  config.parallel = before;
+  config.train.global_batch = 1;
+  const std::vector<RankPlace> places = JobPlan::build(config, {c, 8, 8}).places();
   ParallelConfig after = before;
   after.failed[places[static_cast<std::size_t>(dead)].replica].push_back(places[static_cast<std::size_t>(dead)].slot);
   KindPlans plans;

@@ -32,20 +32,6 @@ TEST(LearningRate, WarmupThenCosineToATenth) {
   EXPECT_DOUBLE_EQ(learning_rate(t, 7), 1e-3);
 }
 
-TEST(JobPlaces, ActiveSlotsOfTrainingReplicasReplicaMajor) {
-  ParallelConfig p;
-  p.tp = 4;
-  p.dp = 3;
-  p.min_tp = 2;
-  p.failed = {{0, {1}}, {2, {0, 1, 3}}};  // replica 2 keeps 1 slot < min_tp: dropped
-  const std::vector<RankPlace> places = job_places(p);
-  const std::vector<RankPlace> expected = {{0, 0}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {1, 2}, {1, 3}};
-  EXPECT_EQ(places, expected);
-  const layout::JobConfig job = job_config(p, model::UnitKind::kHead, 7);
-  EXPECT_EQ(job.units, 7);
-  EXPECT_EQ(job.failed.at(2), (std::vector<int>{0, 1, 3}));
-}
-
 // `ntp train` at TP = DP = 1 with data.order = "sequential" and llm.c's
 // optimizer settings is the loop of llm.c's train_gpt2: batch i is tokens
 // [i*B*T, (i+1)*B*T + 1), mean loss, AdamW. Replaying that loop directly on
