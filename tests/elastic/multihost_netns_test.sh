@@ -232,6 +232,20 @@ check_committed_once() {
 # A run of the two hosts, with `$2` done to it after step 4 (none, kill, kill0,
 # partition, blip: a partition that loses nobody, redis, cut0: host 0 cut off
 # the store and host 1).
+# check_cut_off_host CASE NODE CODE OUTPUT RUN OTHER_RANKS: the host cut off
+# stops (it cannot reach the store; not with 3: the job went on without it),
+# names the store and leaves no process; the other host, which holds the
+# store, keeps every rank (none of OTHER_RANKS, a digit class, is declared
+# lost or fenced).
+check_cut_off_host() {
+  local name=$1 node=$2 code=$3 out=$4 run=$5 others=$6 own
+  ((code != 0 && code != 3)) || fail "$name: node $node, cut off, exited $code"
+  grep -qF "$STORE" "$out" || fail "$name: node $node's error does not name the store"
+  [[ -z $(ip netns pids "$ID-h$node") ]] || fail "$name: processes left on host $node: $(ip netns pids "$ID-h$node")"
+  own=$(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" | grep -E "\"rank\": *$others[,}]")
+  [[ -z $own ]] || fail "$name: the host that holds the store lost or fenced its own ranks: $own"
+}
+
 run_case() {
   local name=$1 action=$2
   local run="$TMP/run-$name-$RANDOM" out0="$TMP/$name-node0.out" out1="$TMP/$name-node1.out"
@@ -318,25 +332,14 @@ run_case() {
       if [[ $outcome == partition ]]; then
         # The host cut off stops (it cannot reach the store, so it cannot
         # train on alone) and leaves no worker behind.
-        ((code1 != 0 && code1 != 3)) || fail "$name: node 1, cut off, exited $code1"
-        grep -qF "$STORE" "$out1" || fail "$name: node 1's error does not name the store"
-        [[ -z $(ip netns pids "$ID-h1") ]] || fail "$name: processes left on host 1: $(ip netns pids "$ID-h1")"
-        # The side that holds the store keeps every rank: none of host 0's is
-        # declared lost or fenced.
-        local own
-        own=$(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" | grep -E '"rank": *[0-3][,}]')
-        [[ -z $own ]] || fail "$name: host 0 lost or fenced its own ranks: $own"
+        # The side that holds the store keeps every rank.
+        check_cut_off_host "$name" 1 "$code1" "$out1" "$run" '[0-3]'
         echo "$name: node 1 stopped with $code1: $(grep error "$out1" | head -n 1)"
       fi
       if [[ $action == cut0 ]]; then
         # Host 0, cut off, stops (not with 3: the job went on without it),
         # names the store and leaves no process; host 1 keeps every rank.
-        ((code0 != 0 && code0 != 3)) || fail "$name: node 0, cut off, exited $code0"
-        grep -qF "$STORE" "$out0" || fail "$name: node 0's error does not name the store"
-        [[ -z $(ip netns pids "$ID-h0") ]] || fail "$name: processes left on host 0: $(ip netns pids "$ID-h0")"
-        local own
-        own=$(grep -E '"event": *"rank_(lost|fenced)"' "$run/events.jsonl" | grep -E '"rank": *[4-7][,}]')
-        [[ -z $own ]] || fail "$name: host 1 lost or fenced its own ranks: $own"
+        check_cut_off_host "$name" 0 "$code0" "$out0" "$run" '[4-7]'
         # Node 0 records its failure in the run (run_failed, a failed
         # summary.json) when it gives up on the store: harmless while host 1
         # trains on (its summary replaces that one), a failed run's summary
