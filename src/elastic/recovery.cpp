@@ -16,6 +16,7 @@
 #include "comm/group.h"
 #include "elastic/recovery_plan.h"
 #include "layout/errors.h"
+#include "layout/slot_speeds.h"
 #include "train/recovery_source.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
@@ -61,21 +62,24 @@ nlohmann::json with(nlohmann::json fields, const nlohmann::json& more) {
   return fields;
 }
 
-// parallel.failed as "replica:slot,slot;replica:slot" (the store's copy of an
-// epoch's configuration, for ranks that rejoin without its history).
-std::string failed_text(const train::ParallelConfig& p) {
+// The store's copy of an epoch's configuration, for ranks that rejoin
+// without its history: parallel.failed as "replica:slot,slot;replica:slot",
+// then "|" and parallel.speeds in its text form.
+std::string layout_text(const train::ParallelConfig& p) {
   std::string text;
   for (const auto& [replica, slots] : p.failed) {
     if (slots.empty()) continue;
     text += fmt::format("{}{}:{}", text.empty() ? "" : ";", replica, fmt::join(slots, ","));
   }
-  return text;
+  return text + "|" + layout::slot_speeds_text(p.speeds);
 }
 
-train::ParallelConfig parse_failed(const train::ParallelConfig& base, const std::string& text) {
+train::ParallelConfig parse_layout(const train::ParallelConfig& base, const std::string& text) {
   train::ParallelConfig p = base;
   p.failed.clear();
-  std::stringstream in(text);
+  const std::size_t bar = text.find('|');
+  p.speeds = layout::parse_slot_speeds(bar == std::string::npos ? "" : text.substr(bar + 1));
+  std::stringstream in(text.substr(0, bar));
   for (std::string item; std::getline(in, item, ';');) {
     const std::size_t colon = item.find(':');
     std::vector<std::int64_t>& slots = p.failed[std::stoll(item.substr(0, colon))];
@@ -86,6 +90,9 @@ train::ParallelConfig parse_failed(const train::ParallelConfig& base, const std:
 }
 
 std::string config_key(std::uint64_t epoch) { return fmt::format("ntp/e{}/config", epoch); }
+// The speeds a relayout into `epoch` asks for, written before its agreement
+// (first writer wins; every member that asks writes the same).
+std::string speeds_key(std::uint64_t epoch) { return fmt::format("ntp/e{}/speeds", epoch); }
 constexpr const char* kEpochKey = "ntp/epoch";
 
 }  // namespace
@@ -109,7 +116,7 @@ const train::JobPlan& Recovery::plan_of(std::uint64_t epoch) {
   const auto text = store_->try_get(config_key(epoch));
   if (!text) throw RecoveryError(fmt::format("rank {}: the store has no configuration of epoch {}", options_.rank, epoch));
   const train::JobPlan& any = trainer_.plan();
-  return plans_.emplace(epoch, any.at(parse_failed(any.parallel(), comm::to_text(*text)), epoch)).first->second;
+  return plans_.emplace(epoch, any.at(parse_layout(any.parallel(), comm::to_text(*text)), epoch)).first->second;
 }
 
 std::vector<int> Recovery::candidates() const {
@@ -151,16 +158,22 @@ RecoveryOutcome Recovery::join() {
   return {true, 0};
 }
 
-RecoveryOutcome Recovery::run(const std::string& error, bool failure) {
+RecoveryOutcome Recovery::relayout(const train::Relayout& change) {
+  const std::string speeds = layout::slot_speeds_text(change.speeds);
+  store_->create(speeds_key(next_epoch_), comm::to_bytes(speeds));
+  return run(fmt::format("slot speeds \"{}\" measured", speeds), false, false);
+}
+
+RecoveryOutcome Recovery::run(const std::string& error, bool failure, bool counted) {
   const double start = unix_time_s();
   std::string cause = error;
   while (true) {
-    if (recoveries_ >= config().elastic.max_recoveries) {
+    if (counted && recoveries_ >= config().elastic.max_recoveries) {
       throw RecoveryError(fmt::format("rank {}: recovery budget spent (elastic.max_recoveries = {}); last "
                                       "failure: {}",
                                       options_.rank, config().elastic.max_recoveries, cause));
     }
-    ++recoveries_;
+    if (counted) ++recoveries_;
     try {
       return attempt(cause, start, failure);
     } catch (const LeftOutError& e) {
@@ -169,6 +182,7 @@ RecoveryOutcome Recovery::run(const std::string& error, bool failure) {
     } catch (const comm::CommError& e) {
       cause = e.what();  // a failure during the recovery: the next epoch takes it over
       failure = true;
+      counted = true;
     }
   }
 }
@@ -203,8 +217,12 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
     store_->erase(join_key(options_.rank));  // in: the survivors stop growing for it
   }
   if (fault_point_) fault_point_();
-  const RecoveryPlan plan = plan_recovery(
-      {agreed, plans_.rbegin()->second, [this](std::uint64_t e) -> const train::JobPlan& { return plan_of(e); }, failure});
+  std::optional<layout::SlotSpeeds> speeds;  // a relayout into this epoch asked for them
+  if (const auto text = store->try_get(speeds_key(epoch))) speeds = layout::parse_slot_speeds(comm::to_text(*text));
+  const train::JobPlan& last = plans_.rbegin()->second;  // the last agreed epoch's
+  const RecoveryPlan plan = plan_recovery({agreed, last,
+                                           [this](std::uint64_t e) -> const train::JobPlan& { return plan_of(e); },
+                                           failure, speeds});
   const std::int64_t newest = plan.newest;
   if (plan.source && std::binary_search(plan.completes_commit.begin(), plan.completes_commit.end(), options_.rank)) {
     trainer_.complete_commit(newest, plan.outcome);
@@ -218,10 +236,14 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   }
   const train::JobPlan& next = plans_.insert_or_assign(epoch, *plan.next).first->second;
   // For ranks that rejoin later without this history (every survivor writes the same).
-  store->set(config_key(epoch), comm::to_bytes(failed_text(next.parallel())));
+  store->set(config_key(epoch), comm::to_bytes(layout_text(next.parallel())));
   store->set(kEpochKey, comm::to_bytes(std::to_string(epoch)));
   members_ = plan.members;
   const std::vector<int> survivors = agreed.ranks();
+  if (options_.rank == plan.writer && !(next.parallel().speeds == last.parallel().speeds)) {
+    trainer_.event("relayout", {{"epoch", epoch}, {"speeds", layout::slot_speeds_text(next.parallel().speeds)},
+                                {"from", layout::slot_speeds_text(last.parallel().speeds)}});
+  }
   trainer_.event("membership_agreed",
                  with(agreement.fields(), {{"epoch", epoch}, {"survivors", survivors}, {"lost", agreed.lost},
                                            {"joined", agreed.joined}, {"resume_step", plan.resume()},

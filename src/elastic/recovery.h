@@ -63,6 +63,12 @@ class Recovery {
   // At a step boundary, when a repaired rank asked to rejoin (every member
   // calls it after the same step): the same protocol, growing the job.
   RecoveryOutcome grow();
+  // At a step boundary, when the last commit showed a rank slow, or its
+  // speed back (train/slow_ranks.h; every member calls it after the same
+  // step): the same protocol with nobody lost, into an epoch laid out with
+  // `change.speeds`. Only units whose holder changes move. Not counted
+  // against elastic.max_recoveries unless a failure interrupts it.
+  RecoveryOutcome relayout(const train::Relayout& change);
   // The rejoining rank's side: asks to come back, registers as a candidate in
   // each next epoch until one takes it, and is rolled forward like a rank
   // behind. `leaving` when the run ended first or did not take it back.
@@ -72,7 +78,8 @@ class Recovery {
   void set_fault_point(std::function<void()> fn) { fault_point_ = std::move(fn); }
 
  private:
-  RecoveryOutcome run(const std::string& error, bool failure);
+  // `counted`: the first attempt spends recovery budget (a retry always does).
+  RecoveryOutcome run(const std::string& error, bool failure, bool counted = true);
   RecoveryOutcome attempt(const std::string& error, double start, bool failure);
   // An agreed epoch's plan, from memory or (rejoining) the store.
   const train::JobPlan& plan_of(std::uint64_t epoch);

@@ -38,6 +38,12 @@ bool contains(const std::vector<int>& sorted, int rank) {
 
 bool RecoveryPlan::is_stale(int rank) const { return contains(stale, rank); }
 
+train::ParallelConfig next_parallel(const RecoveryInput& in) {
+  train::ParallelConfig next = in.last.next_parallel(in.agreed.lost, in.agreed.joined);
+  if (in.speeds) next.speeds = *in.speeds;
+  return next;
+}
+
 RecoveryPlan plan_recovery(const RecoveryInput& in) {
   RecoveryPlan plan;
   const std::vector<Survivor>& survivors = in.agreed.survivors;
@@ -47,7 +53,7 @@ RecoveryPlan plan_recovery(const RecoveryInput& in) {
     plan.outcome = {s.grad_norm, s.skipped};
     break;
   }
-  plan.next = in.last.at(in.last.next_parallel(in.agreed.lost, in.agreed.joined), in.agreed.epoch);
+  plan.next = in.last.at(next_parallel(in), in.agreed.epoch);
   const std::vector<train::SurvivorState> states = survivor_states(in);
   const std::map<std::uint64_t, const train::JobPlan*> held = held_plans(in, plan.newest);
   try {
@@ -77,7 +83,8 @@ RecoveryPlan plan_recovery(const RecoveryInput& in) {
   // Growing for a rank that was lost while it asked changes nothing either,
   // but is no error: the members go on in a new epoch.
   plan.changes_nothing = in.failure && in.agreed.lost.empty() && plan.stale.empty() &&
-                         in.agreed.joined.empty() && plan.completes_commit.empty();
+                         in.agreed.joined.empty() && plan.completes_commit.empty() &&
+                         plan.next->parallel().speeds == in.last.parallel().speeds;
   plan.members = plan.next->members();
   if (!plan.members.empty()) plan.writer = plan.members.front();
   for (const Survivor& s : survivors) {
@@ -142,9 +149,10 @@ std::string check_recovery_plan(const RecoveryInput& in, const RecoveryPlan& pla
     return fmt::format("resumes at step {}, but a survivor applied step {}: resume at {}", plan.resume(), newest,
                        newest + 1);
   }
-  const train::ParallelConfig next = in.last.next_parallel(in.agreed.lost, in.agreed.joined);
+  const train::ParallelConfig next = next_parallel(in);
   if (!plan.next || !(plan.next->parallel() == next) || plan.next->epoch() != in.agreed.epoch) {
-    return "the next plan is not the last one without the lost and with the joined slots, in the agreed epoch";
+    return "the next plan is not the last one without the lost and with the joined slots, at the asked-for "
+           "speeds, in the agreed epoch";
   }
   if (plan.members != in.last.at(next, in.agreed.epoch).members()) return "the members are not the ranks that train next";
   // Without a source the job stops (units lost): nobody is refilled.

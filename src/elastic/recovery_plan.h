@@ -12,7 +12,8 @@
 //   - resume at newest + 1, newest = the highest step any survivor applied:
 //     a step is applied everywhere or redone, never twice, never skipped;
 //   - next = the last agreed plan without the lost ranks' slots and with the
-//     joined ranks' slots (JobPlan::next_parallel), in the agreed epoch;
+//     joined ranks' slots (JobPlan::next_parallel), laid out with the speeds
+//     a relayout asked for (if any), in the agreed epoch;
 //   - the state comes from the newest layout epoch whose holders at `newest`
 //     leave no unit without a serving holder (train/recovery_source.h);
 //     a survivor behind `newest`, or holding another epoch's layout with other
@@ -42,8 +43,15 @@ struct RecoveryInput {
   Membership agreed;
   train::JobPlan last;  // the last agreed epoch's plan (its places: every rank of the job)
   PlanOf plan_of;       // every epoch a survivor holds its state in
-  bool failure = true;  // a broken step (false: growing for a rejoin)
+  bool failure = true;  // a broken step (false: growing for a rejoin, or a relayout)
+  // The slot speeds a relayout into the agreed epoch asked for (recovery.h);
+  // none: the last plan's.
+  std::optional<layout::SlotSpeeds> speeds;
 };
+
+// The agreed epoch's configuration: the last plan's without the lost ranks'
+// slots, with the joined ones', and with the asked-for speeds.
+train::ParallelConfig next_parallel(const RecoveryInput& in);
 
 struct RecoveryPlan {
   std::int64_t newest = -1;  // the highest applied step; the run resumes at newest + 1
@@ -57,8 +65,8 @@ struct RecoveryPlan {
   std::optional<int> fresh;                     // the first survivor that is not stale
   std::vector<int> members;                     // the ranks that train in `next`, ascending
   int writer = -1;                              // -1 when nobody trains
-  // A failed collective that lost no rank, left none behind and changes
-  // nothing: recovering would loop; Recovery stops instead.
+  // A failed collective that lost no rank, left none behind, asked for no
+  // new speeds and changes nothing: recovering would loop; Recovery stops instead.
   bool changes_nothing = false;
 
   std::int64_t resume() const { return newest + 1; }

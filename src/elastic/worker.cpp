@@ -48,7 +48,7 @@ class FaultPlan {
   }
 
   // In `phase` of step `step` ("recovery": at or after the step).
-  void fire(const train::NtpTrainer& trainer, std::int64_t step, const std::string& phase) {
+  void fire(train::NtpTrainer& trainer, std::int64_t step, const std::string& phase) {
     for (train::FaultSpec& f : mine_) {
       if (f.rank < 0 || f.phase != phase) continue;
       if (phase == "recovery" ? step < f.step : step != f.step) continue;
@@ -67,6 +67,10 @@ class FaultPlan {
       }
       if (f.signal == train::kLapse) {
         if (lapse_) lapse_();
+        continue;
+      }
+      if (f.signal == train::kSlow) {
+        trainer.set_slowdown(f.slowdown);
         continue;
       }
       ::kill(::getpid(), f.signal);
@@ -125,7 +129,13 @@ int run_loop(train::NtpTrainer& trainer, const train::Config& config, FaultPlan&
           if (trainer.is_writer()) trainer.event("run_interrupted", {{"steps_done", s}});
           return 0;
         }
-        if (trainer.join_pending()) s = recovery.grow().resume;
+        if (trainer.join_pending() || trainer.relayout_due()) {
+          // Every member saw the same commit: all grow, or all re-lay out, after this step.
+          const RecoveryOutcome outcome =
+              trainer.join_pending() ? recovery.grow() : recovery.relayout(train::Relayout(*trainer.relayout_due()));
+          if (outcome.leaving) return 0;
+          s = outcome.resume;
+        }
         continue;
       }
       trainer.finish();

@@ -40,6 +40,21 @@ SlotSpeeds parse_slot_speeds(std::string_view spec) {
   return speeds;
 }
 
+std::string slot_speeds_text(const SlotSpeeds& speeds) {
+  std::string text;
+  for (const auto& [replica, slots] : speeds) {
+    if (!text.empty()) text += ';';
+    text += std::to_string(replica) + ':';
+    for (size_t s = 0; s < slots.size(); ++s) {
+      char buffer[32];
+      const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, slots[s]);
+      if (s > 0) text += ',';
+      text.append(buffer, end);
+    }
+  }
+  return text;
+}
+
 void validate_slot_speeds(const SlotSpeeds& speeds, int replicas, int tp) {
   for (const auto& [replica, slots] : speeds) {
     const std::string of = "replica " + std::to_string(replica);

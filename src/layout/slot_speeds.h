@@ -17,6 +17,10 @@ using SlotSpeeds = std::map<int, std::vector<double>>;
 // malformed entry, a bad number, a replica listed twice.
 SlotSpeeds parse_slot_speeds(std::string_view spec);
 
+// The text form parse_slot_speeds reads back (each speed in its shortest
+// exact decimal form), "" for none.
+std::string slot_speeds_text(const SlotSpeeds& speeds);
+
 // Checks against a job of `replicas` x `tp` slots: a listed replica in range,
 // tp speeds each, every speed finite and > 0. Throws std::invalid_argument
 // naming the replica and slot.

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <utility>
 
@@ -156,11 +157,16 @@ std::int64_t Model::head_offset() const {
 
 void Model::all_reduce(float* data, std::int64_t count, comm::ReduceOp op) {
   if (tp_ == nullptr) return;
-  if (gpu_ == nullptr) return tp_->all_reduce(data, static_cast<std::size_t>(count), op);
-  staging_.resize(static_cast<std::size_t>(count));
-  tensor::copy_to_host(ctx_, staging_.data(), data, count);
-  tp_->all_reduce(staging_.data(), staging_.size(), op);
-  tensor::copy_from_host(ctx_, data, staging_.data(), count);
+  const auto start = std::chrono::steady_clock::now();
+  if (gpu_ == nullptr) {
+    tp_->all_reduce(data, static_cast<std::size_t>(count), op);
+  } else {
+    staging_.resize(static_cast<std::size_t>(count));
+    tensor::copy_to_host(ctx_, staging_.data(), data, count);
+    tp_->all_reduce(staging_.data(), staging_.size(), op);
+    tensor::copy_from_host(ctx_, data, staging_.data(), count);
+  }
+  tp_reduce_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 KernelAllReduce Model::group_reduce() {

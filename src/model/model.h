@@ -128,6 +128,10 @@ class Model {
   // sum over the TP group counts every parameter exactly once.
   double local_grad_sq_norm();
   bool counts_replicated() const { return tp_ == nullptr || tp_->rank() == 0; }
+  // Seconds this model spent in its TP group's all-reduces, since it was
+  // built: a pass's time without them is this rank's own compute, which a
+  // slower peer cannot stretch (the trainer's measure of a rank's speed).
+  double tp_reduce_s() const { return tp_reduce_s_; }
 
   // Replaces the shard with `next` and its parameter values (laid out by
   // ParameterLayout(config, next)); gradients are zeroed. See reshard.h.
@@ -166,6 +170,7 @@ class Model {
   bool params_changed_ = true;                   // params() taken for writing since the last upload
   bool device_grads_pending_zero_ = false;       // zero_grad() not yet applied to device_grads_
   std::vector<float> staging_;                   // activations on their way through a TP all-reduce
+  double tp_reduce_s_ = 0;                       // see tp_reduce_s()
   tensor::Into weight_grads_ = tensor::Into::kAdd;  // this backward's weight GEMMs
   std::unique_ptr<Activations> acts_;
   EmbeddingRows embedding_rows_;  // the split embedding scatter of the last backward

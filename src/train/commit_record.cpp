@@ -28,6 +28,7 @@ CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t r
     t.save_busy = t.save_busy || rec.save_busy;
     double& compute = t.replica_compute_s.at(static_cast<std::size_t>(rec.replica));
     compute = compute < 0 ? rec.forward_s : std::min(compute, rec.forward_s);
+    t.busy_s.push_back(rec.busy_s);
     if (norm_replica < 0) norm_replica = rec.replica;
     if (rec.replica == norm_replica) norm.add(rec.norm);
   }

@@ -26,8 +26,11 @@ struct CommitRecord {
   // This rank's forward passes of the step: its compute alone, which no other
   // replica can delay (the gradient sync runs only from the backward pass on).
   double forward_s = 0;
+  // Its forward and backward passes without the TP all-reduces: its own
+  // compute, which a slower TP peer does not stretch (the slow-rank measure).
+  double busy_s = 0;
 
-  static constexpr int kWords = 11 + NormPart::kWords;
+  static constexpr int kWords = 12 + NormPart::kWords;
   void write(std::int64_t* out) const {
     std::memcpy(out + 0, &loss_sum, 8);
     out[1] = reshard_bytes;
@@ -40,7 +43,8 @@ struct CommitRecord {
     out[8] = stop ? 1 : 0;
     std::memcpy(out + 9, &forward_s, 8);
     out[10] = save_busy ? 1 : 0;
-    norm.write(out + 11);
+    std::memcpy(out + 11, &busy_s, 8);
+    norm.write(out + 12);
   }
   static CommitRecord read(const std::int64_t* in) {
     CommitRecord r;
@@ -55,7 +59,8 @@ struct CommitRecord {
     r.stop = in[8] != 0;
     std::memcpy(&r.forward_s, in + 9, 8);
     r.save_busy = in[10] != 0;
-    r.norm = NormPart::read(in + 11);
+    std::memcpy(&r.busy_s, in + 11, 8);
+    r.norm = NormPart::read(in + 12);
     return r;
   }
 };
@@ -84,6 +89,8 @@ struct CommitTotals {
   // that took the least, i.e. waited least in the TP collectives: the pace of
   // its busiest GPU, which the others wait for; 0 when it does not train.
   std::vector<double> replica_compute_s;
+  // Every rank's CommitRecord::busy_s, in the order of the records (members ascending).
+  std::vector<double> busy_s;
 };
 
 CommitTotals commit_totals(const std::vector<std::int64_t>& words, std::size_t ranks, std::int64_t replicas);

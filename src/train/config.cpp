@@ -232,6 +232,21 @@ KeyDef failed_key() {
           }};
 }
 
+KeyDef speeds_key() {
+  return {{"parallel.speeds", "string",
+           "slot speeds per replica relative to a healthy GPU, \"R:s,s,...;R:...\" (one per slot); under "
+           "balance = \"work\" a slot holds units in proportion to its speed; default \"\" (all 1.0)"},
+          [](Config& c, const toml::node& n, const Where& at) {
+            const std::string text = read_string(n, at);
+            try {
+              c.parallel.speeds = layout::parse_slot_speeds(text);
+            } catch (const std::invalid_argument& e) {
+              fail(at, e.what());
+            }
+          },
+          [](const Config& c) { return quote(layout::slot_speeds_text(c.parallel.speeds)); }};
+}
+
 const std::vector<KeyDef>& schema() {
   static const std::vector<KeyDef> keys = {
       choice_key("model.family", "model architecture: gpt2 | llama", kFamilies, NTP_FIELD(model.family)),
@@ -315,6 +330,7 @@ const std::vector<KeyDef>& schema() {
               NTP_FIELD(parallel.align)),
       choice_key("parallel.balance", "shares balance work (units / slot speed) | count (unit counts)", kBalances,
                  NTP_FIELD(parallel.balance)),
+      speeds_key(),
       float_key("sync.bucket_mb", "gradient-sync bucket size in MiB", NTP_FIELD(sync.bucket_mb)),
       bool_key("sync.split_embedding",
                "sync the tied wte gradient's LM-head part as soon as the LM head's backward ends",
@@ -371,6 +387,15 @@ const std::vector<KeyDef>& schema() {
                  kFallbacks, NTP_FIELD(elastic.fallback)),
       int_key("elastic.max_restarts", "restarts from a checkpoint allowed in one run",
               NTP_FIELD(elastic.max_restarts)),
+      bool_key("elastic.relayout",
+               "a rank measured slower than its TP peers is given a smaller shard in-job (parallel.speeds), "
+               "and its old one back once its speed returns",
+               NTP_FIELD(elastic.relayout)),
+      float_key("elastic.slow_threshold",
+                "a rank whose measured speed is off the layout's by more than this fraction is off",
+                NTP_FIELD(elastic.slow_threshold)),
+      int_key("elastic.slow_steps", "consecutive steps off before its replica is laid out again",
+              NTP_FIELD(elastic.slow_steps)),
       int_key("test.repair_at_step",
               "with elastic.rejoin: start lost workers again once this step is logged, instead of "
               "after elastic.rejoin_after_s; -1 = off",
@@ -535,6 +560,11 @@ void validate_parallel(const ParallelConfig& p, const OptimConfig& t) {
               fmt::format("replica {}: slot {} listed twice", replica, slot));
     }
   }
+  try {
+    layout::validate_slot_speeds(p.speeds, static_cast<int>(p.dp), static_cast<int>(p.tp));
+  } catch (const std::invalid_argument& e) {
+    require(false, "parallel.speeds", e.what());
+  }
   std::int64_t training = 0;
   for (std::int64_t r = 0; r < p.dp; ++r) {
     if (p.trains(r)) ++training;
@@ -620,6 +650,10 @@ void validate_rest(const Config& c) {
                       std::max(c.deadline.collective_s, lease_wait) + 2 * c.elastic.settle_s));
   require(c.test.chaos >= 0, "test.chaos", "must be >= 0");
   require(!c.elastic.rejoin || c.elastic.recover, "elastic.rejoin", "needs elastic.recover = true");
+  require(!c.elastic.relayout || c.elastic.recover, "elastic.relayout", "needs elastic.recover = true");
+  require(c.elastic.slow_threshold > 0 && c.elastic.slow_threshold < 1, "elastic.slow_threshold",
+          "must be in (0, 1)");
+  require(c.elastic.slow_steps >= 1, "elastic.slow_steps", "must be >= 1");
   require_seconds(c.elastic.rejoin_after_s, "elastic.rejoin_after_s", true);
   require(c.test.repair_at_step < c.train.steps, "test.repair_at_step", "must be a step in [0, train.steps) or -1");
   if (!c.test.mutation.empty()) {
@@ -703,6 +737,10 @@ void reject_unused(const Config& c) {
        "needs elastic.recover = true"},
       {"elastic.max_restarts", c.elastic.max_restarts != d.elastic.max_restarts, c.elastic.recover,
        "needs elastic.recover = true"},
+      {"elastic.slow_threshold", c.elastic.slow_threshold != d.elastic.slow_threshold, c.elastic.relayout,
+       "needs elastic.relayout = true"},
+      {"elastic.slow_steps", c.elastic.slow_steps != d.elastic.slow_steps, c.elastic.relayout,
+       "needs elastic.relayout = true"},
       {"power.tdp_w", c.power.tdp_w != d.power.tdp_w, power_on, "needs power.mode = \"simulated\" or \"nvml\""},
       {"power.max_frac", c.power.max_frac != d.power.max_frac, power_on,
        "needs power.mode = \"simulated\" or \"nvml\""},

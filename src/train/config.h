@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "layout/slot_speeds.h"
 #include "model/config.h"
 #include "power/power_mode.h"
 #include "tensor/gemm_backend.h"
@@ -114,6 +115,11 @@ struct ParallelConfig {
   // whole (job_config). 1 = the floor/ceil split of one unit.
   std::int64_t align = 64;
   Balance balance = Balance::kWork;
+  // Each slot's speed relative to a healthy GPU, per replica ("0:1,1,1,0.5":
+  // replica 0's slot 3 runs at half speed); under balance = "work" a slot holds
+  // units in proportion to its speed. A replica not listed runs at 1.0. The
+  // running job rewrites it when it measures a slow rank (elastic.relayout).
+  layout::SlotSpeeds speeds;
   bool operator==(const ParallelConfig&) const = default;
 
   // Active slots of replica r (all slots not listed in `failed`), ascending.
@@ -184,6 +190,13 @@ struct ElasticConfig {
   // survivors allow, at most max_restarts times; or stop.
   FallbackPolicy fallback = FallbackPolicy::kCheckpoint;
   std::int64_t max_restarts = 3;
+  // A rank slower than its TP peers by more than slow_threshold (relative)
+  // in slow_steps consecutive steps is slow: its replica is laid out again
+  // in-job with speed-weighted shares (parallel.speeds), and back once its
+  // speed returns (train/slow_ranks.h).
+  bool relayout = false;
+  double slow_threshold = 0.2;
+  std::int64_t slow_steps = 3;
   bool operator==(const ElasticConfig&) const = default;
 };
 

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -29,6 +30,20 @@ std::int64_t parse_int(const std::string& text, const std::string& entry, const 
   }
   if (used != text.size() || text.empty() || value < 0) {
     throw std::invalid_argument(fmt::format("'{}': {} '{}' is not a number >= 0", entry, what, text));
+  }
+  return value;
+}
+
+double parse_slowdown(const std::string& text, const std::string& entry) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || !std::isfinite(value) || value < 1.0) {
+    throw std::invalid_argument(fmt::format("'{}': SLOW={} is not a factor >= 1", entry, text));
   }
   return value;
 }
@@ -68,9 +83,12 @@ FaultSpec parse_one(const std::string& entry) {
       f.signal = kLapse;
     } else if (parts[2] == "LAG" && f.phase == "commit") {
       f.signal = kLag;
+    } else if (parts[2].starts_with("SLOW=")) {
+      f.signal = kSlow;
+      f.slowdown = parse_slowdown(parts[2].substr(5), entry);
     } else {
-      throw std::invalid_argument(fmt::format("'{}': signal '{}' is not KILL, STOP, SEGV, HANG, MUTE or LAPSE (or LAG, at commit)", entry,
-                                              parts[2]));
+      throw std::invalid_argument(fmt::format(
+          "'{}': signal '{}' is not KILL, STOP, SEGV, HANG, MUTE, LAPSE or SLOW=F (or LAG, at commit)", entry, parts[2]));
     }
   }
   return f;
@@ -111,6 +129,7 @@ std::vector<FaultSpec> chaos_faults(std::int64_t count, std::uint64_t seed, int 
 }
 
 std::string to_string(const FaultSpec& f) {
+  if (f.signal == kSlow) return fmt::format("{}@{}:{}:SLOW={}", f.rank, f.step, f.phase, f.slowdown);
   return fmt::format("{}@{}:{}:{}", f.rank, f.step, f.phase,
                      f.signal == SIGSTOP ? "STOP"
                      : f.signal == SIGSEGV ? "SEGV"

@@ -20,7 +20,9 @@
 // its guard fences it (exit 4) before the lease can end; or, at commit
 // only, LAG: no signal, the rank acts as if the commit collective had failed
 // on it while the others completed it (a partial commit: it falls one step
-// behind and recovery must roll it forward).
+// behind and recovery must roll it forward); or SLOW=F: no signal, from this
+// phase on the rank's forward and backward passes take F times as long (a GPU
+// slow rather than dead; F >= 1, SLOW=1 gives it back its speed).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,12 +33,14 @@ constexpr int kLag = 0;    // FaultSpec::signal of LAG
 constexpr int kHang = -1;  // FaultSpec::signal of HANG
 constexpr int kMute = -2;  // FaultSpec::signal of MUTE
 constexpr int kLapse = -3;  // FaultSpec::signal of LAPSE
+constexpr int kSlow = -4;   // FaultSpec::signal of SLOW=F
 
 struct FaultSpec {
   int rank = 0;
   std::int64_t step = 0;
   std::string phase = "start";
-  int signal = 9;  // SIGKILL, SIGSTOP, kLag, kHang, kMute or kLapse
+  int signal = 9;  // SIGKILL, SIGSTOP, kLag, kHang, kMute, kLapse or kSlow
+  double slowdown = 1;  // F of SLOW=F
   bool operator==(const FaultSpec&) const = default;
 };
 

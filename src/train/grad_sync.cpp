@@ -169,8 +169,11 @@ void GradSync::sync_buffer_copy(std::span<float> grads, bool into_buffer) {
       continue;
     }
     const layout::IntervalSet& S = views_.of(spec.kind).sync_units;
-    if (into_buffer) move_units(spec.units, spec.unit_size, spec.units, mine, S, sync);
-    else move_units(spec.units, spec.unit_size, S, sync, spec.units, mine);
+    // A core slot faster than its peers holds more than S_j: the rest went
+    // to its core slots in the pre-sync (outgoing_), only S_j's part is here.
+    const layout::IntervalSet own = spec.units.intersect(S);
+    if (into_buffer) move_units(own, spec.unit_size, spec.units, mine, S, sync);
+    else move_units(own, spec.unit_size, S, sync, spec.units, mine);
     for (std::size_t i = 0; i < incoming_.size(); ++i) {
       Transfer& t = incoming_[i];
       if (t.kind != spec.kind) continue;

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "layout/errors.h"
+#include "layout/unit_costs.h"
 #include "train/model_setup.h"
 
 namespace ntp::train {
@@ -93,6 +94,7 @@ layout::JobConfig job_config(const ParallelConfig& p, model::UnitKind kind, std:
   c.tp = static_cast<int>(p.tp);
   c.replicas = static_cast<int>(p.dp);
   c.min_tp = static_cast<int>(p.min_tp);
+  if (p.balance == Balance::kWork) c.speeds = p.speeds;
   for (const auto& [replica, slots] : p.failed) {
     if (slots.empty()) continue;
     std::vector<int>& out = c.failed[static_cast<int>(replica)];
@@ -212,6 +214,26 @@ const HostPlacement& JobPlan::host_of(int rank) const {
 }
 
 tensor::ThreadSetup JobPlan::threads(int rank) const { return thread_setup(config_.model, host_of(rank).ranks); }
+
+double JobPlan::work_of(int rank) const {
+  if (!is_member(rank)) return 0;
+  const RankPlace& p = place(rank);
+  const model::GptConfig& g = gpt();
+  const layout::UnitCosts costs = layout::unit_costs({.d_model = g.d_model,
+                                                      .heads = g.heads,
+                                                      .kv_heads = g.head_units(),
+                                                      .ffn = g.ffn(),
+                                                      .gated_ffn = g.llama(),
+                                                      .vocab = g.padded_vocab,
+                                                      .seq_len = shape_.seq_len,
+                                                      .layers = g.layers});
+  const auto units = [&](model::UnitKind kind) {
+    return static_cast<double>(layout(kind).units_of(p.replica, p.slot).size());
+  };
+  return static_cast<double>(g.layers) *
+             (units(model::UnitKind::kHead) * costs.head + units(model::UnitKind::kNeuron) * costs.neuron) +
+         units(model::UnitKind::kVocab) * costs.vocab_row;
+}
 
 JobPlan JobPlan::at(const ParallelConfig& next, std::uint64_t epoch) const {
   JobPlan plan = *this;

@@ -113,6 +113,11 @@ class JobPlan {
   const layout::JobLayout& layout(model::UnitKind kind) const;
   RankView view(int rank) const;
 
+  // The compute of `rank`'s units in this epoch, FLOPs per token of a step
+  // (layout/unit_costs.h): what its speed is measured against. 0 when it
+  // does not train.
+  double work_of(int rank) const;
+
   // --- the batch
   BatchSplitInput split() const { return split_input(parallel_, config_.train.global_batch); }
   SampleSchedule schedule() const;
@@ -152,8 +157,8 @@ class JobPlan {
 // The layout library's view of the job for `units` units of `kind`: heads
 // (GPT-2 heads, Llama KV groups) stay whole, neuron-like kinds (FFN neurons,
 // Llama's SwiGLU neurons, vocabulary rows) are cut in blocks of
-// parallel.align (layout/shares.h). Slot speeds would apply under
-// parallel.balance = "work"; none are measured yet, so every slot runs at 1.0.
+// parallel.align (layout/shares.h); under parallel.balance = "work" each
+// slot's share follows its speed (parallel.speeds).
 layout::JobConfig job_config(const ParallelConfig& parallel, model::UnitKind kind, std::int64_t units);
 
 // The transition plans of the three unit kinds from `from` to `to`; `stale`

@@ -106,6 +106,7 @@ NtpTrainer::NtpTrainer(JobPlan plan, JobInput input, const std::filesystem::path
   }
   me_ = plan_.place(options.rank);
   hooks_ = StepHooks(config.test, options.rank, options.mispair_rank);
+  if (config.elastic.relayout) slow_.emplace(SlowRankOptions{config.elastic.slow_threshold, config.elastic.slow_steps});
   writer_rank_ = plan_.members().front();
   impl_ = std::make_unique<Impl>(
       plan_, std::move(input), run_dir,
@@ -150,6 +151,8 @@ void NtpTrainer::adopt(const JobPlan& next) {
   Impl& x = *impl_;
   if (&next != &plan_) plan_ = next;
   live_epoch_ = plan_.epoch();
+  relayout_.reset();
+  if (slow_) slow_->reset();  // measured against the old layout
   x.layout = plan_.view(options_.rank);
   if (!x.layout.trains) return;
   x.shares = x.power->configure(plan_.parallel(), config_.train.global_batch, x.setup);
@@ -193,6 +196,7 @@ void NtpTrainer::drop_groups() {
 struct NtpTrainer::LocalWork {
   double loss_sum = 0;   // over this rank's samples (every TP rank of the replica holds it)
   double forward_s = 0;  // forward passes, this rank
+  double busy_s = 0;     // forward and backward passes without the TP all-reduces
   SyncTotals sync;       // the overlapped gradient sync
 };
 
@@ -249,12 +253,14 @@ NtpTrainer::LocalWork NtpTrainer::run_micro_batches(std::int64_t s, const std::v
     }
     const double t0 = unix_time_s();
     hooks_.fault(s, StepPhase::kForward);
-    work.loss_sum += x.model->forward({inputs.data(), targets.data(), micro, T}).sum;
-    hooks_.slow_compute(micro, [&] { return x.power->speedup(me_.replica); });
+    work.busy_s += timed_pass([&] {
+      work.loss_sum += x.model->forward({inputs.data(), targets.data(), micro, T}).sum;
+      hooks_.slow_compute(micro, [&] { return x.power->speedup(me_.replica); });
+    });
     work.forward_s += unix_time_s() - t0;
     hooks_.fault(s, StepPhase::kBackward);
     // Only the last micro-batch's backward makes gradients final: it drives the sync.
-    x.model->backward(k + 1 == micros.size() ? drive_sync : model::BackwardHooks{});
+    work.busy_s += timed_pass([&] { x.model->backward(k + 1 == micros.size() ? drive_sync : model::BackwardHooks{}); });
     if (traced) x.compute.add({"forward+backward", Track::kCompute, t0, unix_time_s() - t0, s});
   }
   hooks_.fault(s, StepPhase::kSync);
@@ -266,6 +272,19 @@ NtpTrainer::LocalWork NtpTrainer::run_micro_batches(std::int64_t s, const std::v
   return work;
 }
 
+// Runs one forward or backward pass; returns its busy seconds (without the
+// TP all-reduces), stretched F times for a rank made slow (SLOW=F).
+template <class Pass>
+double NtpTrainer::timed_pass(Pass&& pass) {
+  const model::Model& model = *impl_->model;
+  const double start = unix_time_s();
+  const double reduce_start = model.tp_reduce_s();
+  pass();
+  const double busy = unix_time_s() - start - (model.tp_reduce_s() - reduce_start);
+  hooks_.slow_pass(busy);
+  return busy * std::max(1.0, hooks_.slowdown());
+}
+
 NtpTrainer::Commit NtpTrainer::commit(std::int64_t s, double start, const LocalWork& work) {
   Impl& x = *impl_;
   CommitRecord mine;
@@ -275,6 +294,7 @@ NtpTrainer::Commit NtpTrainer::commit(std::int64_t s, double start, const LocalW
   mine.exposed_sync_s = work.sync.exposed_s;
   mine.elapsed_s = unix_time_s() - start;
   mine.forward_s = work.forward_s;
+  mine.busy_s = work.busy_s;
   mine.norm = grad_norm_part(*x.model);
   mine.replica = me_.replica;
   mine.join_pending = is_writer() && options_.join_pending && options_.join_pending(plan_.members());
@@ -345,6 +365,7 @@ void NtpTrainer::after_commit(std::int64_t s, const std::vector<std::vector<std:
   // From the commit record every rank holds: the same re-plan everywhere,
   // in force from the next step (this step's metrics keep the plan it ran with).
   if (auto shares = x.power->observe(t.replica_compute_s)) x.shares = std::move(*shares);
+  if (slow_) observe_speeds(s, t);
   last_metrics_ = m;  // without val_loss
   last_parts_ = parts;
   // After the update: a death in this pass is a death before the next step.
@@ -359,6 +380,16 @@ void NtpTrainer::after_commit(std::int64_t s, const std::vector<std::vector<std:
   }
   stop_requested_ = t.stop;
   checkpoint_after(s, committed);
+}
+
+void NtpTrainer::observe_speeds(std::int64_t s, const CommitTotals& totals) {
+  relayout_ = slow_->observe(plan_, totals.busy_s);
+  if (!relayout_ || !is_writer()) return;
+  for (const SpeedChange& c : relayout_->changes) {
+    event(c.measured < c.assumed ? "rank_slow" : "rank_speed_back",
+          {{"step", s}, {"slow_rank", c.rank}, {"replica", c.replica}, {"slot", c.slot}, {"speed", c.measured},
+           {"assumed", c.assumed}});
+  }
 }
 
 void NtpTrainer::checkpoint_after(std::int64_t s, const Commit& committed) {

@@ -33,6 +33,7 @@
 #include "layout/job_layout.h"
 #include "layout/transition.h"
 #include "model/shard.h"
+#include "train/commit_record.h"
 #include "train/config.h"
 #include "train/dataset.h"
 #include "train/job_input.h"
@@ -40,6 +41,7 @@
 #include "train/metrics.h"
 #include "train/mutations.h"
 #include "train/recovery_executor.h"
+#include "train/slow_ranks.h"
 #include "train/state_hash.h"
 #include "train/state_move.h"
 #include "train/step_hooks.h"  // StepPhase
@@ -113,6 +115,12 @@ class NtpTrainer final : public RecoveryExecutor {
   StepMetrics step(std::int64_t s);
   // Whether the last committed step carried a rejoin request (see WorkerOptions).
   bool join_pending() const { return join_pending_; }
+  // With elastic.relayout: the speeds the job should be laid out with after
+  // the last committed step, when a rank was found slow or its speed back
+  // (the same on every rank: slow_ranks.h); recovery's relayout() applies it.
+  const std::optional<Relayout>& relayout_due() const { return relayout_; }
+  // test.failures SLOW=F: from now on this rank's passes take F times as long.
+  void set_slowdown(double factor) { hooks_.set_slowdown(factor); }
   // Whether the last committed step carried a stop request (SIGINT/SIGTERM/SIGHUP
   // on some rank): its checkpoint is being saved; the job should end.
   bool stop_requested() const { return stop_requested_; }
@@ -152,6 +160,8 @@ class NtpTrainer final : public RecoveryExecutor {
   // micro-batch; the last backward drives the overlapped gradient sync, which
   // this waits for.
   LocalWork run_micro_batches(std::int64_t s, const std::vector<std::int64_t>& mine, bool traced);
+  template <class Pass>
+  double timed_pass(Pass&& pass);
   // The commit point: one all-gather of every rank's record (pending_commit_
   // is s from just before it).
   Commit commit(std::int64_t s, double start, const LocalWork& work);
@@ -161,6 +171,8 @@ class NtpTrainer final : public RecoveryExecutor {
   double update(std::int64_t s, StepMetrics& m, const Commit& commit, bool traced);
   // What follows an applied update: the rest of the metrics, the power
   // re-plan, validation, the writer's logs, the checkpoint trigger.
+  // The slow-rank measure of the committed step (elastic.relayout): sets relayout_.
+  void observe_speeds(std::int64_t s, const CommitTotals& totals);
   void after_commit(std::int64_t s, const std::vector<std::vector<std::int64_t>>& parts, const Commit& commit,
                     double opt_s, StepMetrics& m);
   // Saves the checkpoint after step s when it is due, or skips it on every
@@ -198,6 +210,8 @@ class NtpTrainer final : public RecoveryExecutor {
   std::int64_t pending_commit_ = -1;
   CommitOutcome last_commit_;
   bool join_pending_ = false;
+  std::optional<SlowRanks> slow_;  // with elastic.relayout
+  std::optional<Relayout> relayout_;
   bool stop_requested_ = false;
   int writer_rank_ = 0;
   std::optional<StepMetrics> last_metrics_;

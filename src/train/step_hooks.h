@@ -2,7 +2,7 @@
 // Where tests reach into a rank's step, all in one place: the fault points
 // (test.failures, elastic/faults), the deliberate bugs of test.mutation
 // (train/mutations.h) and the slow ranks of the timing tests
-// (NTP_TEST_SLOW_COMPUTE, NTP_TEST_SLOW_UPDATE). Built once per rank from the
+// (NTP_TEST_SLOW_COMPUTE, NTP_TEST_SLOW_UPDATE, test.failures SLOW=F). Built once per rank from the
 // configuration and the environment, which is read then and never again; with
 // none of them set every hook is a test of a member and does nothing.
 #include <cstdint>
@@ -72,6 +72,15 @@ class StepHooks {
     if (slow_update_s_ > 0) sleep_s(slow_update_s_);
   }
 
+  // --- a GPU slow rather than dead (test.failures SLOW=F)
+  void set_slowdown(double factor) { slowdown_ = factor; }
+  double slowdown() const { return slowdown_; }
+  // After a forward or backward pass that computed for `busy_s`: the pass
+  // takes F times as long (sleeps (F - 1) x busy_s).
+  void slow_pass(double busy_s) const {
+    if (slowdown_ > 1) sleep_s((slowdown_ - 1) * busy_s);
+  }
+
  private:
   static void sleep_s(double seconds);
 
@@ -80,6 +89,7 @@ class StepHooks {
   bool mispairs_ = false;
   double slow_compute_s_per_sample_ = 0;
   double slow_update_s_ = 0;
+  double slowdown_ = 1;
 };
 
 }  // namespace ntp::train

@@ -293,6 +293,32 @@ TEST_F(RecoveryCliTest, ARepairedRankRejoinsAndTheReplicaGoesBackToFullTp) {
   EXPECT_NE(run.output.find("rejoined: ranks [1]"), std::string::npos) << run.output;
 }
 
+// A GPU slow rather than dead (SLOW=3 from step 3, its speed back at step
+// 14): the job finds it from the commit records, gives it a smaller shard
+// in-job, and gives it a larger one back once its speed returns; the
+// training itself is unchanged (--verify).
+TEST_F(RecoveryCliTest, ASlowRankGetsASmallerShardInJobAndALargerOneWhenItsSpeedReturns) {
+  const TrainRun run = train(dir_, "--set train.steps=30 --set parallel.dp=2 --set parallel.tp=2 --set model.layers=2"
+                                   " --set elastic.relayout=true --set elastic.slow_steps=2"
+                                   " --set 'test.failures=\"1@3:start:SLOW=3; 1@14:start:SLOW=1\"'");
+  expect_recovered(run, 30);
+  bool cut = false;
+  bool back = false;
+  for (const nlohmann::json& e : events_named(dir_, "rank_slow")) {
+    cut = cut || (e["slow_rank"] == 1 && e["step"].get<int>() < 14 && e["speed"].get<double>() <= 0.6);
+  }
+  for (const nlohmann::json& e : events_named(dir_, "rank_speed_back")) {
+    back = back || (e["slow_rank"] == 1 && e["step"].get<int>() >= 14);
+  }
+  EXPECT_TRUE(cut) << "rank 1 at a third of its speed was not found slow\n" << run.output;
+  EXPECT_TRUE(back) << "rank 1's speed came back but its shard did not\n" << run.output;
+  const std::vector<nlohmann::json> relayouts = events_named(dir_, "relayout");
+  ASSERT_GE(relayouts.size(), 2u) << run.output;
+  EXPECT_EQ(relayouts[0]["from"], "");
+  EXPECT_TRUE(relayouts[0]["speeds"].get<std::string>().starts_with("0:1,0.")) << relayouts[0].dump();
+  for (const nlohmann::json& e : events_named(dir_, "failure_detected")) ADD_FAILURE() << "a relayout is no failure: " << e.dump();
+}
+
 // `ntp train` of the test model with `sets` (KEY=VALUE) under the time limit;
 // once `ready()` holds (polled for at most 60 s) `act()` runs, once; `acted`:
 // whether it did.

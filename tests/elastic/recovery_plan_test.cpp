@@ -33,6 +33,7 @@ struct Case {
   model::GptConfig gpt = model::preset("small");
   Membership agreed;
   bool failure = true;
+  std::optional<layout::SlotSpeeds> speeds;  // a relayout's
 
   explicit Case(ParallelConfig first) { epochs[0] = std::move(first); }
   // The plan of every epoch (the first one's fixes the ranks).
@@ -77,7 +78,8 @@ struct Case {
     const auto all = plans();
     Membership m = agreed;
     m.epoch = all->rbegin()->first + 1;
-    return {m, all->rbegin()->second, [all](std::uint64_t e) -> const train::JobPlan& { return all->at(e); }, failure};
+    return {m, all->rbegin()->second, [all](std::uint64_t e) -> const train::JobPlan& { return all->at(e); }, failure,
+            speeds};
   }
 };
 
@@ -258,6 +260,52 @@ TEST(RecoveryPlan, GrowingForARankLostWhileItAskedIsNoError) {
   EXPECT_FALSE(planned(c).changes_nothing);
 }
 
+// A slow slot (train/slow_ranks.h): nobody lost, the next epoch laid out
+// with its speed; only units whose holder changes move, all inside the slow
+// replica; the other replica moves nothing.
+TEST(RecoveryPlan, ARelayoutMovesUnitsOnlyInsideTheSlowReplica) {
+  Case c(job(2, 4));
+  c.survive(9);
+  c.failure = false;
+  c.speeds = layout::SlotSpeeds{{0, {1.0, 1.0, 1.0, 0.5}}};
+  const RecoveryPlan plan = planned(c);
+  EXPECT_FALSE(plan.changes_nothing);
+  EXPECT_EQ(plan.resume(), 10);
+  EXPECT_EQ(plan.next->parallel().speeds, *c.speeds);
+  EXPECT_EQ(plan.members, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(plan.stale.empty());
+  EXPECT_GT(moved_units(plan), 0);
+  const train::KindPlans& k = plan.source->plans;
+  for (const layout::TransitionPlan* kind : {&k.heads, &k.neurons, &k.vocab}) {
+    EXPECT_EQ(kind->cross_units, 0);
+    for (const layout::Move& m : kind->moves) {
+      EXPECT_EQ(m.from.replica, 0);
+      EXPECT_EQ(m.to.replica, 0);
+    }
+  }
+  // Laid out back: the same moves in reverse, equal speeds again.
+  Case back(job(2, 4));
+  back.epochs[1] = plan.next->parallel();
+  back.survive(12);
+  back.failure = false;
+  back.speeds = layout::SlotSpeeds{};
+  const RecoveryPlan undone = planned(back);
+  EXPECT_TRUE(undone.next->parallel().speeds.empty());
+  EXPECT_EQ(moved_units(undone), moved_units(plan));
+}
+
+// A rank that failed inside the commit of the step a relayout follows
+// recovers into the relayout's epoch, at its speeds.
+TEST(RecoveryPlan, ARankShortOfTheCommitJoinsTheRelayoutsEpoch) {
+  Case c(job(2, 4));
+  c.survive(9).behind(6, 8, 9);
+  c.speeds = layout::SlotSpeeds{{1, {1.0, 0.5, 1.0, 1.0}}};
+  const RecoveryPlan plan = planned(c);
+  EXPECT_EQ(plan.completes_commit, (std::vector<int>{6}));
+  EXPECT_EQ(plan.next->parallel().speeds, *c.speeds);
+  EXPECT_FALSE(plan.changes_nothing);
+}
+
 TEST(RecoveryPlan, AFailureInsideTheCommitChangesSomething) {
   Case c(job(2, 4));
   c.survive(9).behind(3, 8, 9);
@@ -386,6 +434,16 @@ TEST(RecoveryPlanChecker, RejectsResumingOneStepEarly) {
   RecoveryPlan plan = plan_recovery(c.input());
   plan.newest -= 1;
   EXPECT_NE(check_recovery_plan(c.input(), plan).find("resumes at step 9"), std::string::npos);
+}
+
+TEST(RecoveryPlanChecker, RejectsARelayoutThatKeptTheOldSpeeds) {
+  Case c(job(2, 4));
+  c.survive(9);
+  c.failure = false;
+  c.speeds = layout::SlotSpeeds{{0, {1.0, 1.0, 1.0, 0.5}}};
+  RecoveryPlan plan = plan_recovery(c.input());
+  plan.next = c.input().last.at(c.input().last.next_parallel({}, {}), plan.next->epoch());
+  EXPECT_NE(check_recovery_plan(c.input(), plan).find("at the asked-for speeds"), std::string::npos);
 }
 
 TEST(RecoveryPlanChecker, RejectsAUnitTakenFromAStaleHolder) {

@@ -28,6 +28,17 @@ TEST(Faults, ParsesEveryFieldAndDefaultsToKill) {
   EXPECT_TRUE(parse_faults("").empty());
 }
 
+TEST(Faults, SlowTakesAFactorOfAtLeastOne) {
+  const FaultSpec slow = parse_faults("2@3:start:SLOW=2.5")[0];
+  EXPECT_EQ(slow.signal, kSlow);
+  EXPECT_DOUBLE_EQ(slow.slowdown, 2.5);
+  EXPECT_EQ(to_string(slow), "2@3:start:SLOW=2.5");
+  EXPECT_DOUBLE_EQ(parse_faults("2@9:start:SLOW=1")[0].slowdown, 1.0);  // its speed back
+  for (const char* bad : {"2@3:start:SLOW=0.5", "2@3:start:SLOW=", "2@3:start:SLOW=x", "2@3:start:SLOW=inf"}) {
+    EXPECT_THROW(parse_faults(bad), std::invalid_argument) << bad;
+  }
+}
+
 TEST(Faults, RejectsMalformedEntriesNamingThem) {
   for (const char* bad : {"3", "3@x:forward", "3@1:lunch", "3@1:forward:TERM", "-1@2:sync", "1@2"}) {
     try {
