@@ -3,6 +3,7 @@
 //                             [--set key=value]... [--seeds N] [--threads N] [--threshold X,..]
 //                             [--out DIR [--force]]
 //   ntp sim model SCENARIO.toml [--set key=value]...
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -89,6 +90,17 @@ int model(const SimOptions& o) {
               pause.failure_bytes_up, pause.failure_bytes_out, pause.failure_move_s, pause.rejoin_bytes_up,
               pause.rejoin_bytes_out, pause.rejoin_move_s, pause.failure_s, pause.rejoin_s,
               s.policies.reconfig_s || s.policies.rejoin_s ? "constants set in the scenario" : "from the plans");
+  // What the layout costs per TP degree: the busiest GPU's compute (aligned
+  // blocks of parallelism.align, unaligned GEMMs slowed) against TP n and
+  // against the ideal (the same FLOPs spread evenly, all GEMMs aligned).
+  const int n = s.parallel.tp;
+  std::printf("\ncompute of a TP group of k (align %d; unaligned GEMMs at %.2f of full speed)\n", s.parallel.align,
+              s.efficiency.unaligned_gemm);
+  std::printf("      k  compute_s  vs_tp%-3d  ideal(%d/k)  over_ideal\n", n, n);
+  for (int k = n; k >= std::max(1, s.min_tp()); --k) {
+    std::printf(" %6d  %9.4f  %8.3f  %11.3f  %10.3f\n", k, m.compute_s(k), m.compute_s(k) / m.compute_s(n),
+                static_cast<double>(n) / k, m.compute_s(k) / m.ideal_compute_s(k));
+  }
   std::printf("\n active  ntp_runs_at  ntp_speed  ntp_share  pw_runs_at   need  boost  pw_cap        "
               "pw_speed  pw_share  ntp_step_s\n");
   const PolicyTable ntp = make_policy_table(Policy::kNtp, s, m);

@@ -13,6 +13,7 @@ Pricing::Pricing(const Scenario& s)
               make_policy_table(Policy::kCkptRestart, s, model_),
               make_policy_table(Policy::kNtp, s, model_),
               make_policy_table(Policy::kNtpPw, s, model_)},
+      failslow_(s, model_),
       options_{s.policies.pack, s.policies.fixed_global_batch},
       groups_per_domain_(s.groups_per_domain()),
       forming_gain_(std::min(1.0, static_cast<double>(s.groups_per_domain()) / s.parallel.pp)) {}

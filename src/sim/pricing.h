@@ -4,6 +4,7 @@
 // per policy.
 #include <array>
 
+#include "sim/failslow.h"
 #include "sim/policy_table.h"
 #include "sim/reconfig_pause.h"
 #include "sim/replica_view.h"
@@ -21,6 +22,8 @@ class Pricing {
   // The pause of one reconfiguration after a failure and after a repair or swap.
   const ReconfigPause& pause() const { return pause_; }
   const PolicyTable& table(Policy p) const { return tables_[static_cast<std::size_t>(p)]; }
+  // Fail-slow GPUs under each treatment (failslow.h).
+  const FailSlowPricing& failslow() const { return failslow_; }
   // Whether the policy draws on the spare pool: `spares` always; every
   // policy when the global batch is fixed (spares fill the gap).
   bool uses_spares(Policy p) const;
@@ -45,6 +48,7 @@ class Pricing {
   ReconfigPause pause_;
   StepTable steps_;
   std::array<PolicyTable, kPolicyCount> tables_;
+  FailSlowPricing failslow_;
   ThroughputOptions options_;
   int groups_per_domain_;
   double forming_gain_;  // replicas a spare domain forms: groups_per_domain / pp, at most 1

@@ -1,6 +1,9 @@
 // Outputs of a study (formats: docs/sim.md, "Outputs").
 #include "sim/report.h"
 
+#include "sim/failslow.h"
+#include "sim/step_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -97,7 +100,7 @@ json timeline_json(const StudyPoint& p) {
                      {"time_share", t.above_threshold_mean[j]},
                      {"time_share_max", t.above_threshold_max[j]}});
   }
-  return {{"duration_hours", t.duration_hours},
+  json out = {{"duration_hours", t.duration_hours},
           {"seeds", t.seeds},
           {"warmup_days", p.scenario.run.warmup_days},
           {"failed_above_threshold", above},
@@ -106,6 +109,17 @@ json timeline_json(const StudyPoint& p) {
           {"peak_failed_gpus_mean", t.peak_failed_gpus_mean},
           {"peak_failed_gpus_max", t.peak_failed_gpus_max},
           {"policies", policies}};
+  if (t.failslow) {
+    json treatments;
+    for (int i = 0; i < kSlowTreatmentCount; ++i) {
+      const PolicySummary& s = t.slow[static_cast<std::size_t>(i)];
+      treatments[slow_treatment_name(static_cast<SlowTreatment>(i))] = {
+          {"goodput", s.goodput_mean}, {"goodput_stderr", s.goodput_stderr}, {"goodput_min", s.goodput_min},
+          {"loss_percent", 100.0 * (1.0 - s.goodput_mean)}, {"pause_hours", s.pause_hours_mean}};
+    }
+    out["failslow"] = {{"events_per_seed", t.slow_events_mean}, {"treatments", treatments}};
+  }
+  return out;
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text,
@@ -310,6 +324,44 @@ Chart sweep_chart(const Study& study) {
   return c;
 }
 
+Chart failslow_chart(const Study& study) {
+  Chart c{"Goodput under fail-slow per treatment vs " + study.sweep_key, study.sweep_key,
+          "goodput (fail-slow alone)", "", {}};
+  if (!study.points.front().timeline || !study.points.front().timeline->failslow) return c;
+  for (int i = 0; i < kSlowTreatmentCount; ++i) {
+    Series s = sweep_series(study, slow_treatment_name(static_cast<SlowTreatment>(i)), [&](const TimelineResult& t) {
+      return t.slow[static_cast<std::size_t>(i)].goodput_mean;
+    }, false);
+    if (s.x.empty()) return Chart{};
+    c.series.push_back(std::move(s));
+  }
+  return c;
+}
+
+Chart compute_vs_tp_chart(const Scenario& scenario) {
+  const int n = scenario.parallel.tp;
+  Chart c{"Busiest GPU's compute vs TP degree (relative to TP " + std::to_string(n) + ")", "TP degree k",
+          "compute of the busiest GPU / compute at TP " + std::to_string(n), "", {}};
+  Series ideal{"ideal " + std::to_string(n) + "/k", {}, {}, false, true, false};
+  for (int k = n; k >= scenario.min_tp(); --k) {
+    ideal.x.push_back(k);
+    ideal.y.push_back(static_cast<double>(n) / k);
+  }
+  for (const int align : {1, 64}) {
+    Scenario s = scenario;
+    s.parallel.align = align;
+    const StepModel m(s);
+    Series series{"align " + std::to_string(align), {}, {}, false, true, false};
+    for (int k = n; k >= s.min_tp(); --k) {
+      series.x.push_back(k);
+      series.y.push_back(m.compute_s(k) / m.compute_s(n));
+    }
+    c.series.push_back(std::move(series));
+  }
+  c.series.push_back(std::move(ideal));
+  return c;
+}
+
 Chart spares_vs_boost_chart(const Study& study) {
   Chart c{"Spares for zero pause and boost energy vs " + study.sweep_key, study.sweep_key,
           "spare domains for zero pause (worst seed)", "ntp-pw boost energy (kWh per day)", {}};
@@ -403,7 +455,17 @@ void timeline_table(std::ostringstream& os, const StudyPoint& p) {
                p.scenario.run.thresholds_percent[j], 100.0 * t.above_threshold_mean[j],
                100.0 * t.above_threshold_max[j]);
   }
-  os << "(spares: spare domains for zero pause with a fixed global batch, worst seed and mean)\n";
+  os << "(spares: spare domains a fixed-global-batch job needs to keep full pace, worst seed and mean)\n";
+  if (t.failslow) {
+    os << cell("fail-slow alone (no fail-stops): %.1f GPUs turned slow per run\n", t.slow_events_mean);
+    os << cell("%-12s %8s %8s %8s %7s %8s\n", "treatment", "goodput", "stderr", "worst", "loss_%", "pause_h");
+    for (int i = 0; i < kSlowTreatmentCount; ++i) {
+      const PolicySummary& s = t.slow[static_cast<std::size_t>(i)];
+      os << cell("%-12s %8.4f %8.4f %8.4f %7.2f %8.2f\n", slow_treatment_name(static_cast<SlowTreatment>(i)),
+                 s.goodput_mean, s.goodput_stderr, s.goodput_min, 100.0 * (1.0 - s.goodput_mean),
+                 s.pause_hours_mean);
+    }
+  }
 }
 
 }  // namespace
@@ -456,6 +518,7 @@ std::vector<std::string> write_report(const Study& study, const std::string& dir
   write_file(root / "summary.json", study_json(study).dump(2) + "\n", written);
   write_file(root / "scenario.toml", study.scenario_toml, written);
   write_file(root / "step_model.csv", step_model_csv(study), written);
+  write_file(root / "compute_vs_tp.svg", render_svg(compute_vs_tp_chart(study.points.front().scenario)), written);
   const StudyPoint& first = study.points.front();
   if (first.snapshot) {
     write_file(root / "snapshot.csv", snapshot_csv(study), written);
@@ -480,6 +543,9 @@ std::vector<std::string> write_report(const Study& study, const std::string& dir
     }
     if (const Chart c = spares_vs_pause_chart(study); !c.series.empty()) {
       write_file(root / "spares_vs_pause.svg", render_svg(c), written);
+    }
+    if (const Chart c = failslow_chart(study); !c.series.empty()) {
+      write_file(root / "failslow.svg", render_svg(c), written);
     }
   }
   return written;

@@ -27,6 +27,11 @@ Chart sweep_chart(const Study& study);          // goodput loss vs the swept val
 // Spares for zero pause per policy and ntp-pw's boost energy vs the swept value.
 Chart spares_vs_boost_chart(const Study& study);
 Chart spares_vs_pause_chart(const Study& study);  // when the sweep key is spares.domains
+// Goodput under fail-slow alone per treatment vs the swept value (failslow on).
+Chart failslow_chart(const Study& study);
+// The busiest GPU's compute at each TP degree k relative to TP n, for
+// parallelism.align 1 and 64, next to the FLOP ratio n/k.
+Chart compute_vs_tp_chart(const Scenario& scenario);
 
 std::string text_summary(const Study& study);
 

@@ -81,6 +81,8 @@ void validate(const Scenario& s) {
     reject("model.heads", str(s.model.heads) + " does not divide model.hidden");
   }
   if (tp > s.model.heads) reject("parallelism.tp", "exceeds model.heads (one head per GPU at least)");
+  if (tp > s.ffn()) reject("parallelism.tp", "exceeds the FFN width (one neuron per GPU at least)");
+  if (tp > s.model.vocab) reject("parallelism.tp", "exceeds model.vocab (one row per GPU at least)");
   if (s.parallel.min_tp > tp) reject("parallelism.min_tp", "exceeds parallelism.tp");
   if (s.parallel.tp_step > tp) reject("parallelism.tp_step", "exceeds parallelism.tp");
   if (s.model.global_batch_tokens % s.model.seq_len != 0) {

@@ -40,6 +40,8 @@ struct ParallelSpec {
   int virtual_stages = 5;  // interleaved pipeline chunks per stage
   int tp_step = 1;         // a degraded TP group runs at a multiple of this (2: 32 -> 30 -> 28)
   int min_tp = 0;          // below this a TP group cannot train; 0 = ceil(tp / 2)
+  int align = 64;          // FFN neurons and vocabulary rows are cut in blocks of this many
+                           // (layout::JobConfig::align; heads stay whole); 1 = floor/ceil cut
 };
 
 struct EfficiencySpec {
@@ -48,6 +50,8 @@ struct EfficiencySpec {
   double nic = 0.80;         // achieved fraction of NIC bandwidth in DP / PP traffic
   double tp_overlap = 0.5;   // fraction of TP all-reduce time hidden behind GEMMs
   double dp_overlap = 0.9;   // fraction of the gradient sync that overlaps backward at most
+  int gemm_align_elements = 8;   // a shard whose GEMM width is not a multiple of this...
+  double unaligned_gemm = 0.25;  // ...runs its GEMMs at this fraction of the aligned speed
 };
 
 enum class RepairKind { kFixed, kExponential, kUniform, kLognormal };
@@ -73,6 +77,24 @@ struct FailureSpec {
   std::string trace;           // CSV of failures (hours, gpu, repair hours); empty = sample
   double rate_per_gpu_hour() const { return rate_per_gpu_day * rate_multiplier / 24.0; }
   double mean_repair_hours() const;
+};
+
+// Fail-slow: a GPU that keeps running, slower (FALCON, arXiv 2410.12588).
+enum class SlowdownKind { kFixed, kUniform, kChoice };
+
+struct SlowdownSpec {
+  SlowdownKind kind = SlowdownKind::kUniform;
+  double min = 1.1;              // fixed: the factor; uniform: the range
+  double max = 3.0;
+  std::vector<double> factors;   // choice: factors and their probabilities (sum 1)
+  std::vector<double> probs;
+};
+
+struct FailSlowSpec {
+  double rate_per_gpu_day = 0.0;  // 0 = off
+  SlowdownSpec slowdown;          // step-time factor of the slow GPU (> 1)
+  RepairSpec duration{RepairKind::kUniform, 0.01, 10.0};  // hours until it is well again
+  double rate_per_gpu_hour() const { return rate_per_gpu_day / 24.0; }
 };
 
 struct SpareSpec {
@@ -134,6 +156,7 @@ struct Scenario {
   ParallelSpec parallel;
   EfficiencySpec efficiency;
   FailureSpec failures;
+  FailSlowSpec failslow;
   SpareSpec spares;
   PowerSpec power;
   PolicySpec policies;

@@ -1,6 +1,7 @@
 // TOML -> Scenario with strict checking (see scenario_toml.h, docs/sim.md).
 #include "sim/scenario_toml.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <initializer_list>
@@ -168,6 +169,7 @@ ParallelSpec read_parallel(Section s) {
   p.virtual_stages = s.small_int("virtual_stages", p.virtual_stages, 1, 100000);
   p.tp_step = s.small_int("tp_step", p.tp_step, 1, 4096);
   p.min_tp = s.small_int("min_tp", p.min_tp, 0, 4096);
+  p.align = s.small_int("align", p.align, 1, 1 << 20);
   s.finish();
   return p;
 }
@@ -179,6 +181,8 @@ EfficiencySpec read_efficiency(Section s) {
   e.nic = s.number("nic", e.nic, 1e-6, 1.0);
   e.tp_overlap = s.number("tp_overlap", e.tp_overlap, 0.0, 1.0);
   e.dp_overlap = s.number("dp_overlap", e.dp_overlap, 0.0, 1.0);
+  e.gemm_align_elements = s.small_int("gemm_align_elements", e.gemm_align_elements, 1, 1 << 20);
+  e.unaligned_gemm = s.number("unaligned_gemm", e.unaligned_gemm, 1e-6, 1.0);
   s.finish();
   return e;
 }
@@ -239,6 +243,64 @@ FailureSpec read_failures(Section s, int domain_size) {
   }
   f.software_repair = read_repair(sw.sub("repair"), f.software_repair);
   sw.finish();
+  s.finish();
+  return f;
+}
+
+// A list of numbers, each in [lo, hi].
+std::vector<double> number_list(Section& s, const std::string& key, double lo, double hi) {
+  std::vector<double> out;
+  const toml::array* a = s.array(key);
+  if (!a) return out;
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    const std::string where = s.key_path(key) + "[" + std::to_string(i) + "]";
+    double v = std::numeric_limits<double>::quiet_NaN();
+    if (auto d = (*a)[i].value<double>()) v = *d;
+    if (!(v >= lo && v <= hi)) {
+      std::ostringstream os;
+      os << "expected a number in [" << lo << ", " << hi << "]";
+      fail(s.source(), where, os.str());
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+constexpr double kMaxSlowdown = 100.0;
+
+SlowdownSpec read_slowdown(Section s) {
+  SlowdownSpec d;
+  const std::string kind = s.word("dist", "uniform", {"fixed", "uniform", "choice"});
+  if (kind == "fixed") {
+    d.kind = SlowdownKind::kFixed;
+    d.min = d.max = s.number("factor", 2.0, 1.0, kMaxSlowdown);
+  } else if (kind == "uniform") {
+    d.min = s.number("min", d.min, 1.0, kMaxSlowdown);
+    d.max = s.number("max", std::max(d.max, d.min), 1.0, kMaxSlowdown);
+    if (d.max < d.min) fail(s.source(), s.key_path("max"), "must be >= min");
+  } else {
+    d.kind = SlowdownKind::kChoice;
+    d.factors = number_list(s, "factors", 1.0, kMaxSlowdown);
+    d.probs = number_list(s, "probs", 0.0, 1.0);
+    if (d.factors.empty()) fail(s.source(), s.key_path("factors"), "needs at least one factor");
+    if (d.probs.size() != d.factors.size()) {
+      fail(s.source(), s.key_path("probs"), "needs one probability per factor");
+    }
+    double sum = 0.0;
+    for (const double p : d.probs) sum += p;
+    if (std::abs(sum - 1.0) > 1e-9) fail(s.source(), s.key_path("probs"), "must sum to 1");
+    d.min = *std::min_element(d.factors.begin(), d.factors.end());
+    d.max = *std::max_element(d.factors.begin(), d.factors.end());
+  }
+  s.finish();
+  return d;
+}
+
+FailSlowSpec read_failslow(Section s) {
+  FailSlowSpec f;
+  f.rate_per_gpu_day = s.number("rate_per_gpu_day", f.rate_per_gpu_day, 0.0, 1e6);
+  f.slowdown = read_slowdown(s.sub("slowdown"));
+  f.duration = read_repair(s.sub("duration"), f.duration);
   s.finish();
   return f;
 }
@@ -392,6 +454,7 @@ Scenario scenario_from_table(const toml::table& table, const std::string& source
   s.parallel = read_parallel(root.sub("parallelism"));
   s.efficiency = read_efficiency(root.sub("efficiency"));
   s.failures = read_failures(root.sub("failures"), s.cluster.domain_size);
+  s.failslow = read_failslow(root.sub("failslow"));
   Section sp = root.sub("spares");
   s.spares.domains = sp.small_int("domains", s.spares.domains, 0, 1'000'000);
   s.spares.swap_hours = sp.number("swap_hours", s.spares.swap_hours, 0.0, 1e6);
@@ -440,6 +503,26 @@ toml::table failures_table(const FailureSpec& f) {
        toml::table{{"share", 1.0 - f.hardware_share}, {"repair", repair_table(f.software_repair)}}}};
   if (!f.trace.empty()) t.insert("trace", f.trace);
   return t;
+}
+
+toml::table failslow_table(const FailSlowSpec& f) {
+  toml::table slowdown;
+  switch (f.slowdown.kind) {
+    case SlowdownKind::kFixed: slowdown = toml::table{{"dist", "fixed"}, {"factor", f.slowdown.min}}; break;
+    case SlowdownKind::kUniform:
+      slowdown = toml::table{{"dist", "uniform"}, {"min", f.slowdown.min}, {"max", f.slowdown.max}};
+      break;
+    case SlowdownKind::kChoice: {
+      toml::array factors, probs;
+      for (const double v : f.slowdown.factors) factors.push_back(v);
+      for (const double v : f.slowdown.probs) probs.push_back(v);
+      slowdown = toml::table{{"dist", "choice"}, {"factors", factors}, {"probs", probs}};
+      break;
+    }
+  }
+  return toml::table{{"rate_per_gpu_day", f.rate_per_gpu_day},
+                     {"slowdown", slowdown},
+                     {"duration", repair_table(f.duration)}};
 }
 
 toml::table policies_table(const PolicySpec& p) {
@@ -491,10 +574,13 @@ toml::table scenario_to_table(const Scenario& s) {
                             {"grad_bytes", m.grad_bytes}, {"state_bytes", m.state_bytes}}},
       {"parallelism", toml::table{{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp},
                                   {"virtual_stages", p.virtual_stages}, {"tp_step", p.tp_step},
-                                  {"min_tp", p.min_tp}}},
+                                  {"min_tp", p.min_tp}, {"align", p.align}}},
       {"efficiency", toml::table{{"gemm", e.gemm}, {"nvlink", e.nvlink}, {"nic", e.nic},
-                                 {"tp_overlap", e.tp_overlap}, {"dp_overlap", e.dp_overlap}}},
+                                 {"tp_overlap", e.tp_overlap}, {"dp_overlap", e.dp_overlap},
+                                 {"gemm_align_elements", e.gemm_align_elements},
+                                 {"unaligned_gemm", e.unaligned_gemm}}},
       {"failures", failures_table(s.failures)},
+      {"failslow", failslow_table(s.failslow)},
       {"spares", toml::table{{"domains", s.spares.domains}, {"swap_hours", s.spares.swap_hours}}},
       {"power", toml::table{{"max_frac", s.power.max_frac}, {"alpha", s.power.alpha},
                             {"headroom_w", s.power.headroom_w}}},

@@ -1,7 +1,8 @@
 // Step-time model (formulas and sources: docs/sim.md, "Step-time model").
 #include "sim/step_model.h"
 
-#include "layout/replica_layout.h"
+#include "layout/job_layout.h"
+#include "layout/unit_costs.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,24 +11,33 @@
 namespace ntp::sim {
 namespace {
 
-double ceil_div(double units, int k) { return std::ceil(units / k); }
-
 // Ring all-reduce (or reduce-scatter + all-gather): each GPU sends and
 // receives 2 (g - 1) / g of the buffer.
 double ring_factor(double g) { return g > 1.0 ? 2.0 * (g - 1.0) / g : 0.0; }
 
+// The layouts of one kind for a TP group of k of n slots (slots k..n-1
+// failed), from the layout library as the trainer plans them: replica 0 is
+// healthy (its pre-sync plan is the reshard to degree k), replica 1 runs at k
+// (its layout is what the group computes). With k = n, one healthy replica.
+layout::JobLayout kind_layouts(const StageUnits& kind, int n, int k) {
+  layout::JobConfig c;
+  c.units = kind.units;
+  c.tp = n;
+  c.replicas = k < n ? 2 : 1;
+  c.align = kind.align;
+  for (int slot = k; slot < n; ++slot) c.failed[1].push_back(slot);
+  return layout::plan_job(c);
+}
+
 // The busiest GPU's pre-sync traffic (elements sent or received, the larger)
-// when a healthy replica of n slots reshards to degree K: the layout
-// library's plan for each unit kind, summed per slot.
-double busiest_reshard(const std::vector<StageUnits>& kinds, int n, int sync_tp) {
-  std::vector<int> all(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) all[static_cast<std::size_t>(i)] = i;
-  std::vector<double> sent(all.size(), 0.0);
-  std::vector<double> received(all.size(), 0.0);
-  for (const StageUnits& kind : kinds) {
-    const layout::ReplicaLayout l = layout::replica_layout(kind.units, n, all, sync_tp);
-    for (const layout::SlotTransfer& t : l.pre_sync) {
-      const double elements = static_cast<double>(t.units.size()) * kind.elements;
+// when a healthy replica reshards: summed per slot over the unit kinds.
+double busiest_reshard(const std::vector<StageUnits>& kinds, const std::vector<layout::JobLayout>& jobs,
+                       int n) {
+  std::vector<double> sent(static_cast<std::size_t>(n), 0.0);
+  std::vector<double> received(sent.size(), 0.0);
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    for (const layout::SlotTransfer& t : jobs[i].replica(0).pre_sync) {
+      const double elements = static_cast<double>(t.units.size()) * kinds[i].elements;
       sent[static_cast<std::size_t>(t.from)] += elements;
       received[static_cast<std::size_t>(t.to)] += elements;
     }
@@ -38,14 +48,51 @@ double busiest_reshard(const std::vector<StageUnits>& kinds, int n, int sync_tp)
 
 }  // namespace
 
+// What a unit of one kind costs in a stage's compute: forward FLOPs per token
+// (x3 with the backward), how many of its phases a stage runs (layers per
+// stage; the LM head's 1/pp share), and its width in the GEMMs it feeds
+// (a head is head_dim columns, a neuron or a vocabulary row one).
+struct StepModel::KindCost {
+  StageUnits units;
+  double flops = 0;
+  double phases = 0;
+  layout::Unit width = 1;
+};
+
+std::vector<StepModel::KindCost> StepModel::kind_costs() const {
+  const double h = s_.model.hidden;
+  const std::vector<StageUnits> kinds = stage_units(s_);
+  return {{kinds[0], (8.0 * h * h + 4.0 * s_.model.seq_len * h) / s_.model.heads, layers_per_stage_,
+           s_.model.hidden / s_.model.heads},                          // QKV, proj, scores, AV
+          {kinds[1], 4.0 * h, layers_per_stage_, 1},                   // fc1 row + fc2 column
+          {kinds[2], 2.0 * h, 1.0 / s_.parallel.pp, 1}};               // LM-head row
+}
+
 std::vector<StageUnits> stage_units(const Scenario& s) {
   const double h = s.model.hidden;
   const double head_dim = h / s.model.heads;
   const double layers_per_stage = static_cast<double>(s.model.layers) / s.parallel.pp;
-  return {{s.model.heads, layers_per_stage * 4.0 * h * head_dim},  // QKV rows + proj columns
-          {s.ffn(), layers_per_stage * 2.0 * h},                   // fc1 row + fc2 column
-          {s.model.vocab, h / s.parallel.pp}};                     // LM-head rows, spread over stages
+  return {{s.model.heads, layers_per_stage * 4.0 * h * head_dim, 1},           // QKV rows + proj columns
+          {s.ffn(), layers_per_stage * 2.0 * h, s.parallel.align},             // fc1 row + fc2 column
+          {s.model.vocab, h / s.parallel.pp, s.parallel.align}};               // LM-head rows, over stages
 }
+
+namespace {
+
+// One phase of a group: the busiest GPU's FLOPs per token at aligned speed,
+// a GPU whose shard is not a multiple of `gemm_align` columns wide running at
+// `unaligned` of it (layout::phase_load with those speeds).
+double phase_busiest(const layout::ReplicaLayout& l, double flops, layout::Unit width,
+                     const EfficiencySpec& e, const std::vector<double>& speeds) {
+  std::vector<double> pace(l.active.size(), 1.0);
+  for (std::size_t i = 0; i < l.active.size(); ++i) {
+    const layout::Unit columns = l.slots[static_cast<std::size_t>(l.active[i])].size() * width;
+    pace[i] = (speeds.empty() ? 1.0 : speeds[i]) * (columns % e.gemm_align_elements == 0 ? 1.0 : e.unaligned_gemm);
+  }
+  return layout::phase_load(l, flops, pace).busiest;
+}
+
+}  // namespace
 
 StepModel::StepModel(const Scenario& s)
     : s_(s),
@@ -58,26 +105,53 @@ StepModel::StepModel(const Scenario& s)
       flop_rate_(s.cluster.peak_tflops * 1e12 * s.efficiency.gemm),
       nvlink_Bps_(s.cluster.nvlink_gbps * 1e9 / 2.0 * s.efficiency.nvlink),
       nic_Bps_(s.cluster.nic_gbps * 1e9 / 8.0 * s.efficiency.nic),
-      reshard_elems_(static_cast<std::size_t>(tp_ + 1), 0.0) {
-  const std::vector<StageUnits> kinds = stage_units(s);
-  for (int k = 1; k < tp_; ++k) {
-    reshard_elems_[static_cast<std::size_t>(k)] = busiest_reshard(kinds, tp_, k);
+      reshard_elems_(static_cast<std::size_t>(tp_ + 1), 0.0),
+      compute_s_(static_cast<std::size_t>(tp_ + 1), 0.0),
+      sync_elems_(static_cast<std::size_t>(tp_ + 1), 0.0) {
+  const std::vector<KindCost> costs = kind_costs();
+  std::vector<StageUnits> kinds;
+  for (const KindCost& c : costs) kinds.push_back(c.units);
+  for (int k = 1; k <= tp_; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    std::vector<layout::JobLayout> jobs;
+    double flops = 0.0;
+    for (const KindCost& c : costs) {
+      jobs.push_back(kind_layouts(c.units, tp_, k));
+      const layout::JobLayout& job = jobs.back();
+      flops += c.phases * phase_busiest(job.replica(job.num_replicas() - 1), c.flops, c.width, s.efficiency, {});
+      layout::Unit largest = 0;
+      for (const layout::IntervalSet& part : job.sync_partition) largest = std::max(largest, part.size());
+      sync_elems_[i] += static_cast<double>(largest) * c.units.elements;
+    }
+    compute_s_[i] = 3.0 * tokens_mb_ * flops / flop_rate_;
+    if (k < tp_) reshard_elems_[i] = busiest_reshard(kinds, jobs, tp_);
   }
 }
 
 double StepModel::compute_s(int k) const {
-  const double h = s_.model.hidden;
-  const double sl = s_.model.seq_len;
-  const double heads = s_.model.heads;
-  const double ffn = s_.ffn();
-  const double vocab = s_.model.vocab;
-  // Forward FLOPs per token; backward is twice that (x3 in total).
-  const double per_head = (8.0 * h * h + 4.0 * sl * h) / heads;  // QKV, proj, scores, AV
-  const double per_neuron = 4.0 * h;                              // fc1 row + fc2 column
-  const double per_row = 2.0 * h;                                 // LM-head row
-  const double layer_flops = per_head * ceil_div(heads, k) + per_neuron * ceil_div(ffn, k);
-  const double vocab_flops = per_row * ceil_div(vocab, k) / s_.parallel.pp;
-  return 3.0 * tokens_mb_ * (layers_per_stage_ * layer_flops + vocab_flops) / flop_rate_;
+  if (k <= 0) return std::numeric_limits<double>::infinity();
+  return compute_s_[static_cast<std::size_t>(std::min(k, tp_))];
+}
+
+double StepModel::ideal_compute_s(int k) const {
+  double flops = 0.0;
+  for (const KindCost& c : kind_costs()) flops += c.phases * static_cast<double>(c.units.units) * c.flops / k;
+  return 3.0 * tokens_mb_ * flops / flop_rate_;
+}
+
+double StepModel::compute_with_speeds_s(const std::vector<double>& speeds, bool weighted) const {
+  double flops = 0.0;
+  for (const KindCost& c : kind_costs()) {
+    layout::JobConfig config;
+    config.units = c.units.units;
+    config.tp = tp_;
+    config.replicas = 1;
+    config.align = c.units.align;
+    if (weighted) config.speeds[0] = speeds;
+    const layout::JobLayout job = layout::plan_job(config);
+    flops += c.phases * phase_busiest(job.replica(0), c.flops, c.width, s_.efficiency, speeds);
+  }
+  return 3.0 * tokens_mb_ * flops / flop_rate_;
 }
 
 double StepModel::tp_comm_s(int k) const {
@@ -100,13 +174,8 @@ double StepModel::microbatch_s(int k, double speedup) const {
 }
 
 double StepModel::stage_params(int k) const {
-  const double h = s_.model.hidden;
-  const double head_dim = h / s_.model.heads;
-  const double per_head = 4.0 * h * head_dim;  // QKV rows + proj columns
-  const double per_neuron = 2.0 * h;           // fc1 row + fc2 column
-  return layers_per_stage_ *
-             (per_head * ceil_div(s_.model.heads, k) + per_neuron * ceil_div(s_.ffn(), k)) +
-         h * ceil_div(s_.model.vocab, k) / s_.parallel.pp;
+  // A core slot of degree K holds its part of the sync partition S(U, K).
+  return sync_elems_[static_cast<std::size_t>(std::clamp(k, 1, tp_))];
 }
 
 double StepModel::dp_sync_s(int sync_tp) const {

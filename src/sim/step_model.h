@@ -14,6 +14,7 @@ namespace ntp::sim {
 struct StageUnits {
   layout::Unit units;
   double elements;
+  layout::Unit align = 1;  // the layout's block: parallelism.align, 1 for heads
 };
 // Heads, neurons and vocabulary rows of one stage of the scenario's model.
 std::vector<StageUnits> stage_units(const Scenario& s);
@@ -46,8 +47,17 @@ class StepModel {
   double nvlink_Bps() const { return nvlink_Bps_; }  // achieved one-direction NVLink bytes/s per GPU
   double nic_Bps() const { return nic_Bps_; }        // achieved NIC bytes/s per GPU
 
-  // Per microbatch, per pipeline stage, on the most loaded GPU of a TP group of k.
+  // Per microbatch, per pipeline stage, on the most loaded GPU of a TP group of
+  // k: per phase (attention, MLP, LM head: each ends in a TP all-reduce) the
+  // busiest GPU of the layout library's replica layout of k slots, its
+  // unaligned GEMMs slowed by efficiency.unaligned_gemm; summed over phases.
   double compute_s(int k) const;
+  // The same FLOPs spread evenly over k GPUs, all GEMMs aligned: the ideal.
+  double ideal_compute_s(int k) const;
+  // The compute of a healthy group (all tp slots) whose GPUs run at `speeds`
+  // (one per slot, 1.0 = healthy): `weighted` lays the units out by speed
+  // (layout::JobConfig::speeds), else in equal counts. Not O(1): a layout.
+  double compute_with_speeds_s(const std::vector<double>& speeds, bool weighted) const;
   double tp_comm_s(int k) const;
   double p2p_s(int k) const;
   // tau(k, s): compute sped up by `speedup` (power boost) + exposed TP + p2p.
@@ -78,6 +88,8 @@ class StepModel {
 
  private:
   double stage_params(int k) const;  // gradient elements on the most loaded core slot
+  struct KindCost;
+  std::vector<KindCost> kind_costs() const;
 
   Scenario s_;
   int tp_;
@@ -89,6 +101,8 @@ class StepModel {
   double nvlink_Bps_;  // achieved one-direction NVLink bytes/s per GPU
   double nic_Bps_;     // achieved NIC bytes/s per GPU
   std::vector<double> reshard_elems_;  // per K = 0..tp, see reshard_elements()
+  std::vector<double> compute_s_;      // per k = 0..tp, see compute_s()
+  std::vector<double> sync_elems_;     // per K = 0..tp: the largest part of S(U, K), in elements
 };
 
 }  // namespace ntp::sim

@@ -6,10 +6,18 @@
 namespace ntp::sim {
 namespace {
 
+// The replicas a policy has admitted so far: their worth in healthy replicas
+// (each counts its share), the sum of their paces, how many, and the lowest
+// degree among them (the job's sync degree).
+struct Admitted {
+  double capacity = 0.0;
+  double speed = 0.0;
+  int replicas = 0;
+  int sync_tp = 0;
+};
+
 // Walks the job's replicas from the healthiest down, as a policy admits them:
-// visit(capacity, sync_tp) after each k with replicas, where capacity is the
-// admitted replicas' worth in healthy replicas (each counts its share) and
-// sync_tp the lowest degree among them; stops when visit returns true.
+// visit(admitted) after each k with replicas; stops when visit returns true.
 // Without packing a replica is worth its lowest stage; with packing the
 // groups, sorted by k, fill replicas pp at a time. `spare_groups` healthy
 // groups join at k = n (whole replicas of pp of them unless packed).
@@ -17,8 +25,8 @@ template <class Visit>
 void admit(const ReplicaView& view, const PolicyTable& t, bool pack, int spare_groups, Visit visit) {
   const int tp = view.tp();
   const std::vector<int>& hist = pack ? view.groups_with() : view.replicas_with();
-  double capacity = 0.0;
-  int sync_tp = tp;
+  Admitted a;
+  a.sync_tp = tp;
   int carry = 0;  // packed groups waiting to fill a replica
   for (int k = tp; k >= 0; --k) {
     int n = hist[static_cast<std::size_t>(k)];
@@ -32,9 +40,11 @@ void admit(const ReplicaView& view, const PolicyTable& t, bool pack, int spare_g
       carry = (carry + n) % view.pp();
     }
     if (replicas == 0) continue;
-    capacity += replicas * share;
-    sync_tp = std::min(sync_tp, t.run_tp[static_cast<std::size_t>(k)]);
-    if (visit(capacity, sync_tp)) return;
+    a.capacity += replicas * share;
+    a.speed += replicas * t.speed[static_cast<std::size_t>(k)];
+    a.replicas += replicas;
+    a.sync_tp = std::min(a.sync_tp, t.run_tp[static_cast<std::size_t>(k)]);
+    if (visit(a)) return;
   }
 }
 
@@ -47,8 +57,8 @@ double sync_pace(const StepTable& steps, int tp, int sync_tp) {
 double elastic_throughput(const ReplicaView& view, const PolicyTable& t, const StepTable& steps,
                           bool pack) {
   double best = 0.0;
-  admit(view, t, pack, 0, [&](double capacity, int sync_tp) {
-    best = std::max(best, capacity / view.replicas() * sync_pace(steps, view.tp(), sync_tp));
+  admit(view, t, pack, 0, [&](const Admitted& a) {
+    best = std::max(best, a.capacity / view.replicas() * sync_pace(steps, view.tp(), a.sync_tp));
     return false;
   });
   return best;
@@ -60,26 +70,45 @@ constexpr double kFullBatchSlack = 1e-9;
 
 // Fixed global batch: the job runs at the healthy pace (synced at the lowest
 // degree admitted) once the admitted replicas take dp replicas' worth of
-// samples, and pauses when all of them together fall short.
+// samples. Short of that, it runs at the pace they allow: the step stretches
+// until they take the whole batch, each at its own pace f_r. A replica does
+// P f_r - b microbatches in a pipeline of P microbatch times (the bubble b is
+// paid at its pace), so the N admitted take dp m when P = (dp m + N b) / sum f_r;
+// the step is then P tau + the exposed sync. Replicas are admitted from the
+// healthiest down while that helps (a degraded one lowers the sync degree).
 double fixed_batch_throughput(const ReplicaView& view, const PolicyTable& t, const StepTable& steps,
                               bool pack, int spare_groups) {
+  const int tp = view.tp();
+  const double healthy = steps.step_s[static_cast<std::size_t>(tp)];
+  const double full_pipeline = steps.microbatches + steps.bubble;  // in microbatch times
+  const double tau = steps.pipeline_s / full_pipeline;
   double value = 0.0;
-  admit(view, t, pack, spare_groups, [&](double capacity, int sync_tp) {
-    if (capacity < view.replicas() - kFullBatchSlack) return false;
-    value = sync_pace(steps, view.tp(), sync_tp);
-    return true;
+  admit(view, t, pack, spare_groups, [&](const Admitted& a) {
+    if (a.capacity >= view.replicas() - kFullBatchSlack) {
+      value = std::max(value, sync_pace(steps, tp, a.sync_tp));
+      return true;
+    }
+    const double pipeline =
+        std::max(full_pipeline, (view.replicas() * steps.microbatches + a.replicas * steps.bubble) / a.speed);
+    const double exposed_sync = steps.step_s[static_cast<std::size_t>(a.sync_tp)] - steps.pipeline_s;
+    value = std::max(value, healthy / (pipeline * tau + exposed_sync));
+    return false;
   });
   return value;
 }
 
+}  // namespace
+
 bool takes_full_batch(const ReplicaView& view, const PolicyTable& t, bool pack, int spare_groups) {
   bool full = false;
-  admit(view, t, pack, spare_groups, [&](double capacity, int) {
-    full = capacity >= view.replicas() - kFullBatchSlack;
+  admit(view, t, pack, spare_groups, [&](const Admitted& a) {
+    full = a.capacity >= view.replicas() - kFullBatchSlack;
     return full;
   });
   return full;
 }
+
+namespace {
 
 // Without packing a spare domain either completes a degraded replica (taking
 // the place of its failed domain: the replica then counts 1, not its share)
@@ -117,7 +146,9 @@ int spares_unpacked(const ReplicaView& view, const PolicyTable& t, int groups_pe
 
 StepTable::StepTable(const StepModel& model)
     : step_s(static_cast<std::size_t>(model.tp() + 1), 0.0),
-      pipeline_s((model.microbatches() + model.bubble_ratio()) * model.microbatch_s(model.tp())) {
+      pipeline_s((model.microbatches() + model.bubble_ratio()) * model.microbatch_s(model.tp())),
+      microbatches(model.microbatches()),
+      bubble(model.bubble_ratio()) {
   for (int k = 1; k <= model.tp(); ++k) step_s[static_cast<std::size_t>(k)] = model.step_s(k);
 }
 

@@ -14,6 +14,8 @@ struct StepTable {
   explicit StepTable(const StepModel& model);
   std::vector<double> step_s;  // step_s[K]; step_s[tp] is the healthy step
   double pipeline_s;           // (m + b) * tau at the healthy pace
+  double microbatches;         // m per replica
+  double bubble;               // b, in microbatch times
 };
 
 struct ThroughputOptions {
@@ -25,9 +27,15 @@ struct ThroughputOptions {
 // among them. Fixed global batch: each admitted replica takes the samples its
 // pace allows (its share), `spare_groups` free healthy spare groups form extra
 // replicas; the job runs at the healthy pace (synced at the lowest degree it
-// admits) when they take the whole batch, else it pauses (0).
+// admits) when they take the whole batch, else at the pace they allow: the
+// step stretches until they take it, each replica at its own pace (0 only
+// when no replica can train).
 double throughput(const ReplicaView& view, const PolicyTable& table, const StepTable& steps,
                   const ThroughputOptions& options, int spare_groups = 0);
+
+// Whether the replicas (and `spare_groups` free spare groups forming more)
+// take the whole global batch at the healthy pace.
+bool takes_full_batch(const ReplicaView& view, const PolicyTable& table, bool pack, int spare_groups);
 
 // Spare domains (of groups_per_domain TP groups each) a fixed-batch job in
 // this state needs to take the whole batch: the cheapest mix of completing

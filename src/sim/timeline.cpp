@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <queue>
 
 #include "sim/fleet.h"
@@ -20,8 +21,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::uint64_t kCkptStream = 0x636b7074;    // "ckpt"
 constexpr std::uint64_t kUptimeStream = 0x75707469;  // "upti"
 constexpr std::uint64_t kRepairStream = 0x72657061;  // "repa"
+constexpr std::uint64_t kSlowStream = 0x736c6f77;    // "slow"
 
-enum class EventKind { kFail = 0, kRepair = 1, kSwapDone = 2 };
+enum class EventKind { kFail = 0, kRepair = 1, kSwapDone = 2, kSlowStart = 3, kSlowEnd = 4 };
 
 struct Event {
   double hours;
@@ -95,6 +97,7 @@ class SeedRun {
         repair_key_(Rng::mix(seed_key_, kRepairStream)),
         draws_(static_cast<std::size_t>(topo_.elements()), 0),
         ckpt_rng_(Rng::mix(seed_key_, kCkptStream)),
+        slow_rng_(Rng::mix(seed_key_, kSlowStream)),
         start_(-s.run.warmup_days * 24.0),
         end_(s.run.duration_days * 24.0),
         bucket_h_(s.run.bucket_hours),
@@ -115,10 +118,12 @@ class SeedRun {
     failed_series_.assign(buckets_, 0.0);
     for (const Policy p : s.policies.compare) active_[static_cast<std::size_t>(p)] = true;
     for (std::size_t p = 0; p < kPolicyCount; ++p) value_[p] = 1.0;
+    slow_value_.fill(1.0);
   }
 
   TimelineSeed run() {
     schedule_initial_failures();
+    schedule_next_slow(start_);
     while (!events_.empty() && events_.top().hours < end_) {
       const Event e = events_.top();
       events_.pop();
@@ -174,8 +179,52 @@ class SeedRun {
     }
   }
 
+  // --- fail-slow -----------------------------------------------------------
+  // GPUs of the job turn slow as one Poisson process (rate per GPU x GPUs, a
+  // uniform GPU each time) on a stream of its own, so the fail-stop history
+  // is untouched; a GPU already slow that is drawn again is left as it is.
+  void schedule_next_slow(double from) {
+    const double rate = s_.failslow.rate_per_gpu_hour() * s_.cluster.gpus;
+    if (rate > 0.0) push(from + sample_exponential(slow_rng_, 1.0 / rate), EventKind::kSlowStart, -1, -1);
+  }
+
+  int replica_of(int gpu) const {
+    const int group = gpu / s_.cluster.domain_size * topo_.groups_per_domain +
+                      gpu % s_.cluster.domain_size / s_.parallel.tp;
+    return group / s_.parallel.pp;
+  }
+
+  void on_slow_start() {
+    const int gpu = static_cast<int>(slow_rng_.below(static_cast<std::uint64_t>(s_.cluster.gpus)));
+    const double factor = sample_slowdown(slow_rng_, s_.failslow.slowdown);
+    const double hours = sample_repair_hours(slow_rng_, s_.failslow.duration);
+    schedule_next_slow(now_);
+    if (slow_.count(gpu)) return;
+    slow_[gpu] = SlowGpu{replica_of(gpu), factor};
+    push(now_ + hours, EventKind::kSlowEnd, gpu, -1);
+    if (now_ >= 0.0) ++slow_events_;
+    reprice_slow(pricing_.pause().failure_s / 3600.0);
+  }
+
+  // drop and ntp-slow reconfigure at every change (the replica leaves or
+  // rejoins; the group is laid out again); ignore never does.
+  void reprice_slow(double pause_h) {
+    std::vector<SlowGpu> slow;
+    for (const auto& [gpu, g] : slow_) slow.push_back(g);
+    for (std::size_t t = 0; t < kSlowTreatmentCount; ++t) {
+      const auto treatment = static_cast<SlowTreatment>(t);
+      slow_value_[t] = pricing_.failslow().value(treatment, slow);
+      if (treatment != SlowTreatment::kIgnore) slow_pause_until_[t] = std::max(slow_pause_until_[t], now_ + pause_h);
+    }
+  }
+
   // --- state changes -------------------------------------------------------
   void handle(const Event& e) {
+    if (e.kind == EventKind::kSlowStart) return on_slow_start();
+    if (e.kind == EventKind::kSlowEnd) {
+      slow_.erase(e.a);
+      return reprice_slow(pricing_.pause().rejoin_s / 3600.0);
+    }
     raw_touched_ = false;
     job_failed_ = false;
     for (ServedJob& served : served_) served.touched = false;
@@ -190,6 +239,9 @@ class SeedRun {
       case EventKind::kRepair:
         on_repair(e.a);
         break;
+      case EventKind::kSlowStart:
+      case EventKind::kSlowEnd:
+        return;  // handled above
       case EventKind::kSwapDone: {
         ServedJob& served = served_[static_cast<std::size_t>(e.pool)];
         const SparePool::Swap swap{e.a, e.b};
@@ -337,6 +389,11 @@ class SeedRun {
       if (value_[i] <= 0.0) pause_h_[i] += to - run_from;
       accumulate(series_[i], bucket_h_, run_from, to, value_[i]);
     }
+    for (std::size_t t = 0; t < kSlowTreatmentCount; ++t) {
+      const double run_from = std::clamp(slow_pause_until_[t], now_, to);
+      slow_pause_h_[t] += run_from - now_;
+      slow_work_[t] += slow_value_[t] * (to - run_from);
+    }
     now_ = to;
   }
 
@@ -426,6 +483,11 @@ class SeedRun {
     out.failures = failures_;
     out.failure_digest = digest_;
     for (const double h : above_h_) out.above_threshold.push_back(h / end_);
+    for (std::size_t t = 0; t < kSlowTreatmentCount; ++t) {
+      out.slow_goodput[t] = slow_work_[t] / end_;
+      out.slow_pause_hours[t] = slow_pause_h_[t];
+    }
+    out.slow_events = slow_events_;
     return out;
   }
 
@@ -440,6 +502,7 @@ class SeedRun {
   std::uint64_t repair_key_;
   std::vector<std::uint32_t> draws_;  // per element: failures so far (its stream position)
   Rng ckpt_rng_;  // ckpt-restart's replacement hardware
+  Rng slow_rng_;  // the fail-slow process
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<SparePool::Swap> swaps_;
   bool raw_touched_ = false;     // this event changed the job without spares
@@ -473,6 +536,13 @@ class SeedRun {
   PolicyValues peak_spares_{};  // peak over the run of spares_needed, per policy
   PolicyValues need_now_{};     // spares_needed at the last failure, per policy
   bool job_failed_ = false;     // this event is a failure of a job element
+
+  std::map<int, SlowGpu> slow_;  // the job's slow GPUs now, by GPU
+  SlowValues slow_value_{};      // per treatment, throughput now
+  SlowValues slow_pause_until_{};
+  SlowValues slow_pause_h_{};
+  SlowValues slow_work_{};       // integral of throughput since time 0
+  int slow_events_ = 0;
 };
 
 void add_seed(TimelineResult& r, const TimelineSeed& seed) {
@@ -491,6 +561,14 @@ void add_seed(TimelineResult& r, const TimelineSeed& seed) {
   r.peak_failed_gpus_mean += seed.peak_failed_gpus;
   r.peak_failed_gpus_max = std::max(r.peak_failed_gpus_max, seed.peak_failed_gpus);
   r.failures_mean += seed.failures;
+  for (std::size_t t = 0; t < kSlowTreatmentCount; ++t) {
+    PolicySummary& p = r.slow[t];
+    p.goodput_mean += seed.slow_goodput[t];
+    p.goodput_stderr += seed.slow_goodput[t] * seed.slow_goodput[t];
+    p.goodput_min = std::min(p.goodput_min, seed.slow_goodput[t]);
+    p.pause_hours_mean += seed.slow_pause_hours[t];
+  }
+  r.slow_events_mean += seed.slow_events;
   for (std::size_t j = 0; j < seed.above_threshold.size(); ++j) {
     r.above_threshold_mean[j] += seed.above_threshold[j];
     r.above_threshold_max[j] = std::max(r.above_threshold_max[j], seed.above_threshold[j]);
@@ -503,6 +581,13 @@ void add_seed(TimelineResult& r, const TimelineSeed& seed) {
 
 void finish_means(TimelineResult& r) {
   const double n = r.seeds;
+  r.slow_events_mean /= n;
+  for (PolicySummary& p : r.slow) {
+    p.goodput_mean /= n;
+    const double var = std::max(0.0, p.goodput_stderr / n - p.goodput_mean * p.goodput_mean);
+    p.goodput_stderr = r.seeds > 1 ? std::sqrt(var * n / (n - 1.0) / n) : 0.0;
+    p.pause_hours_mean /= n;
+  }
   for (PolicySummary& p : r.policy) {
     p.goodput_mean /= n;
     const double var = std::max(0.0, p.goodput_stderr / n - p.goodput_mean * p.goodput_mean);
@@ -555,6 +640,8 @@ TimelineResult run_timeline(const Scenario& s, const Pricing& pricing,
   r.seeds = s.run.seeds;
   r.ckpt_interval_hours = ckpt_interval_hours(s, trace);
   for (PolicySummary& p : r.policy) p.goodput_min = kInf;
+  for (PolicySummary& p : r.slow) p.goodput_min = kInf;
+  r.failslow = s.failslow.rate_per_gpu_day > 0.0;
   r.above_threshold_mean.assign(s.run.thresholds_percent.size(), 0.0);
   r.above_threshold_max.assign(s.run.thresholds_percent.size(), 0.0);
   // Seeds run in blocks so memory stays bounded with millions of seeds; each

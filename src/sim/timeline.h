@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "sim/failslow.h"
 #include "sim/pricing.h"
 #include "sim/scenario.h"
 #include "sim/trace.h"
@@ -29,6 +30,10 @@ struct TimelineSeed {
   std::vector<PolicyValues> series;  // throughput per bucket
   std::vector<double> failed_series;  // mean failed GPUs per bucket
   std::vector<double> above_threshold;  // per run.thresholds_percent: share of time above it
+  // Fail-slow GPUs alone (their own process; fail-stops are the policies'):
+  SlowValues slow_goodput{};      // per treatment, time-averaged throughput
+  SlowValues slow_pause_hours{};  // per treatment, hours reconfiguring
+  int slow_events = 0;            // GPUs that turned slow in the run
 };
 
 struct PolicySummary {
@@ -57,6 +62,9 @@ struct TimelineResult {
   std::vector<double> above_threshold_mean;  // per run.thresholds_percent, mean over seeds
   std::vector<double> above_threshold_max;   // and the worst seed
   TimelineSeed first_seed;                // seed 0 in full, for the failure timeline plot
+  bool failslow = false;                  // failslow.rate_per_gpu_day > 0: the fields below mean something
+  std::array<PolicySummary, kSlowTreatmentCount> slow{};  // goodput and pause per treatment
+  double slow_events_mean = 0;
 };
 
 // The checkpoint interval ckpt-restart uses (hours): the configured one, or

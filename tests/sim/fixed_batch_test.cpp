@@ -29,6 +29,14 @@ class FixedBatch : public ::testing::Test {
     for (const int group : {0, 2, 4}) v.set_active(group, 6);
     return v;
   }
+  // The throughput when the admitted replicas (`replicas` of them, paces
+  // summing to `speed`, synced at `sync_tp`) fall short of the batch: the
+  // pipeline stretches to P = (dp m + N b) / sum f microbatch times.
+  static double paced(const StepModel& m, int dp, double speed, int replicas, int sync_tp) {
+    const double mb = m.microbatches(), b = m.bubble_ratio(), tau = m.microbatch_s(m.tp());
+    const double pipeline = (dp * mb + replicas * b) / speed;
+    return m.step_s(m.tp()) / (m.step_s(sync_tp) - (mb + b) * tau + pipeline * tau);
+  }
   Scenario s = testing::small_scenario();
 };
 
@@ -44,19 +52,30 @@ TEST_F(FixedBatch, WorkedExample) {
 
   // ntp: 29 healthy replicas + 3 x share fall short of 32 by 3 (1 - share) < 1.
   // Two free spare domains form one more replica (PP 2): the job runs at the
-  // healthy pace, synced at TP 6. One spare domain forms nothing: it pauses.
+  // healthy pace, synced at TP 6. One spare domain forms nothing: the job runs
+  // at the pace its 32 replicas allow (it used to pause: a fixed batch only
+  // needs a longer step), the better of admitting the three degraded ones
+  // (synced at TP 6) or not (29 replicas at TP 8).
   EXPECT_NEAR(pricing.value(Policy::kNtp, v, v, 2), at_tp6, 1e-12);
-  EXPECT_EQ(pricing.value(Policy::kNtp, v, v, 1), 0.0);
+  const double f6 = pricing.table(Policy::kNtp).speed[6];
+  const double with_degraded = paced(m, 32, 29 + 3 * f6, 32, 6);
+  const double without = paced(m, 32, 29, 29, 8);
+  EXPECT_GT(with_degraded, without);
+  EXPECT_NEAR(pricing.value(Policy::kNtp, v, v, 1), with_degraded, 1e-12);
+  EXPECT_LT(with_degraded, at_tp6);  // short of the healthy pace
+  EXPECT_GT(with_degraded, 0.9);     // but not by much
   EXPECT_EQ(pricing.spares_needed(Policy::kNtp, v), 2);
 
   // dp-drop: the three replicas take nothing. Two spares forming a replica
-  // leave it at 30 of 32; three spares must complete the three replicas
-  // (swapped in for the failed domains: the spared view is healthy).
-  EXPECT_EQ(pricing.value(Policy::kDpDrop, v, v, 2), 0.0);
+  // leave it at 30 of 32, running at that pace; three spares must complete
+  // the three replicas (swapped in for the failed domains: the spared view is
+  // healthy) for the full pace.
+  EXPECT_NEAR(pricing.value(Policy::kDpDrop, v, v, 2), paced(m, 32, 30, 30, 8), 1e-12);
+  EXPECT_NEAR(pricing.value(Policy::kDpDrop, v, v, 0), paced(m, 32, 29, 29, 8), 1e-12);
   EXPECT_EQ(pricing.value(Policy::kDpDrop, v, healthy, 0), 1.0);
   EXPECT_EQ(pricing.spares_needed(Policy::kDpDrop, v), 3);
   // Four free spares form two replicas: 29 + 2 = 31, still short.
-  EXPECT_EQ(pricing.value(Policy::kDpDrop, v, v, 4), 0.0);
+  EXPECT_NEAR(pricing.value(Policy::kDpDrop, v, v, 4), paced(m, 32, 31, 31, 8), 1e-12);
   EXPECT_EQ(pricing.value(Policy::kDpDrop, v, v, 6), 1.0);
 
   // With enough spares the degraded replicas are not needed: healthy and
@@ -66,7 +85,8 @@ TEST_F(FixedBatch, WorkedExample) {
 
 TEST_F(FixedBatch, SparesNeededIsTheLeastPoolThatTakesTheWholeBatch) {
   // Brute force over the pool against spares_needed, for random states: the
-  // pool forms replicas from free spares (value > 0) and never needs fewer.
+  // pool forms replicas from free spares (until they take the whole batch)
+  // and never needs fewer.
   for (const bool pack : {false, true}) {
     s.policies.pack = pack;
     const Pricing pricing(s);
@@ -79,7 +99,7 @@ TEST_F(FixedBatch, SparesNeededIsTheLeastPoolThatTakesTheWholeBatch) {
         // Forming alone is one way to cover the shortfall, so the least mix
         // never needs more than forming does.
         int forming = 0;
-        while (pricing.value(p, v, v, forming) == 0.0) ++forming;
+        while (!takes_full_batch(v, pricing.table(p), pack, forming)) ++forming;
         EXPECT_LE(need, forming) << policy_name(p) << " pack " << pack << " k " << k;
         if (pack) {
           EXPECT_EQ(need, forming) << policy_name(p) << " k " << k;

@@ -49,7 +49,7 @@ TEST(Scenario, EmptyFileGivesTheReferenceDefaults) {
 }
 
 TEST(Scenario, ShippedExamplesParse) {
-  for (const char* name : {"b200_32k.toml", "gb200_nvl72.toml"}) {
+  for (const char* name : {"b200_32k.toml", "gb200_nvl72.toml", "failslow.toml"}) {
     const std::string path = std::string(NTP_SOURCE_DIR) + "/examples/sim/" + name;
     const Scenario s = scenario_from_table(load_scenario_file(path), path);
     EXPECT_GT(s.dp(), 0) << name;
@@ -66,7 +66,7 @@ std::string resolved_text(const Scenario& s) {
 
 TEST(Scenario, ResolvedScenarioReadsBackToItself) {
   std::vector<std::string> texts;
-  for (const char* name : {"b200_32k.toml", "gb200_nvl72.toml"}) {
+  for (const char* name : {"b200_32k.toml", "gb200_nvl72.toml", "failslow.toml"}) {
     const std::string path = std::string(NTP_SOURCE_DIR) + "/examples/sim/" + name;
     texts.push_back(resolved_text(scenario_from_table(load_scenario_file(path), path)));
   }
@@ -81,8 +81,8 @@ TEST(Scenario, ResolvedScenarioReadsBackToItself) {
     const Scenario again = scenario_from_table(parse_scenario_text(text, "r.toml"), "r.toml");
     EXPECT_EQ(resolved_text(again), text);
   }
-  EXPECT_NE(texts[2].find("lognormal"), std::string::npos);
-  EXPECT_NE(texts[2].find("weibull"), std::string::npos);
+  EXPECT_NE(texts[3].find("lognormal"), std::string::npos);
+  EXPECT_NE(texts[3].find("weibull"), std::string::npos);
   // A broken writer is caught: dropping a key changes what is read back.
   toml::table lossy = scenario_to_table(scenario_from_table(parse_scenario_text(
       "[spares]\ndomains = 7\n", "s.toml"), "s.toml"));
@@ -188,6 +188,20 @@ TEST(Scenario, RejectsBadValuesNamingTheField) {
             std::string::npos);
   EXPECT_NE(error_of("[failures]\nrate_per_gpu_day=1\nmtbf_gpu_hours=5\n").find("mtbf_gpu_hours"),
             std::string::npos);
+  EXPECT_NE(error_of("[parallelism]\nalign = 0\n").find("parallelism.align"), std::string::npos);
+  EXPECT_NE(error_of("[efficiency]\nunaligned_gemm = 0\n").find("efficiency.unaligned_gemm"),
+            std::string::npos);
+  EXPECT_NE(error_of("[efficiency]\ngemm_align_elements = 0\n").find("efficiency.gemm_align_elements"),
+            std::string::npos);
+  EXPECT_NE(error_of("[model]\nffn = 16\n").find("parallelism.tp"), std::string::npos);
+  EXPECT_NE(error_of("[failslow]\nslowdown = { dist = 'uniform', min = 2, max = 1.5 }\n").find("failslow.slowdown.max"),
+            std::string::npos);
+  EXPECT_NE(error_of("[failslow]\nslowdown = { dist = 'choice', factors = [2, 3], probs = [0.5, 0.6] }\n")
+                .find("failslow.slowdown.probs"),
+            std::string::npos);
+  EXPECT_NE(error_of("[failslow]\nslowdown = { dist = 'fixed', factor = 0.5 }\n").find("failslow.slowdown.factor"),
+            std::string::npos);
+  EXPECT_NE(error_of("[failslow]\nrate = 1\n").find("failslow.rate: unknown key"), std::string::npos);
   EXPECT_NE(error_of("[snapshot]\nfailed_fractions = [0.1, 2]\n")
                 .find("snapshot.failed_fractions[1]"),
             std::string::npos);

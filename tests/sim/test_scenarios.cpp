@@ -18,6 +18,7 @@ Scenario small_scenario() {
   s.parallel.virtual_stages = 1;
   s.parallel.tp_step = 1;
   s.parallel.min_tp = 4;
+  s.parallel.align = 1;  // one-unit cuts: 4800 rows in blocks of 64 would not split evenly at TP 8
   s.spares.domains = 0;
   s.policies.reconfig_s = 0;
   s.policies.rejoin_s = 0;
@@ -47,6 +48,7 @@ global_batch_tokens = 131072
 tp = 8
 pp = 1
 virtual_stages = 1
+align = 1
 [failures]
 rate_per_gpu_day = 0.01
 [run]

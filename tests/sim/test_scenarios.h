@@ -6,7 +6,8 @@
 namespace ntp::sim::testing {
 
 // 256 GPUs, domains of 8, TP 8, PP 1 (32 replicas); 24 heads, FFN 6144,
-// vocabulary 4800: divisible by 8, 6 and 4.
+// vocabulary 4800: divisible by 8, 6 and 4. Cut one unit at a time
+// (parallelism.align = 1), so the shares are the floor/ceil split.
 Scenario small_scenario();
 
 // The same cluster and model as a scenario file (failures at 0.01 per GPU-day,

@@ -86,13 +86,27 @@ TEST_F(ThroughputTest, PackingPutsDegradedGroupsIntoFewReplicas) {
   EXPECT_GT(packed.value(Policy::kNtp, v, v), Pricing(s).value(Policy::kNtp, v, v));
 }
 
-TEST_F(ThroughputTest, FixedGlobalBatchPausesWhenTheReplicasFallShort) {
+// A fixed global batch that its replicas cannot take at the healthy pace is
+// taken at the pace they allow (it used to pause: throughput 0). PP 1, no
+// bubble: the step's pipeline stretches by dp / (sum of the replicas' paces).
+TEST_F(ThroughputTest, FixedGlobalBatchRunsAtThePaceItsReplicasAllow) {
   s.policies.fixed_global_batch = true;
   const Pricing pricing(s);
   ReplicaView v(s.groups(), s.parallel.pp, s.parallel.tp);
   v.set_active(3, 6);
-  EXPECT_EQ(pricing.value(Policy::kDpDrop, v, v), 0.0);
-  EXPECT_EQ(pricing.value(Policy::kNtp, v, v), 0.0);  // its share is below 1
+  const StepModel& m = pricing.model();
+  const double d = s.dp();
+  const double pipe = m.microbatches() * m.microbatch_s(8);
+  const auto stretched = [&](double speed, int sync_tp) {
+    return m.step_s(8) / (m.step_s(sync_tp) - pipe + pipe * d / speed);
+  };
+  EXPECT_NEAR(pricing.value(Policy::kDpDrop, v, v), stretched(d - 1, 8), 1e-12);
+  // ntp admits the degraded replica only if its pace is worth the sync at TP 6.
+  const double f6 = pricing.table(Policy::kNtp).speed[6];
+  EXPECT_NEAR(pricing.value(Policy::kNtp, v, v), std::max(stretched(d - 1 + f6, 6), stretched(d - 1, 8)),
+              1e-12);
+  EXPECT_LT(pricing.value(Policy::kNtp, v, v), 1.0);  // short of the healthy pace
+  EXPECT_GT(pricing.value(Policy::kNtp, v, v), 0.95);
   // One free spare domain forms a replica (PP 1): the degraded replica is
   // not needed and the job syncs at full degree.
   EXPECT_EQ(pricing.value(Policy::kDpDrop, v, v, 1), 1.0);

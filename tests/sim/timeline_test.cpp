@@ -273,13 +273,23 @@ TEST_F(OneFailure, ReconfigurationPausesAreCharged) {
   EXPECT_NEAR(r.goodput[idx(Policy::kDpDrop)], 1.0 - (9.9 / 32.0 + 0.3) / T, 1e-12);
 }
 
-TEST_F(OneFailure, FixedGlobalBatchPausesDpDropUntilTheSpareArrives) {
+// With a fixed global batch dp-drop runs at the pace of its 31 replicas
+// until the spare arrives (it used to pause), and without a spare for the
+// 10 hours of the repair.
+TEST_F(OneFailure, FixedGlobalBatchSlowsDpDropUntilTheSpareArrives) {
   s.policies.fixed_global_batch = true;
+  ReplicaView v(s.groups(), s.parallel.pp, s.parallel.tp);
+  v.set_active(0, 7);
+  const double slow = Pricing(s).value(Policy::kDpDrop, v, v);
+  ASSERT_GT(slow, 0.9);
+  ASSERT_LT(slow, 1.0);
   const TimelineSeed r = run();
-  EXPECT_NEAR(r.pause_hours[idx(Policy::kDpDrop)], 1.0, 1e-9);
-  EXPECT_NEAR(r.goodput[idx(Policy::kDpDrop)], 1.0 - 1.0 / T, 1e-12);
+  EXPECT_NEAR(r.pause_hours[idx(Policy::kDpDrop)], 0.0, 1e-9);
+  EXPECT_NEAR(r.goodput[idx(Policy::kDpDrop)], 1.0 - (1.0 - slow) * 1.0 / T, 1e-12);
   s.spares.domains = 0;
-  EXPECT_NEAR(run().pause_hours[idx(Policy::kDpDrop)], 10.0, 1e-9);
+  const TimelineSeed none = run();
+  EXPECT_NEAR(none.pause_hours[idx(Policy::kDpDrop)], 0.0, 1e-9);
+  EXPECT_NEAR(none.goodput[idx(Policy::kDpDrop)], 1.0 - (1.0 - slow) * 10.0 / T, 1e-12);
 }
 
 TEST_F(OneFailure, ShareOfTimeAboveAFailedThreshold) {
