@@ -14,7 +14,9 @@
 // (the reaped death, or the fence of a stopped worker), so for SIGSTOP it
 // leaves out the heartbeat wait: the signal -> rows are the user's view.
 //
-//   build/bench/train/recovery_bench [--reps N] [--steps N] [--rank R] [--keep]
+//   build/bench/train/recovery_bench [--reps N] [--steps N] [--rank R] [--keep] [--set KEY=VALUE]...
+// --set: a configuration key over the bench's (e.g. elastic.settle_s=0.5 to
+// compare a fixed settle wait with the derived one).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -46,10 +48,13 @@ constexpr double kHeartbeatS = 1.5;
 const std::vector<std::string> kSets = {
     "parallel.dp=2",         "parallel.tp=4",          "model.preset=small",     "model.seq_len=32",
     "train.global_batch=8",  "train.micro_batch=4",    "run.trace_steps=0",      "elastic.recover=true",
-    "elastic.settle_s=0.2",  "deadline.collective_s=10", "deadline.rendezvous_s=30",
+    "deadline.collective_s=10", "deadline.rendezvous_s=30",
     "deadline.heartbeat_s=1.5"};
 
 using ntp::testing::read_jsonl_lines;
+
+// --set KEY=VALUE given on the command line, after the bench's own.
+std::vector<std::string> extra_sets;
 
 std::vector<std::string> command(const fs::path& dir, int steps) {
   std::vector<std::string> args = {"timeout", "-s", "KILL", "300", NTP_BINARY, "train", "--run-dir", dir.string()};
@@ -59,6 +64,10 @@ std::vector<std::string> command(const fs::path& dir, int steps) {
   }
   args.push_back("--set");
   args.push_back("train.steps=" + std::to_string(steps));
+  for (const std::string& s : extra_sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
   return args;
 }
 
@@ -158,8 +167,9 @@ int main(int argc, char** argv) {
     else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (a == "--rank" && i + 1 < argc) rank = std::atoi(argv[++i]);
     else if (a == "--keep") keep = true;
+    else if (a == "--set" && i + 1 < argc) extra_sets.push_back(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: recovery_bench [--reps N] [--steps N] [--rank R] [--keep]\n");
+      std::fprintf(stderr, "usage: recovery_bench [--reps N] [--steps N] [--rank R] [--keep] [--set KEY=VALUE]...\n");
       return 2;
     }
   }

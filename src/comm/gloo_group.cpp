@@ -66,7 +66,10 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, GroupOptions opts)
   }
 }
 
-GlooGroup::~GlooGroup() { executor_.drain(); }
+GlooGroup::~GlooGroup() {
+  unlist();
+  executor_.drain();
+}
 
 // Gloo names a failed peer by its address; remember which group rank that is.
 void GlooGroup::map_peer_addresses(const std::vector<std::vector<char>>& peer_addresses) {

@@ -230,6 +230,13 @@ class Group {
 // for transport failures.
 std::unique_ptr<Group> create_group(std::shared_ptr<Store> store, const GroupOptions& opts);
 
+// For a watchdog that learns from outside the transport that a member is gone
+// (a rank declared lost with its host: its sockets may never close, so calls
+// blocked on it would wait out their deadline): aborts every live group of
+// this process that has `global_rank` as a member, as Group::abort does, and
+// returns how many. Groups already broken are left alone. Thread-safe.
+int abort_groups_with(int global_rank, const std::string& reason);
+
 // "ntp/groups/e<epoch>/": the prefix of every group's store keys in that epoch.
 std::string group_keys_prefix(std::uint64_t epoch);
 

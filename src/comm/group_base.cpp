@@ -1,14 +1,55 @@
 #include "comm/group_base.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "comm/rendezvous.h"
 
 namespace ntp::comm {
+namespace {
+
+// The process's live groups. A watchdog thread aborts them under the mutex;
+// a group leaves the list (under the same mutex) before its transport goes.
+struct LiveGroups {
+  std::mutex mutex;
+  std::vector<GroupBase*> groups;
+};
+
+LiveGroups& live_groups() {
+  static LiveGroups live;
+  return live;
+}
+
+}  // namespace
+
+int abort_groups_with(int global_rank, const std::string& reason) {
+  LiveGroups& live = live_groups();
+  std::lock_guard lock(live.mutex);
+  std::vector<GroupBase*> targets;
+  for (GroupBase* g : live.groups) {
+    const std::vector<int>& ranks = g->ranks();
+    if (!g->broken() && std::find(ranks.begin(), ranks.end(), global_rank) != ranks.end()) targets.push_back(g);
+  }
+  for (GroupBase* g : targets) g->abort(reason);
+  return static_cast<int>(targets.size());
+}
 
 GroupBase::GroupBase(std::shared_ptr<Store> store, GroupOptions opts)
     : store_(std::move(store)), opts_(std::move(opts)), timeout_ms_(opts_.timeout.count()) {
   for (std::size_t i = 0; i < opts_.ranks.size(); ++i) {
     if (opts_.ranks[i] == opts_.global_rank) rank_ = static_cast<int>(i);
   }
+  LiveGroups& live = live_groups();
+  std::lock_guard lock(live.mutex);
+  live.groups.push_back(this);
+}
+
+GroupBase::~GroupBase() { unlist(); }
+
+void GroupBase::unlist() {
+  LiveGroups& live = live_groups();
+  std::lock_guard lock(live.mutex);
+  std::erase(live.groups, this);
 }
 
 std::shared_ptr<Work> GroupBase::run_async(std::function<void(Group&)> task) {

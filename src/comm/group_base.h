@@ -14,6 +14,7 @@ namespace ntp::comm {
 class GroupBase : public Group {
  public:
   GroupBase(std::shared_ptr<Store> store, GroupOptions opts);
+  ~GroupBase() override;
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(opts_.ranks.size()); }
@@ -27,6 +28,10 @@ class GroupBase : public Group {
   std::shared_ptr<Work> run_async(std::function<void(Group&)> task) override;
 
  protected:
+  // Takes the group out of the process's live groups (abort_groups_with):
+  // derived destructors call it first, before tearing down the transport,
+  // so that no watchdog aborts a half-destroyed group. Idempotent.
+  void unlist();
   // Deadline of group creation: connect_timeout, else timeout.
   std::chrono::milliseconds connect_timeout() const;
   // Throws kBroken (with the first failure's message) once the group broke.

@@ -124,6 +124,7 @@ NcclGroup::NcclGroup(std::shared_ptr<Store> store, GroupOptions opts)
 }
 
 NcclGroup::~NcclGroup() {
+  unlist();
   executor_.drain();
   release();
 }

@@ -175,6 +175,7 @@ void Fencer::tick_remote() {
     if (marks[kPer * i]) continue;
     store_->set(fence_key(stale[i]), comm::to_bytes(kLostWithHost));
     store_->set(dead_key(stale[i]), comm::to_bytes(kLostWithHost));
+    store_->append(lost_list_key(), comm::to_bytes(std::to_string(stale[i])));  // wakes blocked collectives
     run_.event("rank_lost", {{"rank", stale[i]},
                              {"reason", "heartbeat older than deadline.heartbeat_s, its lease ended on the store "
                                         "(deadline.lease_s) and no launcher reports it (its host is lost)"}});

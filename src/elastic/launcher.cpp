@@ -185,7 +185,7 @@ class Supervisor {
         options_.on_tick();
         last_tick = Clock::now();
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::this_thread::sleep_for(kReapInterval);
     }
     if (options_.on_tick) options_.on_tick();
   }

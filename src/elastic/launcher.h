@@ -29,6 +29,10 @@
 
 namespace ntp::elastic {
 
+// How often the launcher looks for exited workers: a worker's death is
+// reported (its dead mark in the store) within this and one store write.
+inline constexpr std::chrono::milliseconds kReapInterval{10};
+
 // A worker command that cannot be executed (not found, not executable):
 // names the command and the reason. No worker is left running.
 class ExecError : public std::runtime_error {

@@ -13,16 +13,31 @@
 
 #include "comm/group.h"
 #include "comm/heartbeat.h"
+#include "elastic/launcher.h"
 
 namespace ntp::elastic {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// The census taker's look for registrations and deaths: every kPoll at
+// first (a killed member's dead mark comes within kReapInterval), then less
+// often, doubling up to kPollMax (a stopped member takes heartbeat_s to be
+// fenced): its store operations grow with the log of the wait, not its length.
 constexpr auto kPoll = std::chrono::milliseconds(20);
+constexpr auto kPollMax = std::chrono::milliseconds(250);
 // How long past the census taker's longest legitimate wait the others give it.
 constexpr auto kTakeover = std::chrono::milliseconds(2000);
-// How often the others ask whether the census taker died.
+// How often the others ask whether the census taker died: doubling from
+// kTakerCheck up to kTakerCheckMax, so that a rank makes a handful of store
+// calls per agreement however long it waits (the wait for the publication
+// is one blocking call in the server).
 constexpr auto kTakerCheck = std::chrono::milliseconds(250);
+constexpr auto kTakerCheckMax = std::chrono::milliseconds(4000);
+
+// Doubles `wait` up to `cap`.
+std::chrono::milliseconds backoff(std::chrono::milliseconds wait, std::chrono::milliseconds cap) {
+  return std::min(2 * wait, cap);
+}
 
 std::string epoch_key(std::uint64_t epoch, const std::string& leaf) {
   return fmt::format("ntp/e{}/{}", epoch, leaf);
@@ -48,27 +63,51 @@ void parse_state(std::stringstream& in, Survivor& s) {
   s.skipped = skipped != 0;
 }
 
+}  // namespace
+
 std::vector<Survivor> parse_survivors(const std::string& text) {
   std::vector<Survivor> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
+  std::stringstream groups(text);
+  for (std::string group; std::getline(groups, group, ';');) {
+    const std::size_t at = group.find('@');
+    if (at == std::string::npos) throw std::runtime_error("membership list: no '@' in \"" + group + "\"");
     Survivor s;
-    char colon = 0;
-    std::stringstream fields(item);
-    fields >> s.rank >> colon;
-    parse_state(fields, s);
-    out.push_back(s);
+    std::stringstream state(group.substr(0, at));
+    parse_state(state, s);
+    std::stringstream ranges(group.substr(at + 1));
+    for (std::string range; std::getline(ranges, range, ',');) {
+      const std::size_t dash = range.find('-');
+      const int first = std::stoi(range.substr(0, dash));
+      const int last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+      for (int r = first; r <= last; ++r) {
+        s.rank = r;
+        out.push_back(s);
+      }
+    }
   }
+  std::sort(out.begin(), out.end(), [](const Survivor& a, const Survivor& b) { return a.rank < b.rank; });
   return out;
 }
 
 std::string format_survivors(const std::vector<Survivor>& survivors) {
+  std::map<std::string, std::vector<int>> by_state;  // the ranks of each state, ascending
+  for (const Survivor& s : survivors) by_state[format_state(s, ':')].push_back(s.rank);
   std::string text;
-  for (const Survivor& s : survivors) {
-    text += fmt::format("{}{}:{}", text.empty() ? "" : ",", s.rank, format_state(s, ':'));
+  for (auto& [state, ranks] : by_state) {
+    std::sort(ranks.begin(), ranks.end());
+    text += (text.empty() ? "" : ";") + state + "@";
+    for (std::size_t i = 0; i < ranks.size();) {
+      std::size_t j = i;
+      while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+      text += fmt::format("{}{}", i == 0 ? "" : ",", ranks[i]);
+      if (j > i) text += fmt::format("-{}", ranks[j]);
+      i = j + 1;
+    }
   }
   return text;
 }
+
+namespace {
 
 // The census taker's running view: each registration is read once, and only
 // members still silent are asked about.
@@ -95,13 +134,17 @@ class Census {
     if (everyone) ask.insert(ask.end(), o_.candidates.begin(), o_.candidates.end());
     std::vector<std::string> keys;
     for (int r : ask) keys.push_back(dead_key(r));
+    const auto sent = Clock::now();
     const auto marks = store_.get_many(keys);
+    round_trip_ = Clock::now() - sent;
     for (std::size_t i = 0; i < ask.size(); ++i) {
       if (marks[i]) dead_.insert(ask[i]);
     }
   }
 
   bool dead(int rank) const { return dead_.count(rank) != 0; }
+  // The last batched read's duration: the store's round trip as seen here.
+  std::chrono::nanoseconds round_trip() const { return round_trip_; }
 
   // The census asked the launcher to fence `rank` (fence_key): it is left
   // out even should it register after all.
@@ -148,6 +191,7 @@ class Census {
   std::map<int, Survivor> registered_;
   std::set<int> dead_;
   std::set<int> fenced_;
+  std::chrono::nanoseconds round_trip_{0};
 };
 
 Membership result(const MembershipOptions& o, std::vector<Survivor> survivors) {
@@ -167,6 +211,12 @@ Membership result(const MembershipOptions& o, std::vector<Survivor> survivors) {
 std::string dead_key(int rank) { return fmt::format("ntp/dead/{}", rank); }
 std::string fence_key(int rank) { return fmt::format("ntp/fence/{}", rank); }
 std::string starved_key(int rank) { return fmt::format("ntp/starved/{}", rank); }
+std::string lost_list_key() { return "ntp/lost"; }
+
+std::chrono::milliseconds derived_settle(std::chrono::nanoseconds store_round_trip) {
+  return std::min(kReapInterval + 2 * std::chrono::ceil<std::chrono::milliseconds>(store_round_trip),
+                  kMaxDerivedSettle);
+}
 
 std::vector<int> Membership::ranks() const {
   std::vector<int> out;
@@ -269,16 +319,19 @@ Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
   const int taker = position == 0 ? o.rank : census_taker(store, o.epoch);
   Census census(store, o);
   bool settled = false;
+  auto taker_check = kTakerCheck;
+  auto poll = kPoll;
   const auto published = [&](std::chrono::nanoseconds wait) {
     return store.wait_first(members_key, std::chrono::ceil<std::chrono::milliseconds>(wait));
   };
   while (Clock::now() < deadline) {
     const auto now = Clock::now();
     if (now < census_from) {
-      if (const auto list = published(std::min({census_from, deadline, now + kTakerCheck}) - now)) {
+      if (const auto list = published(std::min({census_from, deadline, now + taker_check}) - now)) {
         return adopt(o, *list);
       }
       if (store.try_get(dead_key(taker))) census_from = Clock::now();
+      taker_check = backoff(taker_check, kTakerCheckMax);
       continue;
     }
     if (const auto list = published(std::chrono::milliseconds(0))) return adopt(o, *list);
@@ -286,11 +339,13 @@ Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
     census.read_deaths(false);
     const bool waited_out = Clock::now() - start >= o.wait_for_blocked;
     if (!census.silent().empty() && !waited_out) {
-      if (const auto list = published(kPoll)) return adopt(o, *list);
+      if (const auto list = published(poll)) return adopt(o, *list);
+      poll = backoff(poll, kPollMax);
       continue;
     }
     if (!settled) {
-      std::this_thread::sleep_for(o.settle);  // let near-simultaneous deaths arrive
+      // Let deaths that happened before the census was complete reach the store.
+      std::this_thread::sleep_for(o.settle.count() > 0 ? o.settle : derived_settle(census.round_trip()));
       settled = true;
       continue;
     }
@@ -316,7 +371,8 @@ Membership agree_membership(comm::Store& store, const MembershipOptions& o) {
     // wait ends with the agreement's deadline (deadline.rendezvous_s >=
     // max(collective_s, lease_s) + 2 x settle_s leaves room for it).
     if (!census.holding_lease(silent).empty()) {
-      if (const auto list = published(kPoll)) return adopt(o, *list);
+      if (const auto list = published(poll)) return adopt(o, *list);
+      poll = backoff(poll, kPollMax);
       continue;
     }
     const std::vector<Survivor> survivors = census.survivors();

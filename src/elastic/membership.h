@@ -7,8 +7,9 @@
 // (dead_key: it exited, or was fenced). When every member is accounted for —
 // or `wait_for_blocked` has passed since this rank entered, enough for a member
 // still blocked in a collective of the failed epoch to reach its deadline and
-// register — the census taker waits `settle` (near-simultaneous deaths make
-// one reconfiguration), asks the launcher to fence the members still silent
+// register — the census taker waits `settle` (derived_settle: a member that
+// registered and died just before the census was complete is not published
+// as a survivor), asks the launcher to fence the members still silent
 // (fence_key: it SIGKILLs them, so a hung process can never come back with
 // stale state), and publishes the registered list by compare-and-set: the
 // first publication wins, any later one is dropped, and everyone adopts the
@@ -17,8 +18,10 @@
 // Cost: registration is one append to a list; the first rank to register
 // takes the census (it reads each registration once and asks only about
 // members still silent), and every other rank waits for the publication in
-// the server (Redis: a blocking call), so a rank makes O(1) store operations
-// per recovery and the census taker O(N) bytes. There is no leader to lose:
+// the server (Redis: a blocking call, cut into a few checks on the census
+// taker's death that grow further apart), so a rank makes O(1) store
+// operations per recovery — 4 to register and read the list, plus one per
+// check — whatever N, and the census taker O(N) bytes. There is no leader to lose:
 // if the census taker dies, the others take the census themselves once
 // `wait_for_blocked` and the settle time have passed, and any of them may
 // publish. The publisher then erases the store keys of epoch e-1 (its groups
@@ -49,8 +52,7 @@
 // Store keys: seat_key(E, rank) ("registered" or "closed"), "ntp/dead/<rank>" (the launcher), "ntp/fence/<rank>" (the
 // survivors, for the launcher), list alive_list_key(E) with items "<rank>
 // <applied> <held> <pending> <norm bits> <skipped>", list members_list_key(E)
-// whose first item is the published list, "<rank>:<applied>:<held>:<pending>:
-// <norm bits>:<skipped>,...".
+// whose first item is the published list (format_survivors).
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -66,6 +68,9 @@ std::string fence_key(int rank);  // set by survivors: the launcher must kill `r
 // Set by `rank`'s launcher (wall ms) while its beat is stale but it still gets
 // CPU: watchers on other hosts must not take it for lost with its host.
 std::string starved_key(int rank);
+// List of the ranks declared lost with their host, in order ("<rank>"),
+// appended by the fencer beside the dead mark: workers watch it (loss_watch.h).
+std::string lost_list_key();
 std::string alive_list_key(std::uint64_t epoch);    // registrations of epoch `epoch`
 std::string members_list_key(std::uint64_t epoch);  // publications of epoch `epoch`; the first wins
 // A rank's seat in epoch `epoch`: claimed by the rank before it registers, or
@@ -84,10 +89,24 @@ struct MembershipOptions {
   std::int64_t pending = -1;     // the step whose commit it entered but did not see complete
   double grad_norm = 0;          // what the commit of `applied` decided
   bool skipped = false;
-  std::chrono::milliseconds settle{500};
+  // How long the census taker waits, once every member is accounted for,
+  // before it reads the deaths again and publishes. 0: derived_settle().
+  std::chrono::milliseconds settle{0};
   std::chrono::milliseconds wait_for_blocked{31000};
   std::chrono::milliseconds deadline{60000};
 };
+
+// The longest settle wait derived_settle() gives.
+inline constexpr std::chrono::milliseconds kMaxDerivedSettle{250};
+
+// The settle wait derived from what it is for: a member that registered and
+// then died before the census was complete must not be published as a
+// survivor (the new epoch would fail at once, one more reconfiguration).
+// Such a death shows as a dead mark within the launcher's reap interval and
+// one store write, and the census taker sees it within one more read: so
+// kReapInterval (launcher.h) + 2 x the store's round trip, as the taker measured it,
+// capped at kMaxDerivedSettle. Deaths after that are a later failure.
+std::chrono::milliseconds derived_settle(std::chrono::nanoseconds store_round_trip);
 
 struct Survivor {
   int rank = 0;
@@ -122,6 +141,15 @@ class StaleEpochError : public LeftOutError {
  public:
   using LeftOutError::LeftOutError;
 };
+
+// The published list as text: the survivors grouped by their state,
+// "<applied>:<held>:<pending>:<norm bits>:<skipped>@<ranks>;..." with the ranks
+// as ascending ranges ("0-3,5,7-9"). Survivors of one failure mostly share one
+// state, so the list every rank reads is O(distinct states + gaps) bytes, not
+// O(N): at 100k ranks, "1:0:-1:3ff8000000000000:0@0-4,6-99999".
+std::string format_survivors(const std::vector<Survivor>& survivors);
+// Its inverse, ascending rank; throws std::runtime_error on a malformed group.
+std::vector<Survivor> parse_survivors(const std::string& text);
 
 // Blocks until the survivors of `options.epoch` are published. Throws
 // StaleEpochError when the store refuses its registration (its seat in the

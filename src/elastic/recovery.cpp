@@ -24,6 +24,9 @@
 namespace ntp::elastic {
 namespace {
 
+static_assert(std::chrono::duration<double>(kMaxDerivedSettle).count() == train::kMaxDerivedSettleS,
+              "the config's settle bound is the agreement's");
+
 using train::unix_time_s;
 
 std::chrono::milliseconds ms(double seconds) {
@@ -209,8 +212,8 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   mo.pending = held.pending;
   mo.grad_norm = held.last.grad_norm;
   mo.skipped = held.last.skipped;
-  mo.settle = ms(config.elastic.settle_s);
-  mo.wait_for_blocked = ms(config.deadline.collective_s + config.elastic.settle_s);
+  mo.settle = ms(config.elastic.settle_s);  // 0: derived
+  mo.wait_for_blocked = ms(config.deadline.collective_s + train::settle_bound_s(config.elastic));
   mo.deadline = ms(config.deadline.rendezvous_s);
   const Membership agreed = agree_membership(*store, mo);
   if (std::binary_search(agreed.joined.begin(), agreed.joined.end(), options_.rank)) {

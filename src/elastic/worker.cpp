@@ -16,9 +16,11 @@
 #include <fmt/format.h>
 
 #include "comm/error.h"
+#include "comm/group.h"
 #include "comm/heartbeat.h"
 #include "comm/store.h"
 #include "elastic/crash_report.h"
+#include "elastic/loss_watch.h"
 #include "elastic/membership.h"
 #include "elastic/recovery.h"
 #include "elastic/world.h"
@@ -193,6 +195,14 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
     lease.on_lapse = self_fence;
   }
   comm::Heartbeat heartbeat(trainer.store(), options.rank, interval, lease);
+  // A rank declared lost with its host may never close its sockets: its
+  // peers abort their calls on it as soon as the fencer says so.
+  std::optional<LossWatch> loss_watch;
+  if (config.elastic.recover) {
+    loss_watch.emplace(trainer.store(), interval, [](int lost) {
+      comm::abort_groups_with(lost, fmt::format("rank {} was declared lost with its host", lost));
+    });
+  }
   // A restarted worker (elastic.rejoin) comes back through the protocol; the
   // failures injected into its first life are not injected again.
   const char* rejoin_env = std::getenv("NTP_REJOIN");

@@ -369,8 +369,8 @@ const std::vector<KeyDef>& schema() {
                "survivors of a worker death agree on a new membership and go on training",
                NTP_FIELD(elastic.recover)),
       float_key("elastic.settle_s",
-                "after a death, the leader waits this long so that near-simultaneous deaths "
-                "make one reconfiguration",
+                "once every member is accounted for, the census waits this long for deaths not yet in "
+                "the store; 0 derives it from the launcher's reap interval and the store's round trip",
                 NTP_FIELD(elastic.settle_s)),
       int_key("elastic.max_recoveries",
               "in-job recoveries allowed in one run; then the job stops with a clear message",
@@ -616,6 +616,7 @@ std::int64_t job_rank_count(const ParallelConfig& p) {
   std::int64_t n = 0;
   for (std::int64_t r = 0; r < p.dp; ++r) {
     if (p.trains(r)) n += static_cast<std::int64_t>(p.active_slots(r).size());
+double settle_bound_s(const ElasticConfig& e) { return e.settle_s > 0 ? e.settle_s : kMaxDerivedSettleS; }
   }
   return n;
 }
@@ -642,12 +643,13 @@ void validate_rest(const Config& c) {
   // member's lease to end (lease_s), overlapping that wait.
   validate_lease(c);
   const double lease_wait = c.elastic.recover ? lease_seconds(c.deadline) : 0;
-  require(c.deadline.rendezvous_s >= std::max(c.deadline.collective_s, lease_wait) + 2 * c.elastic.settle_s,
+  const double settle = settle_bound_s(c.elastic);
+  require(c.deadline.rendezvous_s >= std::max(c.deadline.collective_s, lease_wait) + 2 * settle,
           "deadline.rendezvous_s",
-          fmt::format("must be >= max(deadline.collective_s, deadline.lease_s) + 2 x elastic.settle_s ({} s): "
-                      "survivors must be able to wait out a member still blocked in a collective, and a silent "
-                      "member's lease",
-                      std::max(c.deadline.collective_s, lease_wait) + 2 * c.elastic.settle_s));
+          fmt::format("must be >= max(deadline.collective_s, deadline.lease_s) + 2 x elastic.settle_s ({} s; a "
+                      "derived settle counts as {} s): survivors must be able to wait out a member still blocked "
+                      "in a collective, and a silent member's lease",
+                      std::max(c.deadline.collective_s, lease_wait) + 2 * settle, kMaxDerivedSettleS));
   require(c.test.chaos >= 0, "test.chaos", "must be >= 0");
   require(!c.elastic.rejoin || c.elastic.recover, "elastic.rejoin", "needs elastic.recover = true");
   require(!c.elastic.relayout || c.elastic.recover, "elastic.relayout", "needs elastic.recover = true");

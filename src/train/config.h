@@ -179,7 +179,11 @@ struct PowerConfig {
 // In-job failure recovery (docs/train.md, "Failures and recovery").
 struct ElasticConfig {
   bool recover = false;   // survivors of a worker death reconfigure and go on
-  double settle_s = 0.5;  // the leader waits this long for further deaths
+  // Once every member is accounted for, the census taker waits this long
+  // for deaths not yet in the store; 0: derived from the launcher's reap
+  // interval and the store's round trip (elastic/membership.h), at most
+  // kMaxDerivedSettleS.
+  double settle_s = 0;
   std::int64_t max_recoveries = 8;  // then the job stops with a clear message
   // A lost slot's worker is started again after rejoin_after_s (the stand-in
   // for "the GPU is back") and rejoins at a step boundary.
@@ -202,6 +206,11 @@ struct ElasticConfig {
 
 // Failure injection for tests and demos: global rank `kill_rank` kills itself
 // (SIGKILL) at the start of step `kill_at_step`. -1 = off.
+// The longest settle wait the agreement derives when elastic.settle_s is 0.
+inline constexpr double kMaxDerivedSettleS = 0.25;
+// The longest the census taker may settle: elastic.settle_s, or the derived bound.
+double settle_bound_s(const ElasticConfig& e);
+
 struct TestConfig {
   std::int64_t kill_rank = -1;
   std::int64_t kill_at_step = -1;

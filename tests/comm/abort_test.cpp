@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <future>
 #include <iostream>
 #include <optional>
@@ -76,6 +77,68 @@ TEST(Abort, FreesACallBlockedInGlooOnAnotherThread) {
   report("abort -> group destroyed", seconds_between(aborted_at, destroyed_at));
   EXPECT_LT(seconds_between(aborted_at, failed_at), 1.0);
   EXPECT_LT(seconds_between(aborted_at, destroyed_at), 1.0);
+}
+
+// A rank declared lost from outside the transport (its host cut off: its
+// sockets never close): abort_groups_with(1) frees rank 0's call blocked on
+// it in group {0, 1} within a second, not at the 10 s deadline, and leaves
+// group {0, 2}, which rank 1 is not in, working. (Ranks are threads here, so
+// both members of {0, 1} are this process's.)
+TEST(Abort, AbortGroupsWithBreaksOnlyTheGroupsOfTheLostRank) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  std::promise<void> rank0_done;
+  auto rank0_finished = rank0_done.get_future().share();
+  clock_type::time_point aborted_at, failed_at;
+  int aborted = -1;
+  const auto pair_options = [](int a, int b, int rank, const std::string& name) {
+    GroupOptions o = group_options(2, rank, name, 1, 10s);
+    o.ranks = {a, b};
+    return o;
+  };
+  auto errors = run_threads(3, [&](int rank) {
+    std::vector<float> x(1000, 1.0f);
+    if (rank == 1) {
+      auto lost = create_group(store, pair_options(0, 1, 1, "lost-pair"));
+      rank0_finished.wait_for(30s);  // keeps its end open, never calls
+      return;
+    }
+    auto other = create_group(store, pair_options(0, 2, rank, "other-pair"));
+    if (rank == 2) {
+      rank0_finished.wait_for(30s);
+      other->all_reduce(x.data(), x.size());
+      EXPECT_EQ(x[0], 2.0f);
+      return;
+    }
+    auto lost = create_group(store, pair_options(0, 1, 0, "lost-pair"));
+    EXPECT_EQ(abort_groups_with(7, "nobody"), 0);
+    std::thread watchdog([&] {
+      std::this_thread::sleep_for(200ms);
+      aborted_at = clock_type::now();
+      aborted = abort_groups_with(1, "rank 1 was declared lost with its host");
+    });
+    try {
+      lost->all_reduce(x.data(), x.size());
+      ADD_FAILURE() << "all_reduce returned without rank 1";
+    } catch (const CommError& e) {
+      failed_at = clock_type::now();
+      // In one process rank 1's member is aborted too, and may close the
+      // connection before rank 0's member is marked: either way the call is
+      // freed by the abort, not by its deadline.
+      EXPECT_TRUE(e.kind() == CommErrorKind::kBroken || e.kind() == CommErrorKind::kConnectionClosed) << e.what();
+    }
+    watchdog.join();
+    EXPECT_TRUE(lost->broken());
+    EXPECT_FALSE(other->broken());
+    rank0_done.set_value();
+    std::fill(x.begin(), x.end(), 1.0f);
+    other->all_reduce(x.data(), x.size());
+    EXPECT_EQ(x[0], 2.0f);
+  });
+  testing::rethrow_first(errors);
+  EXPECT_EQ(aborted, 2);  // both members of {0, 1} live in this process
+  report("abort_groups_with -> blocked all_reduce fails", seconds_between(aborted_at, failed_at));
+  EXPECT_LT(seconds_between(aborted_at, failed_at), 1.0);
 }
 
 // Rank 1 blocks in all_reduce on rank 0, which never calls it but aborts.

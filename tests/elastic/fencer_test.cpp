@@ -89,6 +89,11 @@ TEST_F(FencerTest, AHostWhoseLauncherStillBeatsAnswersForItsRanksItself) {
   EXPECT_TRUE(declared(4));
   EXPECT_TRUE(store_->try_get(fence_key(4)));
   EXPECT_FALSE(store_->try_get(dead_key(5)));  // its beat is fresh
+  // And the workers' loss watch (loss_watch.h) is told, once.
+  poll(fencer);
+  const auto lost = store_->items(lost_list_key());
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(comm::to_text(lost[0]), "4");
 }
 
 // A rank cut off with its host stops once it cannot renew its lease; the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Soak of the partition cases of multihost_netns_test.sh (issue 32): each of
-# blip, partition-lease, partition-short, partition and store-cut0 run N times, each run in a
+# blip, partition-lease, partition-short, partition, store-cut0 and store-cut0-short run N times, each run in a
 # fresh set of namespaces (one invocation of the test per run), then a tally
 # per case: passes, failures, the exit codes the two nodes ended with, and the
 # wall time. Exits 1 if any run failed, 77 (skip) if the test skips.
@@ -14,7 +14,7 @@ set -u
 NTP=$(realpath "${1:?usage: multihost_netns_soak.sh NTP_BINARY [CASE...]}")
 shift
 CASES=("$@")
-((${#CASES[@]})) || CASES=(blip partition-lease partition-short partition store-cut0)
+((${#CASES[@]})) || CASES=(blip partition-lease partition-short partition store-cut0 store-cut0-short)
 RUNS=${NTP_SOAK_RUNS:-10}
 LOAD=${NTP_SOAK_LOAD:-0}
 TEST="$(dirname "$(realpath "$0")")/multihost_netns_test.sh"

@@ -38,10 +38,11 @@
 # process left on the host cut off, nothing exits 3.
 #
 # Usage: multihost_netns_test.sh NTP_BINARY [CASE...]
-#   (cases: train kill kill0 partition partition-short partition-lease blip starved redis store-gone store-cut0)
+#   (cases: train kill kill0 partition partition-short partition-lease blip starved redis store-gone store-cut0
+#    store-cut0-short)
 # NTP_PARTITION_S / NTP_SHORT_PARTITION_S / NTP_LEASE_PARTITION_S / NTP_BLIP_S /
-# NTP_CUT0_S: the cut of `partition` (25 s), `partition-short` (8 s),
-# `partition-lease` (4 s), `blip` (0.5 s) and `store-cut0` (25 s).
+# NTP_CUT0_S / NTP_SHORT_CUT0_S: the cut of `partition` (25 s), `partition-short` (8 s),
+# `partition-lease` (4 s), `blip` (0.5 s), `store-cut0` (25 s) and `store-cut0-short` (8 s).
 # Needs root and `ip` (iproute2); without them it says so and exits 77 (skip).
 # Every namespace, process and file it made is removed on any exit (NTP_NETNS_KEEP=1 keeps the files:
 # the run directories and outputs, for a failure to be looked at).
@@ -143,6 +144,9 @@ LEASE_PARTITION_S=${NTP_LEASE_PARTITION_S:-4}
 # Host 0 cut off from the store and host 1: longer than deadline.lease_s (its
 # ranks fence themselves) and than the store's 20 s reconnect deadline.
 CUT0_S=${NTP_CUT0_S:-25}
+# The same, longer than deadline.lease_s but shorter than the store deadline:
+# node 0's launcher is back with the store and finds its ranks declared lost.
+SHORT_CUT0_S=${NTP_SHORT_CUT0_S:-8}
 CUT_S=$PARTITION_S  # the cut of the case that runs
 EXTRA=()  # settings of the case that runs
 # Three of host 0's ranks stop beating while they train on (test.failures
@@ -218,6 +222,19 @@ kill_host() {
 # Each step committed once: metrics.jsonl, which the writer appends to after
 # a step's commit, holds steps 0..STEPS-1 once each in order, and no epoch was
 # agreed twice with different members (two sides would each publish one).
+# Host 0's ranks blocked in a collective on host 1 learn of its loss from the
+# store (rank_lost, appended to ntp/lost): the recovery must begin within a
+# few heartbeat intervals of it, not when deadline.collective_s ends (20 s
+# after the cut; rank_lost comes about deadline.lease_s after it).
+check_recovery_follows_the_loss() {
+  local name=$1 run=$2 gap
+  gap=$(jq -s '([.[] | select(.event == "rank_lost") | .time] | min) as $lost |
+               ([.[] | select(.event == "failure_detected") | .time] | min) - $lost' "$run/events.jsonl")
+  echo "$name: first failure_detected $gap s after the first rank_lost"
+  awk -v g="$gap" 'BEGIN { exit !(g != "null" && g < 3) }' ||
+    fail "$name: the recovery began $gap s after rank_lost (blocked collectives did not hear of the loss)"
+}
+
 check_committed_once() {
   local name=$1 run=$2
   local steps
@@ -335,6 +352,7 @@ run_case() {
         # The side that holds the store keeps every rank.
         check_cut_off_host "$name" 1 "$code1" "$out1" "$run" '[0-3]'
         echo "$name: node 1 stopped with $code1: $(grep error "$out1" | head -n 1)"
+        check_recovery_follows_the_loss "$name" "$run"
       fi
       if [[ $action == cut0 ]]; then
         # Host 0, cut off, stops (not with 3: the job went on without it),
@@ -419,6 +437,7 @@ for c in "${CASES[@]}"; do
     redis) run_case redis redis ;;
     store-gone) run_store_gone_case store-gone ;;
     store-cut0) CUT_S=$CUT0_S run_case store-cut0 cut0 ;;
+    store-cut0-short) CUT_S=$SHORT_CUT0_S run_case store-cut0-short cut0 ;;
     *) fail "unknown case $c" ;;
   esac
 done

@@ -44,7 +44,7 @@ TrainRun train(const fs::path& dir, const std::string& sets, const std::string& 
       env + " timeout -s KILL " + std::to_string(kTimeLimitS) + " " + std::string(NTP_BINARY),
       "train --run-dir " + dir.string() +
           " --set model.layers=1 --set model.seq_len=32 --set train.micro_batch=2 --set run.trace_steps=0"
-          " --set elastic.recover=true --set elastic.settle_s=0.2 --set deadline.collective_s=10"
+          " --set elastic.recover=true --set deadline.collective_s=10"
           " --set deadline.rendezvous_s=30 --set deadline.heartbeat_s=1.5 --set train.global_batch=8 " +
           sets + " --verify");
   return {r.exit_code, r.out + r.err};

@@ -7,6 +7,9 @@
 #include <map>
 #include <memory>
 
+#include <iostream>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "layout/errors.h"
@@ -110,6 +113,41 @@ TEST(RecoveryPlan, OneLostRankResumesAfterTheNewestStepWithoutItsSlot) {
   EXPECT_EQ(plan.fresh, 0);
   EXPECT_FALSE(plan.changes_nothing);
   EXPECT_GT(moved_units(plan), 0);
+}
+
+// What moves when K changes (dp 2 x tp 4, rank 5 = replica 1 slot 1 lost;
+// the figures are printed for docs/train.md): across domains, exactly the
+// lost slot's units, each once, from the peer replica into the survivors of
+// the replica that lost it; inside each domain, the units the new sync
+// partition (K 4 -> 3) shifts between slots — the healthy replica is laid
+// out anew too, since its core slot j holds the j-th of K parts.
+TEST(RecoveryPlan, ALossMovesTheLostSlotsUnitsAcrossDomainsOnceAndTheRestInside) {
+  Case c(job(2, 4));
+  c.survive(9, {5});
+  const RecoveryPlan plan = planned(c);
+  const auto plans = c.plans();
+  const train::JobPlan& before = plans->rbegin()->second;
+  const train::KindPlans& k = plan.source->plans;
+  const model::UnitKind kinds[] = {model::UnitKind::kHead, model::UnitKind::kNeuron, model::UnitKind::kVocab};
+  int i = 0;
+  for (const layout::TransitionPlan* kind : {&k.heads, &k.neurons, &k.vocab}) {
+    const layout::IntervalSet lost = before.view(5).shard.of(kinds[i++]);
+    std::map<std::string, std::int64_t> in;
+    layout::IntervalSet crossed;
+    for (const layout::Move& m : kind->moves) {
+      in[fmt::format("r{}s{} <- r{}s{}{}", m.to.replica, m.to.slot, m.from.replica, m.from.slot,
+                     m.cross_domain ? " (across)" : "")] += m.units.size();
+      EXPECT_EQ(m.cross_domain, m.from.replica != m.to.replica);
+      if (!m.cross_domain) continue;
+      EXPECT_EQ(m.to.replica, 1) << "a unit crossed into the healthy replica";
+      EXPECT_TRUE(crossed.intersect(m.units).empty()) << "a unit crossed twice";
+      crossed = crossed.unite(m.units);
+    }
+    EXPECT_EQ(crossed, lost) << "across domains, other units than the lost slot's moved";
+    EXPECT_EQ(kind->cross_units, lost.size());
+    std::cout << "intra " << kind->intra_units << ", across " << kind->cross_units << "\n";
+    for (const auto& [what, n] : in) std::cout << "  " << what << ": " << n << "\n";
+  }
 }
 
 TEST(RecoveryPlan, TheLostWritersLogsGoToTheFirstRankThatHoldsTheStep) {
