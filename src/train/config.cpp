@@ -608,6 +608,7 @@ void validate_lease(const Config& c) {
 
 double lease_seconds(const DeadlineConfig& d) { return d.lease_s > 0 ? d.lease_s : 2 * d.heartbeat_s; }
 double heartbeat_interval_s(const DeadlineConfig& d) { return std::max(0.05, d.heartbeat_s / 5); }
+double settle_bound_s(const ElasticConfig& e) { return e.settle_s > 0 ? e.settle_s : kMaxDerivedSettleS; }
 
 namespace {
 
@@ -616,7 +617,6 @@ std::int64_t job_rank_count(const ParallelConfig& p) {
   std::int64_t n = 0;
   for (std::int64_t r = 0; r < p.dp; ++r) {
     if (p.trains(r)) n += static_cast<std::int64_t>(p.active_slots(r).size());
-double settle_bound_s(const ElasticConfig& e) { return e.settle_s > 0 ? e.settle_s : kMaxDerivedSettleS; }
   }
   return n;
 }

@@ -204,13 +204,13 @@ struct ElasticConfig {
   bool operator==(const ElasticConfig&) const = default;
 };
 
-// Failure injection for tests and demos: global rank `kill_rank` kills itself
-// (SIGKILL) at the start of step `kill_at_step`. -1 = off.
 // The longest settle wait the agreement derives when elastic.settle_s is 0.
 inline constexpr double kMaxDerivedSettleS = 0.25;
 // The longest the census taker may settle: elastic.settle_s, or the derived bound.
 double settle_bound_s(const ElasticConfig& e);
 
+// Failure injection for tests and demos: global rank `kill_rank` kills itself
+// (SIGKILL) at the start of step `kill_at_step`. -1 = off.
 struct TestConfig {
   std::int64_t kill_rank = -1;
   std::int64_t kill_at_step = -1;
