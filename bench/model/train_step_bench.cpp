@@ -11,7 +11,15 @@
 // rates are also given per second of process CPU time (all threads), which
 // stays meaningful when other jobs share the cores (the load average is printed).
 //
-//   model_bench [--threads=N] [--llama_1b_layers=L] [--tp=K [--align=A]] [benchmark flags]
+//   model_bench [--threads=N] [--precision=fp32|bf16|both] [--llama_1b_layers=L] [--tp=K [--align=A]]
+//               [benchmark flags]
+//
+// --precision (default both) picks model.precision of the oneDNN steps of
+// GPT-2 124M and llama-small: with bf16 (docs/model.md, "Mixed precision")
+// the step's FLOP/s is a fraction of oneDNN's bf16 matmul peak (bf16_matmul/
+// onednn, measured the same way through gemm() on a bf16 context, interleaved
+// with the steps), and with both the summary gives each model's bf16 step
+// time over its fp32 step time and the peak RSS of each.
 //
 // --llama_1b_layers runs llama-1b with L of its 22 layers (each layer the same
 // shape), for hosts without the ~19 GB its full training state needs; the
@@ -34,6 +42,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +67,8 @@ int g_llama_1b_layers = 0;  // 0: all of them
 int g_tp = 0;               // --tp: 0 = no TP-rank cases
 int g_align = 64;           // --align of the aligned TP-rank case
 tensor::Context* g_peak_ctx = nullptr;  // oneDNN: the fastest sgemm here
+tensor::Context* g_peak_bf16_ctx = nullptr;  // oneDNN's bf16 matmul
+bool g_fp32 = true, g_bf16 = true;           // --precision
 
 double process_cpu_seconds() {
   timespec ts{};
@@ -97,9 +108,9 @@ Rate measure_sgemm_flops(tensor::Context& ctx, std::int64_t n, double min_second
 }
 
 
-void BM_Sgemm(benchmark::State& state, tensor::GemmBackend backend) {
+void BM_Sgemm(benchmark::State& state, tensor::GemmBackend backend, tensor::Precision precision) {
   const std::int64_t n = state.range(0);
-  tensor::Context ctx({g_threads, backend});
+  tensor::Context ctx({.threads = g_threads, .gemm = backend, .precision = precision});
   Rate rate;
   for (auto _ : state) rate = measure_sgemm_flops(ctx, n, 1.0);
   state.counters["GFLOP/s"] = rate.per_second / 1e9;
@@ -113,6 +124,7 @@ struct StepCase {
   std::int64_t layers = 0;  // 0: the preset's
   int tp = 1;               // > 1: slot 0 of a TP-tp replica, shares in blocks of `align`
   int align = 1;
+  tensor::Precision precision = tensor::Precision::kFp32;
 };
 
 // Slot 0's units of every kind in a healthy TP-`tp` replica: heads whole,
@@ -143,7 +155,8 @@ void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBacke
   model::GptConfig config = model::preset(sc.preset, sc.family);
   if (sc.layers > 0) config.layers = sc.layers;
   const std::int64_t B = 4, T = sc.seq;
-  tensor::Context ctx({g_threads, backend});
+  tensor::Context ctx({.threads = g_threads, .gemm = backend, .precision = sc.precision});
+  tensor::Context& peak_ctx = sc.precision == tensor::Precision::kBf16 ? *g_peak_bf16_ctx : *g_peak_ctx;
   const std::unique_ptr<comm::Group> solo = sc.tp > 1 ? solo_group() : nullptr;
   const model::Shard shard = sc.tp > 1 ? slot0_shard(config, sc.tp, sc.align) : model::Shard::full(config);
   model::Model m(config, shard, ctx, solo.get());
@@ -199,7 +212,7 @@ void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBacke
     state.PauseTiming();
     const auto wall0 = std::chrono::steady_clock::now();
     const double cpu1 = process_cpu_seconds();
-    const Rate r = measure_sgemm_flops(*g_peak_ctx, 2048, 0.5);
+    const Rate r = measure_sgemm_flops(peak_ctx, 2048, 0.5);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     sgemm_flop += r.per_second * wall;
     sgemm_wall += wall;
@@ -294,12 +307,27 @@ void register_attention_benchmarks() {
 }
 
 // "fraction of sgemm" = model_GFLOP/s / sgemm_GFLOP/s, printed after the table
-// from the same measurements.
+// from the same measurements; with both precisions, bf16 step / fp32 step.
 class FractionReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {
+      const std::string full_name = run.benchmark_name();
+      const std::string name = full_name.substr(0, full_name.find("/iterations:"));
+      const double step_s = run.iterations > 0 ? run.real_accumulated_time / static_cast<double>(run.iterations) : 0;
+      if (run.counters.count("peak_rss_MiB") > 0 && name.find("train_step/") == 0) {
+        step_[name] = {step_s, static_cast<double>(run.counters.at("peak_rss_MiB"))};
+        const std::string bf16 = "/bf16";
+        if (name.size() > bf16.size() && name.compare(name.size() - bf16.size(), bf16.size(), bf16) == 0) {
+          const auto fp32 = step_.find(name.substr(0, name.size() - bf16.size()));
+          if (fp32 != step_.end()) {
+            std::printf("  %s: bf16 step / fp32 step = %.3f s / %.3f s = %.2f; peak RSS %.0f -> %.0f MiB\n",
+                        name.c_str(), step_s, fp32->second.first, step_s / fp32->second.first,
+                        fp32->second.second, static_cast<double>(run.counters.at("peak_rss_MiB")));
+          }
+        }
+      }
       const auto speedup = run.counters.find("gemm_speedup");
       if (speedup != run.counters.end()) {
         std::printf("  %s: attention %.2f ms/step on the loops, %.2f ms/step through GEMM (%.2fx)\n",
@@ -328,6 +356,9 @@ class FractionReporter : public benchmark::ConsoleReporter {
                   static_cast<double>(run.counters.at("adamw_ms")));
     }
   }
+
+ private:
+  std::map<std::string, std::pair<double, double>> step_;  // name -> (s/step, peak RSS MiB)
 };
 
 int parse_flag(int& argc, char** argv, const char* name, int fallback) {
@@ -349,21 +380,46 @@ int main(int argc, char** argv) {
   g_llama_1b_layers = parse_flag(argc, argv, "llama_1b_layers", 0);
   g_tp = parse_flag(argc, argv, "tp", 0);
   g_align = parse_flag(argc, argv, "align", 64);
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (!arg.starts_with("--precision=")) continue;
+    const std::string value = arg.substr(12);
+    g_fp32 = value != "bf16";
+    g_bf16 = value != "fp32";
+    if (value != "fp32" && value != "bf16" && value != "both") {
+      std::fprintf(stderr, "--precision: fp32 | bf16 | both, not '%s'\n", value.c_str());
+      return 2;
+    }
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc;
+    --i;
+  }
   tensor::Context peak_ctx({g_threads, tensor::GemmBackend::kOneDnn});
   g_peak_ctx = &peak_ctx;
+  tensor::Context peak_bf16_ctx({.threads = g_threads, .precision = tensor::Precision::kBf16});
+  g_peak_bf16_ctx = &peak_bf16_ctx;
   const tensor::Context blas_ctx({g_threads, tensor::GemmBackend::kOpenBlas});
-  std::printf("threads: %s\n         %s\nload average at start: %s\n", peak_ctx.describe().c_str(),
-              blas_ctx.describe().c_str(), load_average().c_str());
+  std::printf("threads: %s\n         %s\n         %s\nload average at start: %s\n",
+              peak_ctx.describe().c_str(), blas_ctx.describe().c_str(), peak_bf16_ctx.describe().c_str(),
+              load_average().c_str());
   benchmark::Initialize(&argc, argv);
   for (const auto backend : {tensor::GemmBackend::kOneDnn, tensor::GemmBackend::kOpenBlas}) {
     const std::string name(tensor::gemm_backend_name(backend));
-    benchmark::RegisterBenchmark(("sgemm/" + name).c_str(), BM_Sgemm, backend)
+    benchmark::RegisterBenchmark(("sgemm/" + name).c_str(), BM_Sgemm, backend, tensor::Precision::kFp32)
+        ->Arg(2048)
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
+  if (g_bf16) {
+    benchmark::RegisterBenchmark("bf16_matmul/onednn", BM_Sgemm, tensor::GemmBackend::kOneDnn,
+                                 tensor::Precision::kBf16)
         ->Arg(2048)
         ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
   }
   for (const char* preset : {"small", "gpt2"}) {
     for (const auto backend : {tensor::GemmBackend::kOneDnn, tensor::GemmBackend::kOpenBlas}) {
+      if (!g_fp32) continue;
       benchmark::RegisterBenchmark((std::string("train_step/") + preset + "/B4xT64/" +
                                     std::string(tensor::gemm_backend_name(backend)))
                                        .c_str(),
@@ -376,11 +432,24 @@ int main(int argc, char** argv) {
   const StepCase llama_cases[] = {{"llama-small", model::Family::kLlama, 128, 0},
                                   {"llama-1b", model::Family::kLlama, 128, g_llama_1b_layers}};
   for (const StepCase& sc : llama_cases) {
+    if (!g_fp32) continue;
     const std::string layers = sc.layers > 0 ? "/layers" + std::to_string(sc.layers) : "";
     benchmark::RegisterBenchmark(("train_step/" + sc.preset + layers + "/B4xT128/onednn").c_str(), BM_TrainStep,
                                  sc, tensor::GemmBackend::kOneDnn)
         ->Unit(benchmark::kMillisecond)
         ->Iterations(sc.preset == "llama-1b" ? 2 : 4)
+        ->UseRealTime();
+  }
+  // bf16 steps, named after their fp32 twin + "/bf16" (the summary's ratio).
+  const StepCase bf16_cases[] = {{"gpt2", model::Family::kGpt2, 64}, {"llama-small", model::Family::kLlama, 128}};
+  for (StepCase sc : bf16_cases) {
+    if (!g_bf16) continue;
+    sc.precision = tensor::Precision::kBf16;
+    benchmark::RegisterBenchmark(
+        ("train_step/" + sc.preset + "/B4xT" + std::to_string(sc.seq) + "/onednn/bf16").c_str(), BM_TrainStep, sc,
+        tensor::GemmBackend::kOneDnn)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(4)
         ->UseRealTime();
   }
   if (g_tp > 1) {

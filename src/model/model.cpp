@@ -240,6 +240,7 @@ LossStats Model::forward(const Batch& batch) {
   a.token_ids = a.token_store.put(gpu_, a.token_col);
   a.target_ids = a.target_store.put(gpu_, a.target_col);
   upload_params();
+  ctx_.begin_weight_pass();  // ended by backward(): no weight changes in between
 
   const float* p = kernel_params();
   const TensorSpec* wpe = layout_->find("wpe");  // Llama: none (RoPE in the blocks)
@@ -305,6 +306,11 @@ void Model::forward_block(int l, const float* residual) {
 void Model::backward(const BackwardHooks& hooks) {
   if (!have_forward_) throw std::logic_error("model: backward() without a preceding forward()");
   have_forward_ = false;  // dlogits are consumed
+  // The optimizer step follows: the weights' bf16 copies go stale.
+  const struct EndPass {
+    tensor::Context& ctx;
+    ~EndPass() { ctx.end_weight_pass(); }
+  } end_pass{ctx_};
   Activations& a = *acts_;
   const GptConfig& c = config();
   const Dims d = dims_of(*layout_);

@@ -59,16 +59,32 @@ struct View {
   View rows(std::int64_t r) const { return {p + r * ld, ld}; }
 };
 
-// The sgemm of the Context's library on the calling thread:
-// c = alpha · op(a) · op(b) + beta · c, c [m, n]. It adds its time to
-// thread_ns, summed over the pool's threads (see GemmTime).
+// The GEMM of the Context's library on the calling thread:
+// c = alpha · op(a) · op(b) + beta · c, c [m, n]; with bf16 GEMMs a and b are
+// rounded to bf16 first (into the thread's scratch), as gemm() rounds its
+// operands. It adds its time to thread_ns, summed over the pool's threads
+// (see GemmTime).
 struct Sgemm {
   GemmBackend backend;
+  Precision precision;
+  Bf16Path path;
   std::atomic<std::int64_t>* thread_ns;
   void operator()(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, View a,
                   View b, float beta, float* c, std::int64_t ldc) const {
     const auto start = std::chrono::steady_clock::now();
-    backend_sgemm(backend, ta, tb, m, n, k, alpha, a.p, a.ld, b.p, b.ld, beta, c, ldc);
+    if (precision == Precision::kBf16) {
+      thread_local std::vector<Bf16> scratch;
+      const std::int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+      const std::int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+      scratch.resize(static_cast<std::size_t>(a_rows * a_cols + b_rows * b_cols));
+      Bf16* ha = scratch.data();
+      Bf16* hb = ha + a_rows * a_cols;
+      round_to_bf16(a.p, a_rows, a_cols, a.ld, ha);
+      round_to_bf16(b.p, b_rows, b_cols, b.ld, hb);
+      backend_gemm_bf16(path, backend, ta, tb, m, n, k, alpha, ha, a_cols, hb, b_cols, beta, c, ldc);
+    } else {
+      backend_sgemm(backend, ta, tb, m, n, k, alpha, a.p, a.ld, b.p, b.ld, beta, c, ldc);
+    }
     thread_ns->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::steady_clock::now() - start)
                              .count(),
@@ -98,7 +114,7 @@ struct Setup {
         row(shape.qkv_row()),
         scale(1.0f / std::sqrt(static_cast<float>(shape.head_dim))),
         L(simd::loops()),
-        sgemm{ctx.gemm_backend(), &time.thread_ns} {}
+        sgemm{ctx.gemm_backend(), ctx.precision(), ctx.bf16_path(), &time.thread_ns} {}
   Slice sl;
   std::int64_t T, hd, row;  // positions, head size, floats per qkv row
   float scale;              // of the scores, 1/sqrt(hd)

@@ -47,12 +47,34 @@ Context::Context(ThreadSetup setup, std::shared_ptr<ThreadPool> pool)
 
 Context::~Context() = default;
 
+Bf16Path Context::bf16_path() const {
+  return setup_.emulate_bf16 || !cpu_has_bf16() ? Bf16Path::kEmulated : Bf16Path::kNative;
+}
+
+void Context::begin_weight_pass() {
+  ++weight_pass_;
+  weight_pass_open_ = true;
+  // A copy the previous pass did not read belongs to a weight no longer used
+  // (the model was laid out anew): its memory goes.
+  std::erase_if(bf16_copies_, [&](const auto& entry) { return entry.second.pass + 1 < weight_pass_; });
+}
+
+Context::Bf16Copy* Context::bf16_copy(const float* weight) {
+  return weight_pass_open_ ? &bf16_copies_[weight] : nullptr;
+}
+
 Device Context::device() const { return gpu_ != nullptr ? Device::kCuda : Device::kCpu; }
 
 std::string Context::describe() const {
   if (gpu_ != nullptr)
     return "cuda " + gpu_->describe() + ", cuBLAS fp32; host pool " + std::to_string(pool_->threads()) + " threads";
-  return "gemm " + describe_gemm_backend(setup_.gemm) + ", one call per pool thread; pool " +
+  std::string precision;
+  if (setup_.precision == Precision::kBf16) {
+    precision = bf16_path() == Bf16Path::kNative
+                    ? "bf16 (oneDNN matmul, fp32 accumulation), "
+                    : "bf16 emulated (no avx512_bf16: fp32 sgemm on bf16-rounded inputs), ";
+  }
+  return "gemm " + precision + describe_gemm_backend(setup_.gemm) + ", one call per pool thread; pool " +
          std::to_string(pool_->threads()) + " threads; cores online " +
          std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + (huge_pages() ? "; huge pages" : "; no huge pages");
 }

@@ -7,8 +7,11 @@
 // on device pointers; host() is the CPU context beside it (the same pool) for
 // work on host memory (the optimizer on the master weights, norms). The kernel
 // signatures are the same for both.
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "tensor/gemm_backend.h"
 #include "tensor/thread_pool.h"
@@ -23,6 +26,10 @@ struct ThreadSetup {
   GemmBackend gemm = GemmBackend::kOneDnn;
   bool cuda = false;    // the kernels run on a GPU (model.device = "cuda")
   int gpu_device = -1;  // which one; -1: Gpu::device_for_local_rank()
+  Precision precision = Precision::kFp32;  // of the GEMMs' inputs (model.precision)
+  // bf16 GEMMs emulated (fp32 sgemm on the rounded inputs) even on a CPU with
+  // the bf16 dot product: what a CPU without it runs, for tests.
+  bool emulate_bf16 = false;
 };
 
 class Context {
@@ -42,6 +49,28 @@ class Context {
   Context& host() { return host_ != nullptr ? *host_ : *this; }
   const ThreadSetup& setup() const { return setup_; }
   GemmBackend gemm_backend() const { return setup_.gemm; }
+  Precision precision() const { return setup_.precision; }
+  // How this context's bf16 GEMMs run: natively where the CPU has AVX512-BF16,
+  // else (or with setup.emulate_bf16) emulated; the same rounding points either way.
+  Bf16Path bf16_path() const;
+  // The operands of gemm()'s bf16 GEMMs, rounded once per call (the owning
+  // thread's, like gemm_seconds).
+  std::vector<Bf16>& bf16_scratch() { return bf16_scratch_; }
+  // A weight pass: from a forward's start to its backward's end (Model opens
+  // and closes it), a span in which no weight changes. Within one, a bf16
+  // GEMM's weight is rounded by the first GEMM that reads it and the copy
+  // reused by the rest (the backward's dinp GEMM); outside one, every GEMM
+  // rounds its operands itself. Opening a pass ends the previous one.
+  void begin_weight_pass();
+  void end_weight_pass() { weight_pass_open_ = false; }
+  struct Bf16Copy {
+    std::vector<Bf16> values;
+    std::uint64_t pass = 0;  // the pass it was rounded in; 0: never
+  };
+  // The copy kept for `weight` in the open pass (fresh when its `pass` is
+  // weight_pass()), or null when no pass is open.
+  Bf16Copy* bf16_copy(const float* weight);
+  std::uint64_t weight_pass() const { return weight_pass_; }
   // Wall-clock seconds spent in gemm() on this context so far, and in the
   // attention's per-head sgemm calls (their thread-seconds over the pool's
   // threads); the rest of a step is the non-GEMM kernels, the sync and the
@@ -49,7 +78,8 @@ class Context {
   double gemm_seconds() const { return gemm_seconds_; }
   void add_gemm_seconds(double seconds) { gemm_seconds_ += seconds; }
   // "gemm oneDNN 2.6.3, avx512_core_bf16, one call per pool thread; pool 2 threads; cores online 2;
-  // huge pages"
+  // huge pages"; with bf16 GEMMs "gemm bf16 (oneDNN matmul, fp32 accumulation) ..." or
+  // "gemm bf16 emulated (no avx512_bf16: fp32 sgemm on bf16-rounded inputs) ..."
   std::string describe() const;
 
  private:
@@ -60,6 +90,10 @@ class Context {
   std::unique_ptr<Gpu> gpu_;
   std::unique_ptr<Context> host_;  // GPU contexts only
   double gemm_seconds_ = 0.0;  // only the thread that owns the context calls gemm()
+  std::vector<Bf16> bf16_scratch_;
+  std::unordered_map<const float*, Bf16Copy> bf16_copies_;  // by the weight's address
+  std::uint64_t weight_pass_ = 0;
+  bool weight_pass_open_ = false;
 };
 
 }  // namespace ntp::tensor

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "tensor/gpu.h"
 #include "tensor/simd/loops.h"
@@ -20,12 +23,62 @@ std::int64_t block_begin(std::int64_t extent, std::int64_t blocks, std::int64_t 
   return std::min(extent, units * index / blocks * kBlockAlign);
 }
 
+// A matrix as stored (row-major, leading dimension ld), fp32 or, for bf16
+// GEMMs, its rounded copy: at(r, c) is the block starting at stored row r, column c.
+struct Operand {
+  const float* f;
+  const Bf16* h;
+  std::int64_t ld;
+  Operand at(std::int64_t r, std::int64_t c) const {
+    return {f != nullptr ? f + r * ld + c : nullptr, h != nullptr ? h + r * ld + c : nullptr, ld};
+  }
+};
+
+// out = the stored [rows, cols] of x rounded to bf16, dense, rows split over
+// the pool: the rounding points are the elements themselves, whatever the blocks.
+void round_block(Context& ctx, const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, Bf16* out) {
+  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, cols));
+  ctx.pool().parallel_for(rows, grain, [&](std::int64_t first, std::int64_t last) {
+    round_to_bf16(x + first * ld, last - first, cols, ld, out + first * cols);
+  });
+}
+
+// Which operand of gemm_blocks is a weight: one that stays the same for the
+// Context's weight pass, so its bf16 copy is kept (Context::bf16_copy).
+enum class Weight { kNone, kB };
+
+// The operands of a bf16 GEMM: a rounded into the context's scratch; b too,
+// or, when it is a weight and a pass is open, into the pass's copy of it,
+// rounded only by the first GEMM of the pass that reads it.
+std::pair<Operand, Operand> round_operands(Context& ctx, const float* a, std::int64_t a_rows, std::int64_t a_cols,
+                                           std::int64_t lda, const float* b, std::int64_t b_rows,
+                                           std::int64_t b_cols, std::int64_t ldb, Weight weight) {
+  std::vector<Bf16>& scratch = ctx.bf16_scratch();
+  const auto a_size = static_cast<std::size_t>(a_rows * a_cols), b_size = static_cast<std::size_t>(b_rows * b_cols);
+  Context::Bf16Copy* copy = weight == Weight::kB ? ctx.bf16_copy(b) : nullptr;
+  scratch.resize(a_size + (copy != nullptr ? 0 : b_size));
+  round_block(ctx, a, a_rows, a_cols, lda, scratch.data());
+  Bf16* hb = scratch.data() + a_size;
+  bool fresh = false;
+  if (copy != nullptr) {
+    fresh = copy->pass == ctx.weight_pass() && copy->values.size() == b_size;
+    copy->values.resize(b_size);
+    copy->pass = ctx.weight_pass();
+    hb = copy->values.data();
+  }
+  if (!fresh) round_block(ctx, b, b_rows, b_cols, ldb, hb);
+  return {Operand{nullptr, scratch.data(), a_cols}, Operand{nullptr, hb, b_cols}};
+}
+
 // C = op(a) op(b) (+ beta C), or, with `row_init`, each row of C set to
 // row_init (k_out values) first and the product added onto it: every thread
-// fills its own block just before its sgemm, while the block is in its cache.
+// fills its own block just before its GEMM, while the block is in its cache.
+// With bf16 GEMMs both operands are rounded first (round_operands), then the
+// blocks run as bf16 GEMMs with fp32 accumulation and output.
 void gemm_blocks(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t k_out,
                  std::int64_t inner, float alpha, const float* a, std::int64_t lda, const float* b,
-                 std::int64_t ldb, float beta, float* c, std::int64_t ldc, const float* row_init) {
+                 std::int64_t ldb, float beta, float* c, std::int64_t ldc, const float* row_init,
+                 Weight weight = Weight::kNone) {
   if (m == 0 || k_out == 0) return;  // a rank may hold no units of a kind
   if (inner == 0) {
     // Nothing to multiply: C = beta * C (or the rows), which BLAS would do,
@@ -38,6 +91,23 @@ void gemm_blocks(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::
   }
   const auto start = std::chrono::steady_clock::now();
   const GemmBackend backend = ctx.gemm_backend();
+  const bool bf16 = ctx.precision() == Precision::kBf16;
+  const Bf16Path path = ctx.bf16_path();
+  Operand A{a, nullptr, lda}, B{b, nullptr, ldb};
+  if (bf16) {
+    std::tie(A, B) = round_operands(ctx, a, trans_a ? inner : m, trans_a ? m : inner, lda, b,
+                                    trans_b ? k_out : inner, trans_b ? inner : k_out, ldb, weight);
+  }
+  // One block: rows [r, r + rows) of C against columns [col, col + cols).
+  const auto run = [&](std::int64_t rows, std::int64_t cols, Operand x, Operand y, float block_beta, float* out) {
+    if (bf16) {
+      backend_gemm_bf16(path, backend, trans_a, trans_b, rows, cols, inner, alpha, x.h, x.ld, y.h, y.ld,
+                        block_beta, out, ldc);
+    } else {
+      backend_sgemm(backend, trans_a, trans_b, rows, cols, inner, alpha, x.f, x.ld, y.f, y.ld, block_beta, out,
+                    ldc);
+    }
+  };
   const bool by_rows = m >= k_out;
   const std::int64_t extent = by_rows ? m : k_out;
   const std::int64_t blocks =
@@ -51,13 +121,11 @@ void gemm_blocks(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::
       if (by_rows) {  // rows of C are rows of op(a)
         if (row_init != nullptr)
           for (std::int64_t i = begin; i < begin + size; ++i) std::copy_n(row_init, k_out, c + i * ldc);
-        backend_sgemm(backend, trans_a, trans_b, size, k_out, inner, alpha,
-                      trans_a ? a + begin : a + begin * lda, lda, b, ldb, beta, c + begin * ldc, ldc);
+        run(size, k_out, trans_a ? A.at(0, begin) : A.at(begin, 0), B, beta, c + begin * ldc);
       } else {  // columns of C are columns of op(b)
         if (row_init != nullptr)
           for (std::int64_t i = 0; i < m; ++i) std::copy_n(row_init + begin, size, c + i * ldc + begin);
-        backend_sgemm(backend, trans_a, trans_b, m, size, inner, alpha, a, lda,
-                      trans_b ? b + begin * ldb : b + begin, ldb, beta, c + begin, ldc);
+        run(m, size, A, trans_b ? B.at(begin, 0) : B.at(0, begin), beta, c + begin);
       }
     }
   });
@@ -78,9 +146,11 @@ void matmul_forward(Context& ctx, float* out, const float* inp, const float* wei
   NTP_ON_GPU(ctx, matmul_forward, out, inp, weight, bias, n, in_dim, out_dim, layout);
   // With a bias, each output row starts as the bias and the GEMM adds onto it.
   if (layout == WeightLayout::kOutIn) {
-    gemm_blocks(ctx, false, true, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, in_dim, 0.0f, out, out_dim, bias);
+    gemm_blocks(ctx, false, true, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, in_dim, 0.0f, out, out_dim, bias,
+                Weight::kB);
   } else {
-    gemm_blocks(ctx, false, false, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, out_dim, 0.0f, out, out_dim, bias);
+    gemm_blocks(ctx, false, false, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, out_dim, 0.0f, out, out_dim, bias,
+                Weight::kB);
   }
 }
 
@@ -91,8 +161,8 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
   const bool out_in = layout == WeightLayout::kOutIn;
   const auto beta = [](Into mode) { return mode == Into::kAdd ? 1.0f : 0.0f; };
   if (dinp != nullptr) {  // dinp[n, in] += dout[n, out] · Wᵀ
-    gemm(ctx, false, !out_in, n, in_dim, out_dim, 1.0f, dout, out_dim, weight,
-         out_in ? in_dim : out_dim, beta(into.dinp), dinp, in_dim);
+    gemm_blocks(ctx, false, !out_in, n, in_dim, out_dim, 1.0f, dout, out_dim, weight, out_in ? in_dim : out_dim,
+                beta(into.dinp), dinp, in_dim, nullptr, Weight::kB);
   }
   if (dweight != nullptr) {
     if (out_in) {  // dW[out, in] += doutᵀ · inp

@@ -34,6 +34,8 @@ const Choices<tensor::GemmBackend> kGemms = {{"onednn", tensor::GemmBackend::kOn
                                              {"openblas", tensor::GemmBackend::kOpenBlas}};
 const Choices<tensor::Device> kDevices = {{"cpu", tensor::Device::kCpu},
                                           {"cuda", tensor::Device::kCuda}};
+const Choices<tensor::Precision> kPrecisions = {{"fp32", tensor::Precision::kFp32},
+                                               {"bf16", tensor::Precision::kBf16}};
 const Choices<DataFormat> kFormats = {{"auto", DataFormat::kAuto},
                                       {"llmc", DataFormat::kLlmc},
                                       {"nanogpt", DataFormat::kNanogpt},
@@ -269,6 +271,10 @@ const std::vector<KeyDef>& schema() {
       int_key("model.threads", "kernel threads per rank; 0 = host cores / ranks on the host",
               NTP_FIELD(model.threads)),
       choice_key("model.gemm", "sgemm library: onednn | openblas", kGemms, NTP_FIELD(model.gemm)),
+      choice_key("model.precision",
+                 "GEMM inputs: fp32 | bf16 (bf16 weights and activations into every GEMM, fp32 accumulation, "
+                 "fp32 master weights, gradients, optimizer, norms, softmax and loss)",
+                 kPrecisions, NTP_FIELD(model.precision)),
       choice_key("model.device", "where each rank's forward and backward run: cpu | cuda (a GPU each)",
                  kDevices, NTP_FIELD(model.device)),
       bool_key("model.huge_pages", "buffers of 2 MiB or more on transparent huge pages (faster steps; on a "
@@ -409,7 +415,7 @@ const std::vector<KeyDef>& schema() {
       int_key("test.chaos_seed", "seed of test.chaos", NTP_FIELD(test.chaos_seed)),
       string_key("test.mutation",
                  "a deliberate bug for the checkers' own tests (needs NTP_TEST_MUTATIONS=1): "
-                 "ln_frozen | update_x1.01 | local_loss_scale | sample_twice | sample_skipped | "
+                 "ln_frozen | update_x1.01 | update_x1.03 | local_loss_scale | sample_twice | sample_skipped | "
                  "replicated_unsynced | unit_drift | skip_roll_forward",
                  NTP_FIELD(test.mutation)),
       int_key("test.mutation_rank", "the rank that carries test.mutation; -1 = every rank",
@@ -506,6 +512,8 @@ void validate_model(const ModelConfig& m) {
   require(m.kv_heads >= 0, "model.kv_heads", "must be >= 0");
   require(m.ffn_hidden >= 0, "model.ffn_hidden", "must be >= 0");
   require(m.threads >= 0, "model.threads", "must be >= 0");
+  require(m.precision == tensor::Precision::kFp32 || m.device == tensor::Device::kCpu, "model.precision",
+          "\"bf16\" needs model.device = \"cpu\" (the CUDA kernels run fp32 GEMMs)");
   // The kernels run in float: the value must stay finite and positive there.
   for (const auto& [key, value] : {std::pair{"model.rope_theta", m.rope_theta}, std::pair{"model.norm_eps", m.norm_eps}}) {
     const float as_float = static_cast<float>(value);

@@ -62,6 +62,8 @@ struct ModelConfig {
   std::string init_from;  // llm.c checkpoint; empty = random init from train.seed
   std::int64_t threads = 0;  // kernel threads per rank; 0 = cores / ranks on this host
   tensor::GemmBackend gemm = tensor::GemmBackend::kOneDnn;  // every rank of a job uses the same
+  // The GEMMs' inputs: fp32, or bf16 with fp32 accumulation (docs/model.md, "Mixed precision").
+  tensor::Precision precision = tensor::Precision::kFp32;
   // Where each rank's forward and backward run (tensor/gpu.h); the master
   // weights, the optimizer and the gradient sync stay on the host either way.
   tensor::Device device = tensor::Device::kCpu;

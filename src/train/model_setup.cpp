@@ -151,7 +151,10 @@ void warn_if_oversubscribed(const ModelConfig& keys, int ranks_on_host) {
 tensor::ThreadSetup thread_setup(const ModelConfig& keys, int ranks_on_host) {
   const int threads =
       keys.threads > 0 ? static_cast<int>(keys.threads) : std::max(1, host_cores() / ranks_on_host);
-  return {.threads = threads, .gemm = keys.gemm, .cuda = keys.device == tensor::Device::kCuda};
+  return {.threads = threads,
+          .gemm = keys.gemm,
+          .cuda = keys.device == tensor::Device::kCuda,
+          .precision = keys.precision};
 }
 
 void check_device(const ModelConfig& keys) {

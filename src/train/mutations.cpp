@@ -6,9 +6,10 @@
 namespace ntp::train {
 namespace {
 
-constexpr std::array<std::pair<const char*, Mutation>, 8> kNames = {{
+constexpr std::array<std::pair<const char*, Mutation>, 9> kNames = {{
     {"ln_frozen", Mutation::kLnFrozen},
     {"update_x1.01", Mutation::kUpdateScaled},
+    {"update_x1.03", Mutation::kUpdateScaled3},
     {"local_loss_scale", Mutation::kLocalLossScale},
     {"sample_twice", Mutation::kSampleTwice},
     {"sample_skipped", Mutation::kSampleSkipped},

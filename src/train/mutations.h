@@ -6,6 +6,8 @@
 //
 //   ln_frozen            h0.ln1_w is never updated (AdamW skips it)
 //   update_x1.01         every update is 1 % too large (lr x 1.01)
+//   update_x1.03         every update is 3 % too large: what --verify must
+//                        still catch in a bf16 run (docs/train.md)
 //   local_loss_scale     the loss is scaled by the replica's tokens, not the
 //                        global batch's (DESIGN §9's pitfall)
 //   sample_twice         at step 1, replica 0 trains its first sample twice
@@ -26,6 +28,7 @@ enum class Mutation {
   kNone,
   kLnFrozen,
   kUpdateScaled,
+  kUpdateScaled3,
   kLocalLossScale,
   kSampleTwice,
   kSampleSkipped,

@@ -51,7 +51,9 @@ class StepHooks {
     return mutation_ == Mutation::kLocalLossScale ? replica_samples : global_batch;
   }
   // The learning rate's factor: 1.01 with kUpdateScaled.
-  double lr_factor() const { return mutation_ == Mutation::kUpdateScaled ? 1.01 : 1.0; }
+  double lr_factor() const {
+    return mutation_ == Mutation::kUpdateScaled ? 1.01 : mutation_ == Mutation::kUpdateScaled3 ? 1.03 : 1.0;
+  }
 
   // --- slow ranks (NTP_TEST_MUTATIONS=1 only)
   // NTP_TEST_SLOW_COMPUTE = "SECONDS:RANK:FACTOR": every rank's compute takes

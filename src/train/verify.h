@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -29,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/parameters.h"
+#include "tensor/gemm_backend.h"
 
 namespace ntp::train {
 
@@ -57,6 +59,13 @@ struct VerifyTolerance {
   double loss_rel = 1e-5;       // per step: |loss_run − loss_ref| ≤ loss_rel·|loss_ref|
   double grad_norm_rel = 1e-4;  // per step, likewise for grad_norm
 };
+
+// The tolerance a run of model.precision is judged by: the fp32 one above,
+// or, for bf16 GEMMs, the one derived in docs/train.md ("Tolerances under
+// bf16"): the replay rounds the same GEMM inputs, but an input that the run
+// and the replay hold a reassociation apart can round to neighbouring bf16
+// values, so their difference grows to bf16's, not fp32's, noise.
+VerifyTolerance verify_tolerance(tensor::Precision precision);
 
 // One element of one tensor: what the run and the replay changed it by.
 struct ElementDiff {
@@ -172,6 +181,10 @@ struct VerifyResult {
 // sample, rank, unit or tensor); an update failure is told in short.
 std::string verdict_line(const VerifyResult& result);
 
+// A tensor's class in verify.json's worst_by_class: "embedding" (wte, wpe),
+// "norm" (LayerNorm weights and biases), "bias", or "weight" (the matrices).
+std::string tensor_class(const std::string& name);
+
 // RUN_DIR/verify.json: the result in full (to_json(true)), pretty-printed.
 // Throws std::runtime_error naming the file when it cannot be written.
 inline constexpr const char* kVerifyFile = "verify.json";
@@ -186,7 +199,9 @@ class VerifyInterrupted : public std::runtime_error {
 
 // Throws VerifyInputError naming the run file that is missing or malformed.
 // `stop`, polled before each replayed step, ends the replay early.
-VerifyResult verify_run(const std::filesystem::path& run_dir, const VerifyTolerance& tolerance = {},
+// Without a tolerance, the run's model.precision picks it (verify_tolerance).
+VerifyResult verify_run(const std::filesystem::path& run_dir,
+                        const std::optional<VerifyTolerance>& tolerance = std::nullopt,
                         const std::function<bool()>& stop = {});
 
 }  // namespace ntp::train

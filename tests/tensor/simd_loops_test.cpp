@@ -90,6 +90,14 @@ std::vector<float> run_all(const Loops& l) {
     append(param);
     append(m);
     append(v);
+    // bf16 rounding: every fp32 bit pattern class (ties, NaN, inf, subnormals)
+    // among random ones, each result widened to a float to compare.
+    auto wide = c;
+    const float specials[] = {NAN, -INFINITY, INFINITY, 1e-40f, -3e-39f, 1.00390625f, 1.01171875f, 65504.0f};
+    for (std::size_t i = 0; i < size; ++i) wide[i] = i % 3 == 0 ? specials[i / 3 % 8] : c[i] * 1e3f;
+    std::vector<std::uint16_t> halves(size);
+    l.round_bf16(halves.data(), wide.data(), n);
+    for (std::uint16_t h : halves) out.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16));
   }
   return out;
 }

@@ -139,6 +139,7 @@ TEST(StepHooks, AMutationReachesOnlyItsRank) {
 
   EXPECT_EQ(StepHooks(mutation("update_x1.01", 2), 2).lr_factor(), 1.01);
   EXPECT_EQ(StepHooks(mutation("update_x1.01", 2), 0).lr_factor(), 1.0);
+  EXPECT_EQ(StepHooks(mutation("update_x1.03", 2), 2).lr_factor(), 1.03);
   EXPECT_EQ(StepHooks(mutation("local_loss_scale", 0), 0).loss_scale_samples(16, 5), 5);
   EXPECT_EQ(StepHooks(mutation("local_loss_scale", 0), 1).loss_scale_samples(16, 5), 16);
   EXPECT_EQ(StepHooks(mutation("ln_frozen", -1), 4).mutation(), Mutation::kLnFrozen);

@@ -55,6 +55,9 @@ struct Loops {
                                     float rstd, std::int64_t count);
   // y += x * a * z (RMSNorm's weight gradient, one row at a time).
   void (*scaled_product_add)(float* y, const float* x, float a, const float* z, std::int64_t count);
+  // out[i] = tensor::to_bf16(x[i]): nearest even, NaN stays a quiet NaN (the
+  // bf16 GEMMs' operands; integer operations, so every build gives its bits).
+  void (*round_bf16)(std::uint16_t* out, const float* x, std::int64_t count);
 };
 
 enum class Isa { kScalar, kSse2, kAvx2, kAvx512 };
