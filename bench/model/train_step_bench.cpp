@@ -23,8 +23,9 @@
 //
 // --llama_1b_layers runs llama-1b with L of its 22 layers (each layer the same
 // shape), for hosts without the ~19 GB its full training state needs; the
-// name of the benchmark says the layers run. Peak RSS is the process's: run
-// one model per process (--benchmark_filter) for a per-model figure.
+// name of the benchmark says the layers run. Peak RSS is each case's own
+// (VmHWM reset at its start through /proc/self/clear_refs; where that is not
+// allowed, the process's: then run one model per process for a per-model figure).
 //
 // --tp=K adds the step of one rank of a TP-K replica of GPT-2 124M (slot 0:
 // the largest share of every kind) with the shares of align 1 and of
@@ -78,7 +79,29 @@ double process_cpu_seconds() {
 
 using ntp::bench::load_average;
 
+// The peak RSS since the last reset_peak_rss(): /proc/self/status's VmHWM,
+// which writing 5 to /proc/self/clear_refs sets back to the current RSS (the
+// earlier cases' freed buffers are gone from it), so each case reports its
+// own peak; the process's (ru_maxrss) where /proc does not allow it.
+bool g_peak_resettable = false;
+
+void reset_peak_rss() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  g_peak_resettable = f != nullptr && std::fputs("5", f) >= 0;
+  if (f != nullptr && std::fclose(f) != 0) g_peak_resettable = false;
+}
+
 double peak_rss_mib() {
+  if (g_peak_resettable) {
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = -1;
+    while (f != nullptr && kib < 0 && std::fgets(line, sizeof line, f) != nullptr) {
+      if (std::strncmp(line, "VmHWM:", 6) == 0) kib = std::atof(line + 6);
+    }
+    if (f != nullptr) std::fclose(f);
+    if (kib >= 0) return kib / 1024.0;
+  }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
@@ -152,6 +175,7 @@ std::unique_ptr<comm::Group> solo_group() {
 }
 
 void BM_TrainStep(benchmark::State& state, const StepCase& sc, tensor::GemmBackend backend) {
+  reset_peak_rss();
   model::GptConfig config = model::preset(sc.preset, sc.family);
   if (sc.layers > 0) config.layers = sc.layers;
   const std::int64_t B = 4, T = sc.seq;
