@@ -94,16 +94,6 @@ const float* widen(std::vector<float>& out, const Bf16* x, std::int64_t rows, st
 
 }  // namespace
 
-std::optional<Precision> parse_precision(std::string_view name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  return std::nullopt;
-}
-
-std::string_view precision_name(Precision precision) {
-  return precision == Precision::kBf16 ? "bf16" : "fp32";
-}
-
 void round_to_bf16(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, Bf16* out) {
   const auto round = simd::loops().round_bf16;
   if (ld == cols) return round(out, x, rows * cols);

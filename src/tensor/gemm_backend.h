@@ -19,16 +19,11 @@ inline constexpr std::string_view kGemmBackendNames = "onednn | openblas";
 std::optional<GemmBackend> parse_gemm_backend(std::string_view name);
 std::string_view gemm_backend_name(GemmBackend backend);
 
-// The precision of the GEMMs' inputs (model.precision; docs/model.md, "Mixed
-// precision"). kBf16: both operands of every GEMM rounded to bf16 (nearest
-// even), the products summed in fp32, the output fp32; everything else stays
-// fp32.
+// The precision of the GEMMs' inputs (model.precision, parsed with the
+// configuration's other choices; docs/model.md, "Mixed precision"). kBf16:
+// both operands of every GEMM rounded to bf16 (nearest even), the products
+// summed in fp32, the output fp32; everything else stays fp32.
 enum class Precision { kFp32, kBf16 };
-
-inline constexpr std::string_view kPrecisionNames = "fp32 | bf16";
-
-std::optional<Precision> parse_precision(std::string_view name);
-std::string_view precision_name(Precision precision);
 
 // "oneDNN 2.6.3, avx512_core_bf16" / "OpenBLAS [<config>]": the library, its
 // version and the instruction set its kernels use on this machine.

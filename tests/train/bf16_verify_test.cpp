@@ -128,20 +128,21 @@ void expect_detects(const Replayed& r, const char* when) {
   }
 }
 
-TEST_F(Bf16VerifyTest, NonuniformRunPassesAndAThreePercentWrongUpdateFailsAfterThreeSteps) {
-  const std::string out = train(dir_, 3);
-  EXPECT_NE(out.find("verify: pass — 3 steps, 4 checks"), std::string::npos) << out;
-  const Replayed r = replay(dir_);
+// The run in `dir` (its output `out`, `when` its length: "3 steps") passed
+// --verify and its own update check, and a wrong 3 % update in any class fails it.
+void expect_passes_and_detects(const std::string& out, const fs::path& dir, const std::string& when) {
+  EXPECT_NE(out.find("verify: pass — " + when + ", 4 checks"), std::string::npos) << out;
+  const Replayed r = replay(dir);
   EXPECT_TRUE(check(r, r.run).pass());
-  expect_detects(r, "3 steps");
+  expect_detects(r, when.c_str());
+}
+
+TEST_F(Bf16VerifyTest, NonuniformRunPassesAndAThreePercentWrongUpdateFailsAfterThreeSteps) {
+  expect_passes_and_detects(train(dir_, 3), dir_, "3 steps");
 }
 
 TEST_F(Bf16VerifyTest, NonuniformRunPassesAndAThreePercentWrongUpdateFailsAfterOneStep) {
-  const std::string out = train(dir_, 1);
-  EXPECT_NE(out.find("verify: pass — 1 step, 4 checks"), std::string::npos) << out;
-  const Replayed r = replay(dir_);
-  EXPECT_TRUE(check(r, r.run).pass());
-  expect_detects(r, "1 step");
+  expect_passes_and_detects(train(dir_, 1), dir_, "1 step");
 }
 
 // The fp32 tolerance is too tight for bf16 (the check is not vacuous: the
