@@ -1,25 +1,21 @@
 #include "train/state_hash.h"
 
-#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 namespace ntp::train {
 namespace {
 
-constexpr std::uint64_t kFnvBasis = 1469598103934665603ull;
-constexpr std::uint64_t kFnvPrime = 1099511628211ull;
+constexpr std::uint64_t kHashStart = 1469598103934665603ull;
 
-// FNV-1a over the 32-bit patterns of the values (so -0.0 and 0.0 differ, as
-// they would after any layout-dependent arithmetic).
-std::uint64_t fnv(std::uint64_t h, const float* values, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) {
-    std::uint32_t bits = 0;
-    std::memcpy(&bits, values + i, sizeof bits);
-    for (int b = 0; b < 4; ++b) h = (h ^ ((bits >> (8 * b)) & 0xffu)) * kFnvPrime;
-  }
-  return h;
+// XXH3 over the bytes of the values (so -0.0 and 0.0 differ, as they would
+// after any layout-dependent arithmetic), seeded with the hash so far: a
+// chain, in which the order of the pieces counts. It runs at memory speed;
+// the byte-wise FNV-1a it replaced took a fifth of a recovery's CPU time.
+std::uint64_t chain(std::uint64_t h, const float* values, std::int64_t count) {
+  return XXH3_64bits_withSeed(values, static_cast<std::size_t>(count) * sizeof(float), h);
 }
 
 std::size_t kind_index(model::UnitKind kind) {
@@ -63,20 +59,20 @@ StateHashes hash_state(const model::ParameterLayout& layout, std::span<const flo
   std::array<std::vector<std::uint64_t>, 3> running;  // per kind, by offset in the rank's unit list
   const model::Shard& shard = layout.shard();
   const layout::IntervalSet* sets[3] = {&shard.heads, &shard.neurons, &shard.vocab};
-  for (std::size_t k = 0; k < 3; ++k) running[k].assign(static_cast<std::size_t>(sets[k]->size()), kFnvBasis);
-  std::uint64_t replicated = kFnvBasis;
+  for (std::size_t k = 0; k < 3; ++k) running[k].assign(static_cast<std::size_t>(sets[k]->size()), kHashStart);
+  std::uint64_t replicated = kHashStart;
   const std::span<const float> states[3] = {params, m, v};
   for (const model::TensorSpec& spec : layout.tensors()) {
     for (const std::span<const float>& state : states) {
       if (state.empty()) continue;
       const float* base = state.data() + spec.offset;
       if (spec.kind == model::UnitKind::kReplicated) {
-        replicated = fnv(replicated, base, spec.count);
+        replicated = chain(replicated, base, spec.count);
         continue;
       }
       std::vector<std::uint64_t>& h = running[kind_index(spec.kind)];
       for (std::size_t i = 0; i < h.size(); ++i) {
-        h[i] = fnv(h[i], base + static_cast<std::int64_t>(i) * spec.unit_size, spec.unit_size);
+        h[i] = chain(h[i], base + static_cast<std::int64_t>(i) * spec.unit_size, spec.unit_size);
       }
     }
   }

@@ -20,8 +20,34 @@ model::Shard shard_of(const ParallelConfig& p, const model::GptConfig& c, layout
           units(model::UnitKind::kVocab, c.padded_vocab)};
 }
 
-// dp 2 x tp `tp`; global rank `dead` dies. Survivors run the move.
-void check_move(std::int64_t tp, int dead) {
+// Forwards to a real group, except that every float message this rank
+// receives in an exchange gets one bit flipped after it arrived, as a faulty
+// link or buffer would do.
+class CorruptingGroup : public comm::Group {
+ public:
+  explicit CorruptingGroup(comm::Group& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::uint64_t epoch() const override { return inner_.epoch(); }
+  const std::string& name() const override { return inner_.name(); }
+  void all_reduce(float* data, std::size_t count, comm::ReduceOp op) override { inner_.all_reduce(data, count, op); }
+  void all_reduce(double* data, std::size_t count, comm::ReduceOp op) override { inner_.all_reduce(data, count, op); }
+  void exchange(const std::vector<comm::P2POp>& ops) override {
+    inner_.exchange(ops);
+    for (const comm::P2POp& op : ops) {
+      if (op.kind != comm::P2POp::Kind::kRecv || op.buffer.type != comm::DataType::kFloat32) continue;
+      if (op.buffer.count > 0) static_cast<unsigned char*>(op.buffer.data)[op.buffer.bytes() - 1] ^= 1u;
+    }
+  }
+
+ private:
+  comm::Group& inner_;
+};
+
+// dp 2 x tp `tp`; global rank `dead` dies. Survivors run the move. With
+// `corrupt`, every message arrives with one bit flipped: each rank that
+// receives must refuse the move, naming what arrived corrupted.
+void check_move(std::int64_t tp, int dead, bool corrupt = false) {
   const model::GptConfig c = model::testing::small_test_config();
   ParallelConfig before;
   before.dp = 2;
@@ -65,6 +91,21 @@ void check_move(std::int64_t tp, int dead) {
                                                  survivors.begin());
                        }};
     const model::Shard next = shard_of(after, c, slot);
+    if (corrupt) {
+      CorruptingGroup bad(group);
+      bool receives = false;
+      for (const layout::TransitionPlan* p : {&plans.heads, &plans.neurons, &plans.vocab}) {
+        for (const layout::Move& move : p->moves) receives = receives || move.to == slot;
+      }
+      try {
+        move_state(m, opt, next, plans, rank, bad);
+        EXPECT_FALSE(receives) << "replica " << me.replica << " slot " << me.slot << " took corrupted state";
+      } catch (const std::runtime_error& e) {
+        EXPECT_TRUE(receives);
+        EXPECT_NE(std::string(e.what()).find("arrived corrupted (checksum)"), std::string::npos) << e.what();
+      }
+      return;
+    }
     const StateMoveStats stats = move_state(m, opt, next, plans, rank, group);
     EXPECT_EQ(m.layout().shard(), next);
     std::vector<float> want(static_cast<std::size_t>(m.layout().size()));
@@ -85,6 +126,7 @@ void check_move(std::int64_t tp, int dead) {
 
 TEST(StateMove, Tp2ReplicaLosesSlot1) { check_move(2, 1); }
 TEST(StateMove, Tp4ReplicaLosesSlot0AndKShrinksEverywhere) { check_move(4, 0); }
+TEST(StateMove, AFlippedBitInAnyMessageIsRefusedByItsReceiver) { check_move(4, 0, true); }
 
 }  // namespace
 }  // namespace ntp::train
