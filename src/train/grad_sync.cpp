@@ -51,11 +51,12 @@ GradSync::GradSync(const model::ParameterLayout& layout, KindViews views, std::v
       tp_(tp),
       dp_(dp) {
   std::size_t sync_size = 0;
+  std::size_t replicated = 0;
   const bool group0 = views_.heads.sync_group == 0;
   for (const TensorSpec& spec : tensors()) {
     if (spec.kind == UnitKind::kReplicated) {
       if (group0) sync_size += static_cast<std::size_t>(spec.count);
-      replicated_.resize(replicated_.size() + static_cast<std::size_t>(spec.count));
+      replicated += static_cast<std::size_t>(spec.count);
     } else if (views_.of(spec.kind).is_core()) {
       sync_size += static_cast<std::size_t>(views_.of(spec.kind).sync_units.size() * spec.unit_size);
     }
@@ -65,15 +66,16 @@ GradSync::GradSync(const model::ParameterLayout& layout, KindViews views, std::v
     if (!holds_kind(kind)) continue;
     for (const layout::SlotTransfer& t : views_.of(kind).pre_sync_sends) {
       outgoing_.push_back({kind, tp_rank_of(t.to), t.units,
-                           std::vector<float>(transfer_size(kind, t.units))});
+                           tensor::Buffer(transfer_size(kind, t.units))});
     }
     for (const layout::SlotTransfer& t : views_.of(kind).pre_sync_receives) {
       incoming_.push_back({kind, tp_rank_of(t.from), t.units,
-                           std::vector<float>(transfer_size(kind, t.units))});
+                           tensor::Buffer(transfer_size(kind, t.units))});
     }
   }
+  replicated_ = tensor::Buffer(replicated);
   in_place_ = sync_layout_is_own();
-  sync_buffer_.resize(dp_ != nullptr && !in_place_ ? sync_size : 0);
+  sync_buffer_ = tensor::Buffer(dp_ != nullptr && !in_place_ ? sync_size : 0);
   sync_size_ = dp_ != nullptr ? sync_size : 0;
 }
 
@@ -118,7 +120,7 @@ std::size_t GradSync::transfer_size(UnitKind kind, const layout::IntervalSet& un
   return size;
 }
 
-void GradSync::pack(const Transfer& t, std::span<const float> grads, std::vector<float>& buffer) const {
+void GradSync::pack(const Transfer& t, std::span<const float> grads, std::span<float> buffer) const {
   float* out = buffer.data();
   for (const TensorSpec& spec : tensors()) {
     if (spec.kind != t.kind) continue;
@@ -127,7 +129,7 @@ void GradSync::pack(const Transfer& t, std::span<const float> grads, std::vector
   }
 }
 
-void GradSync::unpack(const Transfer& t, const std::vector<float>& buffer, std::span<float> grads) const {
+void GradSync::unpack(const Transfer& t, std::span<const float> buffer, std::span<float> grads) const {
   const float* in = buffer.data();
   for (const TensorSpec& spec : tensors()) {
     if (spec.kind != t.kind) continue;
@@ -141,12 +143,12 @@ std::int64_t GradSync::exchange(std::vector<Transfer>& sends, std::vector<Transf
   std::vector<comm::P2POp> ops;
   std::int64_t bytes = 0;
   for (Transfer& t : sends) {
-    ops.push_back(comm::P2POp::send(comm::ConstView(t.buffer), t.peer,
+    ops.push_back(comm::P2POp::send(comm::ConstView(t.buffer.data(), t.buffer.size()), t.peer,
                                     phase * 4 + static_cast<std::uint32_t>(t.kind)));
     bytes += static_cast<std::int64_t>(t.buffer.size() * sizeof(float));
   }
   for (Transfer& t : receives) {
-    ops.push_back(comm::P2POp::recv(comm::View(t.buffer), t.peer,
+    ops.push_back(comm::P2POp::recv(comm::View(t.buffer.data(), t.buffer.size()), t.peer,
                                     phase * 4 + static_cast<std::uint32_t>(t.kind)));
   }
   if (!ops.empty()) tp_.exchange(ops);
@@ -191,14 +193,14 @@ void GradSync::sync_buffer_copy(std::span<float> grads, bool into_buffer) {
 }
 
 void GradSync::replicated_broadcast(std::span<float> grads) {
-  if (tp_.size() == 1 || replicated_.empty()) return;
+  if (tp_.size() == 1 || replicated_.size() == 0) return;
   float* buffer = replicated_.data();
   for (const TensorSpec& spec : tensors()) {
     if (spec.kind != UnitKind::kReplicated) continue;
     std::copy_n(grads.data() + spec.offset, spec.count, buffer);
     buffer += spec.count;
   }
-  tp_.broadcast(comm::View(replicated_), 0);
+  tp_.broadcast(comm::View(replicated_.data(), replicated_.size()), 0);
   if (keep_replicated_) return;
   const float* in = replicated_.data();
   for (const TensorSpec& spec : tensors()) {
@@ -221,10 +223,10 @@ bool GradSync::via_buffer() const {
 
 SyncBytes GradSync::pre_sync(std::span<float> grads) {
   SyncBytes bytes;
-  for (Transfer& t : outgoing_) pack(t, grads, t.buffer);
+  for (Transfer& t : outgoing_) pack(t, grads, t.buffer.span());
   bytes.reshard += exchange(outgoing_, incoming_, 0);  // pre-sync: extra -> core
   if (via_buffer()) {
-    if (sync_buffer_.size() != sync_size_) sync_buffer_.resize(sync_size_);  // mispairing in place
+    if (sync_buffer_.size() != sync_size_) sync_buffer_ = tensor::Buffer(sync_size_);  // mispairing in place
     sync_buffer_copy(grads, true);
   }
   if (dp_ != nullptr) bytes.allreduce += static_cast<std::int64_t>(sync_size_ * sizeof(float));
@@ -233,7 +235,7 @@ SyncBytes GradSync::pre_sync(std::span<float> grads) {
 
 std::span<float> GradSync::reduce_span(std::span<float> grads) {
   if (!reduces()) return {};
-  if (via_buffer()) return sync_buffer_;
+  if (via_buffer()) return sync_buffer_.span();
   return grads.subspan(static_cast<std::size_t>(tensors().front().offset), sync_size_);
 }
 
@@ -241,7 +243,7 @@ SyncBytes GradSync::post_sync(std::span<float> grads) {
   SyncBytes bytes;
   if (via_buffer()) sync_buffer_copy(grads, false);
   bytes.reshard += exchange(incoming_, outgoing_, 1);  // post-sync: core -> extra
-  for (const Transfer& t : outgoing_) unpack(t, t.buffer, grads);
+  for (const Transfer& t : outgoing_) unpack(t, t.buffer.span(), grads);
   replicated_broadcast(grads);
   return bytes;
 }

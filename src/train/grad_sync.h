@@ -19,6 +19,7 @@
 #include "comm/group.h"
 #include "layout/job_layout.h"
 #include "model/parameters.h"
+#include "tensor/buffer.h"
 
 namespace ntp::train {
 
@@ -78,12 +79,12 @@ class GradSync {
     model::UnitKind kind;
     int peer = 0;               // TP-group rank of the other slot
     layout::IntervalSet units;  // units moved
-    std::vector<float> buffer;  // every tensor of `kind`, unit-major over `units`
+    tensor::Buffer buffer;      // every tensor of `kind`, unit-major over `units`
   };
   int tp_rank_of(int slot) const;
   std::size_t transfer_size(model::UnitKind kind, const layout::IntervalSet& units) const;
-  void pack(const Transfer& t, std::span<const float> grads, std::vector<float>& buffer) const;
-  void unpack(const Transfer& t, const std::vector<float>& buffer, std::span<float> grads) const;
+  void pack(const Transfer& t, std::span<const float> grads, std::span<float> buffer) const;
+  void unpack(const Transfer& t, std::span<const float> buffer, std::span<float> grads) const;
   std::int64_t exchange(std::vector<Transfer>& sends, std::vector<Transfer>& receives, std::uint32_t phase);
   void sync_buffer_copy(std::span<float> grads, bool into_buffer);
   bool reduces() const;
@@ -103,10 +104,13 @@ class GradSync {
   std::vector<Transfer> outgoing_;  // pre-sync sends (extra slot)
   std::vector<Transfer> incoming_;  // pre-sync receives (core slot)
   bool sync_layout_is_own() const;
-  std::vector<float> sync_buffer_;  // empty when the all-reduce runs in place
+  // Buffers, not vectors: made when a layout changes, i.e. in the first step
+  // after a recovery, where a vector's memset and small pages cost that step
+  // a tenth of its time; a Buffer is zeroed by the kernel on huge pages.
+  tensor::Buffer sync_buffer_;      // empty when the all-reduce runs in place
   std::size_t sync_size_ = 0;       // elements this rank all-reduces
   bool in_place_ = false;
-  std::vector<float> replicated_;
+  tensor::Buffer replicated_;
   bool mispair_ = false;
   bool keep_replicated_ = false;
 };
