@@ -118,6 +118,7 @@ bool GlooGroup::break_group(const CommError& error) {
   } catch (const std::exception&) {
     // Already closed by the transport.
   }
+  notify_failure(error);
   return true;
 }
 

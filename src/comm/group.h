@@ -145,6 +145,14 @@ struct GroupOptions {
   // dead one instead of waiting out the deadline. Called from a helper
   // thread, so it must be thread-safe. Empty: wait for the deadline.
   std::function<bool(int global_rank)> is_dead;
+  // Optional: called once, in the thread of the call, when a transport
+  // failure of one of this group's calls breaks it (not when abort() does).
+  // A trainer aborts the other groups of its epoch from here
+  // (abort_epoch_groups), so that a call in flight on another thread, e.g.
+  // the main thread's TP all-reduce while the DP sync failed on the
+  // communication thread, fails within milliseconds rather than when that
+  // thread next waits on the failed group.
+  std::function<void(const CommError& error)> on_failure;
 };
 
 class Group {
@@ -236,6 +244,10 @@ std::unique_ptr<Group> create_group(std::shared_ptr<Store> store, const GroupOpt
 // this process that has `global_rank` as a member, as Group::abort does, and
 // returns how many. Groups already broken are left alone. Thread-safe.
 int abort_groups_with(int global_rank, const std::string& reason);
+// Aborts every live group of this process in membership epoch `epoch`, as
+// Group::abort does, and returns how many. Groups already broken are left
+// alone. Thread-safe.
+int abort_epoch_groups(std::uint64_t epoch, const std::string& reason);
 
 // "ntp/groups/e<epoch>/": the prefix of every group's store keys in that epoch.
 std::string group_keys_prefix(std::uint64_t epoch);

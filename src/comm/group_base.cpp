@@ -22,16 +22,35 @@ LiveGroups& live_groups() {
 
 }  // namespace
 
-int abort_groups_with(int global_rank, const std::string& reason) {
+namespace {
+
+// Aborts the live groups that `match`, under the registry's mutex (a group
+// leaves the list under it before its transport goes).
+int abort_live_groups(const std::function<bool(const GroupBase&)>& match, const std::string& reason) {
   LiveGroups& live = live_groups();
   std::lock_guard lock(live.mutex);
   std::vector<GroupBase*> targets;
   for (GroupBase* g : live.groups) {
-    const std::vector<int>& ranks = g->ranks();
-    if (!g->broken() && std::find(ranks.begin(), ranks.end(), global_rank) != ranks.end()) targets.push_back(g);
+    if (!g->broken() && match(*g)) targets.push_back(g);
   }
   for (GroupBase* g : targets) g->abort(reason);
   return static_cast<int>(targets.size());
+}
+
+}  // namespace
+
+int abort_groups_with(int global_rank, const std::string& reason) {
+  return abort_live_groups([global_rank](const GroupBase& g) {
+    return std::find(g.ranks().begin(), g.ranks().end(), global_rank) != g.ranks().end();
+  }, reason);
+}
+
+int abort_epoch_groups(std::uint64_t epoch, const std::string& reason) {
+  return abort_live_groups([epoch](const GroupBase& g) { return g.epoch() == epoch; }, reason);
+}
+
+void GroupBase::notify_failure(const CommError& error) const {
+  if (opts_.on_failure) opts_.on_failure(error);
 }
 
 GroupBase::GroupBase(std::shared_ptr<Store> store, GroupOptions opts)

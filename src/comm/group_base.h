@@ -38,6 +38,9 @@ class GroupBase : public Group {
   void throw_if_broken(const char* op) const;
   // Records the first failure; returns false if the group was already broken.
   bool mark_broken(const std::string& reason);
+  // Tells opts_.on_failure that a transport failure broke the group: a
+  // backend calls it once, after mark_broken succeeded for that failure.
+  void notify_failure(const CommError& error) const;
 
   std::shared_ptr<Store> store_;
   GroupOptions opts_;

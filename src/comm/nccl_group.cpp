@@ -159,8 +159,9 @@ void NcclGroup::abort_and_throw(const char* op, CommErrorKind kind, const std::s
     ncclCommAbort(comm_);  // releases peers blocked on us and frees the communicator
     comm_ = nullptr;
   }
-  mark_broken(why);
-  throw group_error(opts_, kind, op, why);
+  const CommError error = group_error(opts_, kind, op, why);
+  if (mark_broken(why)) notify_failure(error);
+  throw error;
 }
 
 void NcclGroup::wait_not_in_progress(const char* op, std::chrono::steady_clock::time_point deadline) {

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <atomic>
 #include <future>
 #include <iostream>
 #include <optional>
@@ -139,6 +140,69 @@ TEST(Abort, AbortGroupsWithBreaksOnlyTheGroupsOfTheLostRank) {
   EXPECT_EQ(aborted, 2);  // both members of {0, 1} live in this process
   report("abort_groups_with -> blocked all_reduce fails", seconds_between(aborted_at, failed_at));
   EXPECT_LT(seconds_between(aborted_at, failed_at), 1.0);
+}
+
+// A transport failure of a call calls its group's on_failure once; a trainer
+// aborts the other groups of the epoch from there (abort_epoch_groups), so a
+// call blocked on another thread in a group of that epoch fails within a
+// second, not at its 10 s deadline, and a group of another epoch goes on.
+// abort() itself calls no on_failure: the aborts it causes here add none.
+TEST(Abort, OnFailureLetsAFailedGroupAbortTheOtherGroupsOfItsEpoch) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  std::atomic<int> failures{0};
+  std::promise<void> rank0_done;
+  auto rank0_finished = rank0_done.get_future().share();
+  clock_type::time_point called_at, busy_failed_at;
+  auto errors = run_threads(2, [&](int rank) {
+    const auto options = [&](const std::string& name, std::uint64_t epoch) {
+      GroupOptions o = group_options(2, rank, name, epoch, 10s);
+      o.on_failure = [&failures, epoch](const CommError& e) {
+        ++failures;
+        abort_epoch_groups(epoch, std::string("another group of the epoch failed: ") + e.what());
+      };
+      return o;
+    };
+    auto failing = create_group(store, options("failing", 5));
+    auto busy = create_group(store, options("busy", 5));
+    auto later = create_group(store, options("later", 6));
+    std::vector<float> x(1000, 1.0f);
+    if (rank == 1) {
+      failing.reset();  // closes its connections: rank 0's call fails in the transport
+      rank0_finished.wait_for(30s);
+      later->all_reduce(x.data(), x.size());
+      return;
+    }
+    std::thread other([&] {  // rank 1 never calls `busy`
+      std::vector<float> y(1000, 1.0f);
+      try {
+        busy->all_reduce(y.data(), y.size());
+        ADD_FAILURE() << "busy returned without rank 1";
+      } catch (const CommError& e) {
+        busy_failed_at = clock_type::now();
+        EXPECT_EQ(e.kind(), CommErrorKind::kBroken) << e.what();
+        EXPECT_NE(std::string(e.what()).find("another group of the epoch failed"), std::string::npos) << e.what();
+      }
+    });
+    std::this_thread::sleep_for(200ms);  // `busy` is blocked by now
+    called_at = clock_type::now();
+    try {
+      failing->all_reduce(x.data(), x.size());
+      ADD_FAILURE() << "all_reduce returned without rank 1";
+    } catch (const CommError& e) {
+      EXPECT_NE(e.kind(), CommErrorKind::kBroken) << e.what();
+    }
+    other.join();
+    EXPECT_TRUE(busy->broken());
+    EXPECT_FALSE(later->broken());
+    rank0_done.set_value();
+    later->all_reduce(x.data(), x.size());
+    EXPECT_EQ(x[0], 2.0f);
+  });
+  testing::rethrow_first(errors);
+  EXPECT_EQ(failures.load(), 1);
+  report("failing call -> call blocked in another group fails", seconds_between(called_at, busy_failed_at));
+  EXPECT_LT(seconds_between(called_at, busy_failed_at), 1.0);
 }
 
 // Rank 1 blocks in all_reduce on rank 0, which never calls it but aborts.
