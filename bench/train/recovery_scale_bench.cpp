@@ -8,7 +8,8 @@
 //   connect    the new epoch's groups                   (step_resumed.connect_*)
 //
 // wall seconds (the slowest rank), CPU-seconds summed over ranks (the whole
-// process: communication and pool threads), store operations and bytes per
+// process: communication, pool and watch threads; and the recovering thread
+// alone, the phase's own work), store operations and bytes per
 // rank (the recovery's own calls; connect's group rendezvous is not counted),
 // Gloo bytes received per receiving rank; and, over N, the growth exponent b
 // of a least-squares fit y = a N^b. On one machine the ranks share its cores,
@@ -65,7 +66,8 @@ std::vector<std::string> command(const fs::path& dir, int tp, const std::string&
 // One phase's figures over the ranks of one run.
 struct Phase {
   double wall_s = 0;         // the slowest rank
-  double cpu_s = 0;          // summed over ranks
+  double cpu_s = 0;          // summed over ranks: the whole process
+  double thread_cpu_s = 0;   // summed over ranks: the recovering thread alone (the phase's own work)
   double ops_per_rank = 0;   // mean
   double ops_max = 0;
   double bytes_per_rank = 0;
@@ -84,6 +86,7 @@ Phase phase_of(const std::vector<nlohmann::json>& events, const std::string& sec
   for (const nlohmann::json& e : events) {
     p.wall_s = std::max(p.wall_s, e.value(seconds, 0.0));
     p.cpu_s += e.value(cpu, 0.0);
+    p.thread_cpu_s += e.value("thread_cpu_s", 0.0);
     if (!counted) continue;
     const double ops = e.value("store_ops", 0.0);
     p.ops_per_rank += ops / static_cast<double>(events.size());
@@ -139,13 +142,13 @@ double exponent(const std::vector<Row>& rows, const std::function<double(const R
 }
 
 void print(const std::vector<Row>& rows) {
-  std::printf("\n%-10s %6s %9s %9s %10s %10s %12s\n", "phase", "N", "wall s", "CPU s", "ops/rank", "ops max",
-              "bytes/rank");
+  std::printf("\n%-10s %6s %9s %9s %9s %10s %10s %12s\n", "phase", "N", "wall s", "CPU s", "thread s",
+              "ops/rank", "ops max", "bytes/rank");
   for (const char* name : {"agreement", "transfer", "connect"}) {
     for (const Row& r : rows) {
       const Phase& p = r.phases.at(name);
-      std::printf("%-10s %6d %9.3f %9.3f %10.1f %10.0f %12.0f\n", name, r.ranks, p.wall_s, p.cpu_s, p.ops_per_rank,
-                  p.ops_max, p.bytes_per_rank);
+      std::printf("%-10s %6d %9.3f %9.3f %9.3f %10.1f %10.0f %12.0f\n", name, r.ranks, p.wall_s, p.cpu_s,
+                  p.thread_cpu_s, p.ops_per_rank, p.ops_max, p.bytes_per_rank);
     }
   }
   std::printf("\n%6s %14s %12s\n", "N", "Gloo B/recv", "signal->resumed s");
@@ -154,9 +157,10 @@ void print(const std::vector<Row>& rows) {
   std::printf("\ngrowth exponent b (y = a N^b) over N = %d..%d:\n", rows.front().ranks, rows.back().ranks);
   for (const char* name : {"agreement", "transfer", "connect"}) {
     const auto of = [name](auto field) { return [name, field](const Row& r) { return field(r.phases.at(name)); }; };
-    std::printf("  %-10s wall %6.2f  CPU/rank %6.2f  ops/rank %6.2f  bytes/rank %6.2f\n", name,
-                exponent(rows, of([](const Phase& p) { return p.wall_s; })),
+    std::printf("  %-10s wall %6.2f  CPU/rank %6.2f  thread CPU/rank %6.2f  ops/rank %6.2f  bytes/rank %6.2f\n",
+                name, exponent(rows, of([](const Phase& p) { return p.wall_s; })),
                 exponent(rows, [name](const Row& r) { return r.phases.at(name).cpu_s / r.ranks; }),
+                exponent(rows, [name](const Row& r) { return r.phases.at(name).thread_cpu_s / r.ranks; }),
                 exponent(rows, of([](const Phase& p) { return p.ops_per_rank; })),
                 exponent(rows, of([](const Phase& p) { return p.bytes_per_rank; })));
   }

@@ -225,6 +225,7 @@ std::vector<int> Membership::ranks() const {
 }
 
 std::string alive_list_key(std::uint64_t epoch) { return epoch_key(epoch, "alive"); }
+std::string failed_key(std::uint64_t epoch) { return epoch_key(epoch, "failed"); }
 std::string members_list_key(std::uint64_t epoch) { return epoch_key(epoch, "members"); }
 std::string seat_key(std::uint64_t epoch, int rank) { return epoch_key(epoch, fmt::format("seat/{}", rank)); }
 
@@ -254,6 +255,7 @@ void erase_finished_epoch(comm::Store& store, std::uint64_t epoch) {
   if (epoch < 2) return;
   store.erase_prefix(comm::group_keys_prefix(epoch - 2));
   store.erase_prefix(alive_list_key(epoch - 2));
+  store.erase(failed_key(epoch - 2));
 }
 
 // A rank declared lost (a dead mark: fenced, or lost with its host while cut

@@ -71,6 +71,13 @@ std::string starved_key(int rank);
 // List of the ranks declared lost with their host, in order ("<rank>"),
 // appended by the fencer beside the dead mark: workers watch it (loss_watch.h).
 std::string lost_list_key();
+// Created (first writer wins) by the first member of epoch `epoch` to enter a
+// recovery after a failure in it, its value that member's rank: every rank's
+// watch (loss_watch.h) then aborts its groups of that epoch, so a member
+// whose peers' closed sockets never reach it (it waits on a rank that is
+// itself still blocked) joins the agreement within one watch interval, not
+// at its collective's deadline.
+std::string failed_key(std::uint64_t epoch);
 std::string alive_list_key(std::uint64_t epoch);    // registrations of epoch `epoch`
 std::string members_list_key(std::uint64_t epoch);  // publications of epoch `epoch`; the first wins
 // A rank's seat in epoch `epoch`: claimed by the rank before it registers, or

@@ -33,30 +33,37 @@ std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
 }
 
-double process_cpu_s() {
+double cpu_s(clockid_t clock) {
   timespec t{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  ::clock_gettime(clock, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
+double process_cpu_s() { return cpu_s(CLOCK_PROCESS_CPUTIME_ID); }
+double thread_cpu_s() { return cpu_s(CLOCK_THREAD_CPUTIME_ID); }
 
-// What one phase of a recovery cost this rank: wall and CPU seconds (the
-// whole process: communication and pool threads included), and the store
+// What one phase of a recovery cost this rank: wall and CPU seconds, of the
+// whole process (`cpu_s`: communication, pool, heartbeat and loss-watch
+// threads included) and of the recovering thread alone (`thread_cpu_s`: the
+// phase's own work; the background threads' share grows with the phase's
+// wall time, which on an oversubscribed host grows with N), and the store
 // operations and bytes made through `store` (the recovery's own calls; the
 // heartbeat's are not counted). recovery_scale_bench sums them over ranks.
 class PhaseMeter {
  public:
   explicit PhaseMeter(const comm::CountingStore& store)
-      : store_(store), wall_(unix_time_s()), cpu_(process_cpu_s()), counts_(store.counts()) {}
+      : store_(store), wall_(unix_time_s()), cpu_(process_cpu_s()), thread_cpu_(thread_cpu_s()),
+        counts_(store.counts()) {}
   nlohmann::json fields() const {
     const comm::StoreCounts c = store_.counts() - counts_;
     return {{"seconds", unix_time_s() - wall_}, {"cpu_s", process_cpu_s() - cpu_},
-            {"store_ops", c.operations}, {"store_bytes", c.bytes()}};
+            {"thread_cpu_s", thread_cpu_s() - thread_cpu_}, {"store_ops", c.operations}, {"store_bytes", c.bytes()}};
   }
 
  private:
   const comm::CountingStore& store_;
   double wall_;
   double cpu_;
+  double thread_cpu_;
   comm::StoreCounts counts_;
 };
 
@@ -200,6 +207,10 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   }
   const auto store = std::make_shared<comm::CountingStore>(store_);
   const PhaseMeter agreement(*store);
+  if (failure && std::binary_search(members_.begin(), members_.end(), options_.rank)) {
+    // Members still blocked in that epoch's calls abort them (loss_watch.h).
+    store->create(failed_key(epoch - 1), comm::to_bytes(std::to_string(options_.rank)));
+  }
   trainer_.drop_groups();
 
   MembershipOptions mo;

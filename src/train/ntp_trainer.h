@@ -101,6 +101,7 @@ class NtpTrainer final : public RecoveryExecutor {
   int rank() const { return options_.rank; }
   RankPlace place() const { return me_; }
   std::uint64_t epoch() const { return plan_.epoch(); }
+  std::uint64_t live_epoch() const { return live_epoch_.load(); }  // epoch(), from any thread
   std::shared_ptr<comm::Store> store() const { return store_; }
   const Config& config() const { return plan_.config(); }
   const WorkerOptions& options() const { return options_; }
