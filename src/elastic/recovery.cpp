@@ -211,7 +211,9 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
     // Members still blocked in that epoch's calls abort them (loss_watch.h).
     store->create(failed_key(epoch - 1), comm::to_bytes(std::to_string(options_.rank)));
   }
-  trainer_.drop_groups();
+  const double drop_start = thread_cpu_s();
+  trainer_.drop_groups();  // O(members of its groups): closes every connection
+  const double drop_cpu = thread_cpu_s() - drop_start;
 
   MembershipOptions mo;
   mo.rank = options_.rank;
@@ -259,7 +261,7 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
                                 {"from", layout::slot_speeds_text(last.parallel().speeds)}});
   }
   trainer_.event("membership_agreed",
-                 with(agreement.fields(), {{"epoch", epoch}, {"survivors", survivors}, {"lost", agreed.lost},
+                 with(agreement.fields(), {{"epoch", epoch}, {"drop_thread_cpu_s", drop_cpu}, {"survivors", survivors}, {"lost", agreed.lost},
                                            {"joined", agreed.joined}, {"resume_step", plan.resume()},
                                            {"stale", plan.stale.size()}, {"layout_epoch", plan.from_epoch},
                                            {"seconds", unix_time_s() - start}}));

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -66,12 +67,16 @@ std::string stall_report(const fs::path& dir) {
 class RecoveryCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ntp_recovery_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // A parameterised test's name has a '/': one directory, not a nested one.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    dir_ = fs::temp_directory_path() / ("ntp_recovery_" + std::to_string(::getpid()) + "_" + name);
     fs::remove_all(dir_);
   }
   void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
+    if (HasFailure()) return;  // kept for the report
+    fs::remove_all(dir_);
+    fs::remove(dir_.string() + ".out");
   }
 
   // The run trained every step once and verified; the replicas were proven
