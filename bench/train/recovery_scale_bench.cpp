@@ -45,7 +45,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Deadlines for N ranks sharing this host's cores: 144 processes on 2 cores
-// take 7-8 minutes from start until the last is ready to connect, so the
+// took 7.5 and 10 minutes from start until the last was ready to connect, so the
 // start-up rendezvous (and the run's time limit) grow with N.
 int rendezvous_s(int ranks) { return std::max(300, 6 * ranks); }
 

@@ -261,8 +261,8 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
                                 {"from", layout::slot_speeds_text(last.parallel().speeds)}});
   }
   trainer_.event("membership_agreed",
-                 with(agreement.fields(), {{"epoch", epoch}, {"drop_thread_cpu_s", drop_cpu}, {"survivors", survivors}, {"lost", agreed.lost},
-                                           {"joined", agreed.joined}, {"resume_step", plan.resume()},
+                 with(agreement.fields(), {{"epoch", epoch}, {"survivors", survivors}, {"lost", agreed.lost},
+                                           {"joined", agreed.joined}, {"drop_thread_cpu_s", drop_cpu}, {"resume_step", plan.resume()},
                                            {"stale", plan.stale.size()}, {"layout_epoch", plan.from_epoch},
                                            {"seconds", unix_time_s() - start}}));
   if (!plan.source) std::rethrow_exception(plan.units_lost);

@@ -199,13 +199,14 @@ int run_worker(const train::Config& config, const std::filesystem::path& run_dir
   // peers abort their calls on it as soon as the fencer says so.
   std::optional<LossWatch> loss_watch;
   if (config.elastic.recover) {
-    const EpochWatch epochs{[&trainer] { return trainer.live_epoch(); }, [](std::uint64_t epoch, int reporter) {
-                              comm::abort_epoch_groups(epoch, fmt::format("rank {} reported a failure of epoch {}",
-                                                                          reporter, epoch));
-                            }};
-    loss_watch.emplace(trainer.store(), interval, [](int lost) {
+    const auto on_lost = [](int lost) {
       comm::abort_groups_with(lost, fmt::format("rank {} was declared lost with its host", lost));
-    }, epochs);
+    };
+    const auto on_failed = [](std::uint64_t epoch, int reporter) {
+      comm::abort_epoch_groups(epoch, fmt::format("rank {} reported a failure of epoch {}", reporter, epoch));
+    };
+    loss_watch.emplace(trainer.store(), interval, on_lost,
+                       EpochWatch{[&trainer] { return trainer.live_epoch(); }, on_failed});
   }
   // A restarted worker (elastic.rejoin) comes back through the protocol; the
   // failures injected into its first life are not injected again.
