@@ -54,6 +54,7 @@ void GlooGroup::do_all_reduce(View data, ReduceOp op) {
     check_call({CallOp::kAllReduce, data.type, data.count, static_cast<std::int64_t>(op), {}, {}, true}, problem);
     if (data.count == 0) return;
     gloo::AllreduceOptions o(context_);
+    o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);  // its neighbours only: a sparse mesh has them
     set_typed_output(o, data);
     o.setReduceFunction(reduce_fn(data.type, op));
     o.setTag(next_tag());

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 #include <gloo/allgather.h>
 #include <gloo/common/error.h>
@@ -43,6 +44,10 @@ bool env_flag(const char* name) {
 
 bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
 
+// The calls whose Gloo algorithms talk only to the peers of a sparse mesh
+// (mesh_peers): the ring all-reduce and all-gather, the dissemination barrier.
+bool runs_on_sparse_mesh(std::string_view op) { return op == "all_reduce" || op == "all_gather" || op == "barrier"; }
+
 }  // namespace
 
 GlooGroup::GlooGroup(std::shared_ptr<Store> store, GroupOptions opts)
@@ -74,7 +79,7 @@ GlooGroup::~GlooGroup() {
 // Gloo names a failed peer by its address; remember which group rank that is.
 void GlooGroup::map_peer_addresses(const std::vector<std::vector<char>>& peer_addresses) {
   for (int i = 0; i < size(); ++i) {
-    if (i == rank_) continue;
+    if (peer_addresses[static_cast<std::size_t>(i)].empty()) continue;  // itself, or not a peer of a sparse mesh
     try {
       std::string text = gloo::transport::tcp::Address(peer_addresses[static_cast<std::size_t>(i)]).str();
       // Drop a trailing sequence number ("$3"): messages may print it or not.
@@ -133,6 +138,11 @@ void GlooGroup::abort(const std::string& reason) {
 // A call that fails because abort() broke the group meanwhile reports kBroken
 // with the abort's reason rather than the transport error it woke up with.
 void GlooGroup::guarded(const char* op, const std::function<void()>& body) {
+  if (opts_.sparse && !runs_on_sparse_mesh(op)) {
+    fail(CommErrorKind::kBadInput, op,
+         "a sparse group (GroupOptions::sparse) has no connections for it; only all_reduce, all_gather and "
+         "barrier");
+  }
   executor_.run([&] {
     throw_if_broken(op);
     try {

@@ -1,5 +1,6 @@
 #include "comm/gloo_mesh.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -37,7 +38,32 @@ constexpr std::uint8_t kAbortProbeSlotPrefix = 0xAF;
 // Size of one address in a record.
 std::size_t address_width() { return gloo::transport::tcp::Address().bytes().size(); }
 
+// Where `rank`'s address sits in `peer`'s record, in addresses.
+std::size_t slot_in_record(int peer, int rank, int size, bool sparse) {
+  if (!sparse) return static_cast<std::size_t>(rank < peer ? rank : rank - 1);  // every rank but the owner
+  const std::vector<int> owners_peers = mesh_peers(peer, size, true);
+  const auto at = std::lower_bound(owners_peers.begin(), owners_peers.end(), rank);
+  return static_cast<std::size_t>(at - owners_peers.begin());  // present: the peer sets are symmetric
+}
+
 }  // namespace
+
+std::vector<int> mesh_peers(int rank, int size, bool sparse) {
+  std::vector<int> peers;
+  if (!sparse) {
+    for (int i = 0; i < size; ++i) {
+      if (i != rank) peers.push_back(i);
+    }
+    return peers;
+  }
+  for (int d = 1; d < size; d *= 2) {
+    peers.push_back((rank + d) % size);
+    peers.push_back((rank - d + size) % size);
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  return peers;
+}
 
 std::string mesh_key(const std::string& prefix, int rank) { return prefix + "mesh/" + std::to_string(rank); }
 
@@ -46,50 +72,44 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
                                             std::chrono::milliseconds timeout, const std::function<void()>& join,
                                             std::vector<std::vector<char>>& peer_addresses) {
   const int size = static_cast<int>(opts.ranks.size());
+  const std::vector<int> peers = mesh_peers(rank, size, opts.sparse);
   auto transport = device->createContext(rank, size);
   transport->setTimeout(timeout);
   std::vector<char> record;
-  for (int i = 0; i < size; ++i) {
-    if (i == rank) continue;
-    const auto address = transport->createPair(i)->address().bytes();
+  for (int peer : peers) {
+    const auto address = transport->createPair(peer)->address().bytes();
     record.insert(record.end(), address.begin(), address.end());
   }
   store.set(mesh_key(prefix, rank), record);
   join();
 
-  // This rank's place in peer i's record.
   const std::size_t width = address_width();
   std::vector<Store::Slice> slices;
-  for (int i = 0; i < size; ++i) {
-    if (i == rank) continue;
-    slices.push_back({mesh_key(prefix, i), static_cast<std::size_t>(rank < i ? rank : rank - 1) * width, width});
+  for (int peer : peers) {
+    slices.push_back({mesh_key(prefix, peer), slot_in_record(peer, rank, size, opts.sparse) * width, width});
   }
   const auto found = store.get_slices(slices);
   peer_addresses.assign(static_cast<std::size_t>(size), {});
-  for (int i = 0, k = 0; i < size; ++i) {
-    if (i == rank) continue;
-    const auto& address = found[static_cast<std::size_t>(k++)];
-    if (!address || address->size() != width) {
+  for (std::size_t k = 0; k < peers.size(); ++k) {
+    const int peer = peers[k];
+    if (!found[k] || found[k]->size() != width) {
       throw group_error(opts, CommErrorKind::kPeerError, "create_group",
-                        "rank " + std::to_string(opts.ranks[static_cast<std::size_t>(i)]) +
+                        "rank " + std::to_string(opts.ranks[static_cast<std::size_t>(peer)]) +
                             " joined without a usable address record in " + store.describe(),
-                        opts.ranks[static_cast<std::size_t>(i)]);
+                        opts.ranks[static_cast<std::size_t>(peer)]);
     }
-    peer_addresses[static_cast<std::size_t>(i)] = *address;
+    peer_addresses[static_cast<std::size_t>(peer)] = *found[k];
   }
 
   // Every pair exists now, so the watch may close them from its thread: a
   // connect waiting for its peer then returns (closed counts as settled) or
   // throws, and the loop below reports the dead rank.
   DeathWatch watch(opts, "connecting", [&](const CommError&) {
-    for (int i = 0; i < size; ++i) {
-      if (i != rank) transport->getPair(i)->close();
-    }
+    for (int peer : peers) transport->getPair(peer)->close();
   });
-  for (int i = 0; i < size; ++i) {
-    if (i == rank) continue;
+  for (int peer : peers) {
     try {
-      transport->getPair(i)->connect(peer_addresses[static_cast<std::size_t>(i)]);
+      transport->getPair(peer)->connect(peer_addresses[static_cast<std::size_t>(peer)]);
     } catch (const std::exception&) {
       watch.throw_if_fired();  // the watch broke this connect: name the dead rank
       throw;
@@ -115,7 +135,7 @@ void fail_connections(gloo::Context& context) {
   char byte = 0;
   auto probe = context.createUnboundBuffer(&byte, sizeof(byte));
   for (int peer = 0; peer < context.size; ++peer) {
-    if (peer == context.rank) continue;
+    if (peer == context.rank || !context.getPair(peer)) continue;  // a sparse mesh lacks some pairs
     try {
       probe->recv(peer, gloo::Slot::build(kAbortProbeSlotPrefix, 0));
     } catch (const std::exception&) {

@@ -19,18 +19,24 @@ class Device;
 
 namespace ntp::comm {
 
-// Connects group rank `rank` to every other member, as gloo's connectFullMesh
-// does: each rank publishes one record under mesh_key(prefix, rank), the
-// address of its pair for every other rank in rank order (skipping itself),
+// The group ranks that `rank` connects to, ascending, without itself: every
+// other member, or for a sparse group those 1 and 2^k ranks away either way
+// around the ring of `size` (see GroupOptions::sparse). Symmetric: j is a
+// peer of i exactly when i is a peer of j.
+std::vector<int> mesh_peers(int rank, int size, bool sparse);
+
+// Connects group rank `rank` to its mesh_peers, as gloo's connectFullMesh
+// does for a full mesh: each rank publishes one record under
+// mesh_key(prefix, rank), the address of its pair for each peer in peer order,
 // calls `join` (the group's rendezvous, after which every record exists), and
 // reads only its own address from each peer's record, in one batched read:
-// O(N) bytes per rank, not every record. Each wait has `timeout`. Unlike
+// O(peers) bytes per rank, not every record. Each wait has `timeout`. Unlike
 // connectFullMesh it gives up within ~50 ms once opts.is_dead reports a
 // member dead, also while a pair is blocked waiting for its peer to connect
 // (which gloo otherwise bounds only by 5x `timeout`): it throws
 // CommError(kPeerError) naming that rank. `peer_addresses` receives, by group
 // rank, the address each peer's pair for this rank listens on (to name peers
-// in errors later).
+// in errors later; empty for a member that is not a peer).
 std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& prefix, const GroupOptions& opts,
                                             int rank, std::shared_ptr<gloo::transport::Device> device,
                                             std::chrono::milliseconds timeout, const std::function<void()>& join,
@@ -38,7 +44,7 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
 
 std::string mesh_key(const std::string& prefix, int rank);
 
-// Fails every connection of `context` now; safe from any thread while
+// Fails every connection of `context` (those it has) now; safe from any thread while
 // another thread is blocked in a gloo call on it. Pending sends and receives
 // wake with an error and the sockets close, so peers waiting on this rank see
 // the close. For a context that no earlier failure closed.

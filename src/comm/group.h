@@ -138,6 +138,14 @@ struct GroupOptions {
   std::string interface;
   // NCCL: CUDA device of this rank (-1: global_rank % device count).
   int device = -1;
+  // Gloo: connect each member only to the members 1 and 2^k group ranks away
+  // either way around the ring (about 2 log2 N connections per rank instead of
+  // N - 1), the pairs that Gloo's ring all-reduce and all-gather and its
+  // dissemination barrier use. Only all_reduce, all_gather and barrier may be
+  // called then; the other calls throw kBadInput. For a large group that
+  // carries little, such as a job's world group: a full mesh of 144 ranks is
+  // 10,296 connections to make at every epoch. NCCL ignores it.
+  bool sparse = false;
   // Optional liveness oracle (e.g. the heartbeat): true when the member of
   // that global rank is known dead. create_group asks it about every other
   // member every ~25 ms while it waits for their join records and (Gloo)
@@ -145,6 +153,12 @@ struct GroupOptions {
   // dead one instead of waiting out the deadline. Called from a helper
   // thread, so it must be thread-safe. Empty: wait for the deadline.
   std::function<bool(int global_rank)> is_dead;
+  // Optional: true once the epoch this group belongs to was given up (e.g. a
+  // member marked it failed and went on to agree on the next one). Asked with
+  // is_dead at each of creation's polls; creation then fails at once with
+  // kBroken instead of waiting out connect_timeout for members that will not
+  // come (they are in the next epoch's agreement). Thread-safe, like is_dead.
+  std::function<bool()> abandoned;
   // Optional: called once, in the thread of the call, when a transport
   // failure of one of this group's calls breaks it (not when abort() does).
   // A trainer aborts the other groups of its epoch from here

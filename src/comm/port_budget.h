@@ -3,8 +3,8 @@
 // kernel's ephemeral range. The Gloo TCP transport this project builds on gives
 // every pair of a group its own listening socket, bound to an ephemeral port of
 // the rank's address: a rank holds one port per peer per group, so a host that
-// runs R ranks of an N-rank job needs about R·(N−1 + 2·(tp−1) + dp−1) ports
-// while its groups are open. Past the range, group creation fails with "bind:
+// runs R ranks of an N-rank job needs about R·(2·log2 N + 2·(tp−1) + 2·log2 dp)
+// ports while its groups are open (the world and DP groups are sparse). Past the range, group creation fails with "bind:
 // Address already in use" half way through connecting; checking first turns
 // that into one clear message before any worker starts.
 #include <cstdint>
@@ -19,13 +19,16 @@ struct PortRange {
   std::int64_t size() const { return last >= first ? last - first + 1 : 0; }
 };
 
-// The groups one training rank opens (src/train/ntp_trainer.cpp): world, two TP
-// groups (compute and the sync thread) and the DP sync group.
+// The groups one training rank opens (src/train/ntp_trainer.cpp): world and
+// the DP sync group (sparse meshes, GroupOptions::sparse) and two full TP
+// groups (compute and the sync thread). Fields are group sizes.
 struct RankGroups {
   std::int64_t world = 1;
   std::int64_t tp = 1;
   std::int64_t dp = 1;
-  std::int64_t ports() const { return (world - 1) + 2 * (tp - 1) + (dp - 1); }
+  std::int64_t ports() const { return sparse_peers(world) + 2 * (tp - 1) + sparse_peers(dp); }
+  // Peers of each rank of a sparse mesh of `size` (the same for every rank).
+  static std::int64_t sparse_peers(std::int64_t size);
 };
 
 // The message naming the shortfall when `ranks_here` ranks on one address need

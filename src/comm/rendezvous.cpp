@@ -61,6 +61,7 @@ std::optional<Card> decode_card(const std::vector<char>& bytes) {
 }
 
 constexpr const char* kDeadMark = "dead ";
+constexpr const char* kAbandonedMark = "abandoned";
 
 // Every member's card by group rank (nothing for one not joined yet), and the
 // first foreign card whose membership differs from ours.
@@ -113,7 +114,7 @@ void join_group(Store& store, const std::string& prefix, const GroupOptions& opt
   {
     // A rank that sees a member die wakes everyone still waiting.
     DeathWatch watch(opts, "joining", [&](const CommError& e) {
-      store.append(ready_key, to_bytes(kDeadMark + std::to_string(e.peer())));
+      store.append(ready_key, to_bytes(e.peer() >= 0 ? kDeadMark + std::to_string(e.peer()) : kAbandonedMark));
     });
     auto pause = std::chrono::milliseconds(1);
     while (true) {
@@ -124,6 +125,10 @@ void join_group(Store& store, const std::string& prefix, const GroupOptions& opt
         const int dead = std::atoi(to_text(*first).c_str() + std::strlen(kDeadMark));
         throw group_error(opts, CommErrorKind::kPeerError, "create_group",
                           "rank " + std::to_string(dead) + " is dead (GroupOptions::is_dead) while joining", dead);
+      }
+      if (first && to_text(*first) == kAbandonedMark) {
+        throw group_error(opts, CommErrorKind::kBroken, "create_group",
+                          "a member saw the epoch abandoned (GroupOptions::abandoned) while joining");
       }
       roll = read_roll(store, prefix, opts, hash);
       // A reissued append can wake the group early: then poll the roll.
@@ -151,7 +156,7 @@ void join_group(Store& store, const std::string& prefix, const GroupOptions& opt
 
 DeathWatch::DeathWatch(const GroupOptions& opts, std::string phase, std::function<void(const CommError&)> on_death)
     : opts_(opts), phase_(std::move(phase)), on_death_(std::move(on_death)) {
-  if (opts_.is_dead) thread_ = std::thread([this] { run(); });
+  if (opts_.is_dead || opts_.abandoned) thread_ = std::thread([this] { run(); });
 }
 
 DeathWatch::~DeathWatch() { stop(); }
@@ -171,6 +176,7 @@ void DeathWatch::throw_if_fired() const {
 }
 
 std::optional<int> DeathWatch::first_dead_member() const {
+  if (!opts_.is_dead) return std::nullopt;
   for (int r : opts_.ranks) {
     if (r != opts_.global_rank && opts_.is_dead(r)) return r;
   }
@@ -182,17 +188,25 @@ void DeathWatch::run() {
   while (!stopping_) {
     lock.unlock();
     std::optional<int> dead;
+    bool abandoned = false;
     try {
-      dead = first_dead_member();
+      abandoned = opts_.abandoned && opts_.abandoned();
+      if (!abandoned) dead = first_dead_member();
     } catch (const std::exception&) {
       // A failing oracle knows nothing: keep waiting for the deadline.
     }
     lock.lock();
-    if (dead) {
+    if (abandoned) {
+      fired_ = group_error(opts_, CommErrorKind::kBroken, "create_group",
+                           "the epoch was abandoned (GroupOptions::abandoned) while " + phase_ +
+                               "; giving up before the deadline");
+    } else if (dead) {
       fired_ = group_error(opts_, CommErrorKind::kPeerError, "create_group",
                            "rank " + std::to_string(*dead) + " is dead (GroupOptions::is_dead) while " + phase_ +
                                "; giving up before the deadline",
                            *dead);
+    }
+    if (fired_) {
       const CommError error = *fired_;
       lock.unlock();
       if (on_death_) on_death_(error);

@@ -39,11 +39,12 @@ void join_group(Store& store, const std::string& prefix, const GroupOptions& opt
 std::string join_list_key(const std::string& prefix);
 std::vector<char> join_card(const GroupOptions& opts);
 
-// Watches opts.is_dead during one phase of group creation ("joining",
-// "connecting"): a helper thread asks it about every other member every
-// kPollInterval; on the first dead one it records a kPeerError naming that
-// rank and runs `on_death` once (on the helper thread), e.g. to fail connects
-// that are blocked in the transport. Without is_dead it starts no thread and
+// Watches opts.is_dead and opts.abandoned during one phase of group creation
+// ("joining", "connecting"): a helper thread asks them every kPollInterval
+// (is_dead about every other member); on the first dead member it records a
+// kPeerError naming that rank, on an abandoned epoch a kBroken, and runs
+// `on_death` once (on the helper thread), e.g. to fail connects that are
+// blocked in the transport. Without either oracle it starts no thread and
 // never fires.
 class DeathWatch {
  public:

@@ -48,6 +48,7 @@ comm::GroupOptions world_options(const std::vector<int>& ranks, int rank, std::u
   o.epoch = epoch;
   o.name = "world";
   o.timeout = timeout;
+  o.sparse = true;  // as the trainer's world group
   return o;
 }
 

@@ -236,9 +236,11 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   std::optional<layout::SlotSpeeds> speeds;  // a relayout into this epoch asked for them
   if (const auto text = store->try_get(speeds_key(epoch))) speeds = layout::parse_slot_speeds(comm::to_text(*text));
   const train::JobPlan& last = plans_.rbegin()->second;  // the last agreed epoch's
+  const double plan_start = thread_cpu_s();
   const RecoveryPlan plan = plan_recovery({agreed, last,
                                            [this](std::uint64_t e) -> const train::JobPlan& { return plan_of(e); },
                                            failure, speeds});
+  const double plan_cpu = thread_cpu_s() - plan_start;
   const std::int64_t newest = plan.newest;
   if (plan.source && std::binary_search(plan.completes_commit.begin(), plan.completes_commit.end(), options_.rank)) {
     trainer_.complete_commit(newest, plan.outcome);
@@ -262,13 +264,14 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   }
   trainer_.event("membership_agreed",
                  with(agreement.fields(), {{"epoch", epoch}, {"survivors", survivors}, {"lost", agreed.lost},
-                                           {"joined", agreed.joined}, {"drop_thread_cpu_s", drop_cpu}, {"resume_step", plan.resume()},
+                                           {"joined", agreed.joined}, {"drop_thread_cpu_s", drop_cpu},
+                                           {"plan_thread_cpu_s", plan_cpu}, {"resume_step", plan.resume()},
                                            {"stale", plan.stale.size()}, {"layout_epoch", plan.from_epoch},
                                            {"seconds", unix_time_s() - start}}));
   if (!plan.source) std::rethrow_exception(plan.units_lost);
 
   const PhaseMeter transfer(*store);
-  const std::unique_ptr<comm::Group> exchange =
+  std::unique_ptr<comm::Group> exchange =
       comm::create_group(store, train::group_options(config, options_, epoch, survivors, "recover"));
   const train::StateMoveStats moved = trainer_.move_state(
       {&next, &plan.source->plans, survivors, plan.is_stale(options_.rank),
@@ -281,6 +284,9 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
                                           {"stale", plan.is_stale(options_.rank)}}));
   prove_agreement(*exchange, survivors);
   exchange->barrier();  // every survivor holds its new state before anyone leaves
+  // Its connections go before the next epoch's groups open theirs: with
+  // many ranks on one host the ports of both would not fit (port_budget.h).
+  exchange.reset();
 
   if (!next.is_member(options_.rank)) {
     trainer_.event("rank_left", {{"epoch", epoch}, {"reason", "replica below parallel.min_tp"}});

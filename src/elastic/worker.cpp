@@ -20,6 +20,7 @@
 #include "comm/heartbeat.h"
 #include "comm/store.h"
 #include "elastic/crash_report.h"
+#include "elastic/dead_marks.h"
 #include "elastic/loss_watch.h"
 #include "elastic/membership.h"
 #include "elastic/recovery.h"
@@ -249,7 +250,11 @@ int run_train_worker(const std::filesystem::path& run_dir) {
   if (env.contains("NTP_TEST_MISPAIR_RANK")) options.mispair_rank = std::stoi(env.at("NTP_TEST_MISPAIR_RANK"));
   if (config.elastic.recover) {
     const std::shared_ptr<comm::Store> store = comm::open_store(options.store);
-    options.is_dead = [store](int rank) { return store->try_get(dead_key(rank)).has_value(); };
+    // Shared by every group the worker creates: one batched read per 50 ms
+    // (two of the creation's polls) instead of one read per member and poll.
+    const auto marks = std::make_shared<DeadMarks>(store, world.world_size, std::chrono::milliseconds(50));
+    options.is_dead = [marks](int rank) { return marks->is_dead(rank); };
+    options.epoch_failed = [marks](std::uint64_t epoch) { return marks->epoch_failed(epoch); };
     if (config.elastic.rejoin) {
       // A request counts while its rank beats: a worker lost while it asked
       // (its key stays) must not make the survivors grow for nobody.

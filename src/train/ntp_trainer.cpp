@@ -55,6 +55,11 @@ comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::u
   o.world_size = w.world_size;
   o.check_inputs = check_inputs;
   o.is_dead = w.is_dead;
+  // A member that failed while this epoch's groups were being created marks
+  // the epoch failed and goes on to agree on the next one: those blocked here
+  // waiting for it would otherwise wait out connect_timeout, and be fenced as
+  // silent by the next agreement meanwhile.
+  if (w.epoch_failed) o.abandoned = [failed = w.epoch_failed, epoch] { return failed(epoch); };
   // A transport failure in one group of the epoch aborts the others: the
   // rank's other thread then fails at its next call on any of them (within
   // a layer of the backward), not when it next waits for the failed group,
@@ -177,19 +182,28 @@ void NtpTrainer::connect(int writer) {
   // recovery, on the critical path) costs the slowest group rather than the
   // sum of four. All futures are waited for before any error is rethrown;
   // each creation ends by its own deadline.
-  const auto make = [&](std::vector<int> ranks, std::string name, bool check_inputs) {
-    return std::async(std::launch::async, [this, epoch, ranks = std::move(ranks), name = std::move(name),
-                                           check_inputs]() {
-      return comm::create_group(store_, group_options(config_, options_, epoch, ranks, name, check_inputs));
-    });
+  const auto options = [&](std::vector<int> ranks, std::string name, bool check_inputs) {
+    return group_options(config_, options_, epoch, std::move(ranks), std::move(name), check_inputs);
+  };
+  const auto make = [&](comm::GroupOptions o) {
+    return std::async(std::launch::async, [this, o = std::move(o)]() { return comm::create_group(store_, o); });
+  };
+  // The groups whose size grows with the job carry only ring all-reduces and
+  // all-gathers and barriers (world: the commit's all-gather, the validation
+  // loss's all-reduce, the final barrier; dp: the gradient all-reduce), which
+  // a sparse mesh of O(log N) connections per rank carries: a full one costs
+  // N(N-1)/2 connections every epoch. TP groups use every call.
+  const auto sparse = [](comm::GroupOptions o) {
+    o.sparse = true;
+    return o;
   };
   const std::vector<int>& replica = x.layout.tp_group;
   std::vector<std::future<std::unique_ptr<comm::Group>>> made;
-  made.push_back(make(plan_.members(), "world", true));
-  made.push_back(make(replica, fmt::format("tp/r{}", me_.replica), false));
-  made.push_back(make(replica, fmt::format("tpsync/r{}", me_.replica), false));
+  made.push_back(make(sparse(options(plan_.members(), "world", true))));
+  made.push_back(make(options(replica, fmt::format("tp/r{}", me_.replica), false)));
+  made.push_back(make(options(replica, fmt::format("tpsync/r{}", me_.replica), false)));
   if (x.layout.sync_group >= 0) {
-    made.push_back(make(x.layout.dp_group, fmt::format("dp/core{}", x.layout.sync_group), false));
+    made.push_back(make(sparse(options(x.layout.dp_group, fmt::format("dp/core{}", x.layout.sync_group), false))));
   }
   std::vector<std::unique_ptr<comm::Group>> groups;
   std::exception_ptr first_error;

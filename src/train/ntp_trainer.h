@@ -65,6 +65,9 @@ struct WorkerOptions {
   // Liveness oracle for group creation: true once a rank is known dead, so
   // building a group with it fails at once (comm::GroupOptions::is_dead).
   std::function<bool(int)> is_dead;
+  // True once a member marked that membership epoch failed, so building one
+  // of its groups gives up at once (comm::GroupOptions::abandoned).
+  std::function<bool(std::uint64_t epoch)> epoch_failed;
   // Asked by the writer before each commit: does a rank outside `members`
   // ask to rejoin? The answer travels in the commit record, so every rank
   // sees the same and grows the job after the same step.

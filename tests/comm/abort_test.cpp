@@ -304,9 +304,14 @@ struct CreationOutcome {
   double seconds = 0;  // from the start (or from the moment rank 2 is reported dead) to the last failure
 };
 
+// What tells the members to give up, `after` the start: rank 2's death
+// (is_dead), or the epoch given up (abandoned).
+enum class Oracle { kIsDead, kAbandoned };
+
 CreationOutcome create_without_rank_2(const std::shared_ptr<Store>& store, const std::string& name,
                                       std::chrono::milliseconds connect_timeout,
-                                      std::optional<std::chrono::milliseconds> dead_after) {
+                                      std::optional<std::chrono::milliseconds> dead_after,
+                                      Oracle oracle = Oracle::kIsDead) {
   const auto start = clock_type::now();
   const auto dead_at = start + dead_after.value_or(0ms);
   std::vector<clock_type::time_point> failed(2, start);
@@ -314,7 +319,10 @@ CreationOutcome create_without_rank_2(const std::shared_ptr<Store>& store, const
   outcome.errors = run_threads(2, [&](int rank) {
     auto opts = group_options(3, rank, name, 1, 10s);
     opts.connect_timeout = connect_timeout;
-    if (dead_after) opts.is_dead = [dead_at](int r) { return r == 2 && clock_type::now() >= dead_at; };
+    if (dead_after && oracle == Oracle::kIsDead) {
+      opts.is_dead = [dead_at](int r) { return r == 2 && clock_type::now() >= dead_at; };
+    }
+    if (dead_after && oracle == Oracle::kAbandoned) opts.abandoned = [dead_at] { return clock_type::now() >= dead_at; };
     try {
       create_group(store, opts);
     } catch (...) {
@@ -326,19 +334,32 @@ CreationOutcome create_without_rank_2(const std::shared_ptr<Store>& store, const
   return outcome;
 }
 
-void expect_rank_2_named_dead(const CreationOutcome& outcome, const std::string& phase) {
+// Every member failed with `kind`, a message holding `what` and `phase`,
+// within a second of the oracle's answer.
+void expect_gave_up(const CreationOutcome& outcome, CommErrorKind kind, const std::string& what,
+                    const std::string& phase) {
   for (const auto& e : outcome.errors) {
     ASSERT_NE(e, nullptr) << "create_group succeeded without rank 2";
     try {
       std::rethrow_exception(e);
     } catch (const CommError& error) {
-      EXPECT_EQ(error.kind(), CommErrorKind::kPeerError) << error.what();
-      EXPECT_EQ(error.peer(), 2) << error.what();
-      EXPECT_NE(std::string(error.what()).find("rank 2 is dead"), std::string::npos) << error.what();
+      EXPECT_EQ(error.kind(), kind) << error.what();
+      if (kind == CommErrorKind::kPeerError) {
+        EXPECT_EQ(error.peer(), 2) << error.what();
+      }
+      EXPECT_NE(std::string(error.what()).find(what), std::string::npos) << error.what();
       EXPECT_NE(std::string(error.what()).find(phase), std::string::npos) << error.what();
     }
   }
   EXPECT_LT(outcome.seconds, 1.0);
+}
+
+void expect_rank_2_named_dead(const CreationOutcome& outcome, const std::string& phase) {
+  expect_gave_up(outcome, CommErrorKind::kPeerError, "rank 2 is dead", phase);
+}
+
+void expect_abandoned(const CreationOutcome& outcome, const std::string& phase) {
+  expect_gave_up(outcome, CommErrorKind::kBroken, "abandoned", phase);
 }
 
 // Rank 2 never joins; is_dead says so from the start.
@@ -390,6 +411,34 @@ TEST(CreationGivesUp, ControlWithoutIsDeadABlockedConnectWaitsFiveDeadlines) {
   report("no is_dead -> create_group fails (blocked connect, 300 ms deadline)", outcome.seconds);
   for (const auto& e : outcome.errors) EXPECT_NE(e, nullptr) << "create_group succeeded without rank 2";
   EXPECT_GT(outcome.seconds, 1.2);
+}
+
+// A member failed while the epoch's groups were being created and marked the
+// epoch failed: the others give up within a poll, not at connect_timeout.
+TEST(CreationGivesUp, WhenTheEpochIsAbandonedWhileJoining) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  const auto outcome = create_without_rank_2(store, "abandoned-join", 10s, 300ms, Oracle::kAbandoned);
+  report("abandoned -> create_group fails (join wait)", outcome.seconds);
+  expect_abandoned(outcome, "while joining");
+}
+
+TEST(CreationGivesUp, WhenTheEpochIsAbandonedWhileConnecting) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  publish_rank_2_that_never_connects(*store, "abandoned-connect");
+  const auto outcome = create_without_rank_2(store, "abandoned-connect", 10s, 300ms, Oracle::kAbandoned);
+  report("abandoned -> create_group fails (blocked connect)", outcome.seconds);
+  expect_abandoned(outcome, "while connecting");
+}
+
+// Control: without an oracle the join wait lasts the whole connect deadline.
+TEST(CreationGivesUp, ControlWithoutAnOracleTheJoinWaitsOutTheDeadline) {
+  TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  const auto outcome = create_without_rank_2(store, "slow-join", 1500ms, std::nullopt);
+  for (const auto& e : outcome.errors) EXPECT_NE(e, nullptr) << "create_group succeeded without rank 2";
+  EXPECT_GT(outcome.seconds, 1.4);
 }
 
 }  // namespace
