@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "comm/store.h"
@@ -37,6 +38,7 @@ class DeadMarks {
   std::shared_ptr<comm::Store> store_;
   std::chrono::milliseconds max_age_;
   int world_size_;
+  std::vector<std::string> keys_;  // dead_key of every rank, then the failed mark's slot
   std::mutex mutex_;
   std::chrono::steady_clock::time_point read_at_;
   bool read_ = false;
