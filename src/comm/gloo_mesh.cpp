@@ -14,6 +14,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "comm/gloo_watched.h"
 #include "comm/rendezvous.h"
 
 namespace ntp::comm {
@@ -73,8 +74,7 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
                                             std::vector<std::vector<char>>& peer_addresses) {
   const int size = static_cast<int>(opts.ranks.size());
   const std::vector<int> peers = mesh_peers(rank, size, opts.sparse);
-  auto transport = device->createContext(rank, size);
-  transport->setTimeout(timeout);
+  auto transport = create_watched_context(device, rank, size, timeout);  // waits end when a pair fails
   std::vector<char> record;
   for (int peer : peers) {
     const auto address = transport->createPair(peer)->address().bytes();
@@ -117,6 +117,7 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
   }
   watch.stop();
   watch.throw_if_fired();  // fired after the last connect: the pairs are failed
+  arm_watched_context(*transport, peers);
 
   auto context = std::make_shared<MeshContext>(rank, size);
   context->setTimeout(timeout);

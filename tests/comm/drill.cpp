@@ -17,13 +17,14 @@ using namespace std::chrono_literals;
 
 std::vector<ChildProcess> spawn_peers(const std::string& mode, const std::string& store, int world,
                                       const std::string& name, std::chrono::milliseconds timeout,
-                                      const std::string& log_dir) {
+                                      const std::string& log_dir, const std::vector<std::string>& extra_args) {
   std::vector<ChildProcess> peers;
   for (int r = 0; r < world; ++r) {
-    peers.emplace_back(std::vector<std::string>{NTP_COMM_PEER, "--mode", mode, "--store", store, "--rank",
-                                                std::to_string(r), "--world", std::to_string(world), "--name", name,
-                                                "--timeout-ms", std::to_string(timeout.count())},
-                       std::vector<std::string>{}, log_dir + "/" + name + "-rank" + std::to_string(r) + ".log");
+    std::vector<std::string> args{NTP_COMM_PEER, "--mode", mode, "--store", store, "--rank", std::to_string(r),
+                                  "--world", std::to_string(world), "--name", name,
+                                  "--timeout-ms", std::to_string(timeout.count())};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    peers.emplace_back(args, std::vector<std::string>{}, log_dir + "/" + name + "-rank" + std::to_string(r) + ".log");
   }
   return peers;
 }
@@ -43,14 +44,14 @@ long long wall_ms() {
 }  // namespace
 
 std::vector<long long> failure_drill(const std::string& store_spec, int sig, std::chrono::milliseconds timeout,
-                                     int world, int victim) {
+                                     int world, int victim, const std::vector<std::string>& extra_args) {
   const int kWorld = world;
   const int kVictim = victim;
   auto store = open_store(store_spec);
   testing::TempStoreDir logs;
   const std::string log_dir = logs.path();
   const std::string name = "drill-" + std::to_string(::getpid()) + "-" + std::to_string(sig);
-  auto peers = spawn_peers("loop", store_spec, kWorld, name, timeout, log_dir);
+  auto peers = spawn_peers("loop", store_spec, kWorld, name, timeout, log_dir, extra_args);
   std::vector<std::string> ready;
   for (int r = 0; r < kWorld; ++r) ready.push_back("test/ready/" + std::to_string(r));
   store->wait(ready, 30s);

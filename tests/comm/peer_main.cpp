@@ -1,7 +1,7 @@
 // comm_peer: one rank of a multi-process comm test.
 //
 //   comm_peer --mode collectives|loop|create --store SPEC --rank R --world N
-//             [--timeout-ms T] [--name NAME]
+//             [--timeout-ms T] [--name NAME] [--elements E]
 //
 // collectives: builds a group of N and runs every collective check.
 // create: sets "test/ready/<rank>", waits for "test/go" (a wall-clock start
@@ -33,6 +33,8 @@ using namespace std::chrono_literals;
 struct Args {
   std::string mode, store, name = "peer";
   int rank = -1, world = 0;
+  std::size_t elements = 1 << 16;  // of the loop's all-reduce
+  bool stream = false;              // loop: rank 1 sends to rank 0 instead of all-reducing
   std::chrono::milliseconds timeout{2000};
 };
 
@@ -45,6 +47,8 @@ Args parse(int argc, char** argv) {
   if (kv.count("--name")) a.name = kv["--name"];
   a.rank = std::stoi(kv.at("--rank"));
   a.world = std::stoi(kv.at("--world"));
+  a.stream = kv.count("--stream") && kv["--stream"] == "1";
+  if (kv.count("--elements")) a.elements = std::stoull(kv["--elements"]);
   if (kv.count("--timeout-ms")) a.timeout = std::chrono::milliseconds(std::stoll(kv["--timeout-ms"]));
   return a;
 }
@@ -79,16 +83,19 @@ int run_collectives(const std::shared_ptr<Store>& store, const Args& a) {
   return 0;
 }
 
-// All-reduces until the group fails; returns false on a wrong result.
+// All-reduces (or, with --stream, rank 1 sends to rank 0) until the group
+// fails; returns false on a wrong result.
 bool loop_until_failure(Group& g, Store& store, const Args& a) {
-  std::vector<float> data(1 << 16);
+  std::vector<float> data(a.elements);
   const float want = static_cast<float>(a.world * (a.world + 1) / 2);
   const auto limit = std::chrono::steady_clock::now() + 30s;
   store.set("test/ready/" + std::to_string(a.rank), to_bytes("1"));
   while (std::chrono::steady_clock::now() < limit) {
     std::fill(data.begin(), data.end(), static_cast<float>(a.rank + 1));
     try {
-      g.all_reduce(data.data(), data.size());
+      if (!a.stream) g.all_reduce(data.data(), data.size());
+      else if (a.rank == 1) g.send(ConstView(data.data(), data.size()), 0, 7);
+      else if (a.rank == 0) g.recv(View(data.data(), data.size()), 1, 7);
     } catch (const CommError& e) {
       const std::string report = std::to_string(wall_ms()) + " " + std::to_string(static_cast<int>(e.kind())) + " " +
                                  std::to_string(e.peer()) + "\n" + e.what();
@@ -96,7 +103,7 @@ bool loop_until_failure(Group& g, Store& store, const Args& a) {
       std::fprintf(stderr, "rank %d: %s\n", a.rank, e.what());
       return true;
     }
-    if (data[0] != want || data.back() != want) {
+    if (!a.stream && (data[0] != want || data.back() != want)) {
       std::fprintf(stderr, "rank %d: wrong all-reduce result %f, want %f\n", a.rank, data[0], want);
       return false;
     }
