@@ -76,17 +76,22 @@ RedisStore::RedisStore(std::string host, int port, std::string name_space,
       password_(read_password()) {
   if (host_.empty()) throw_bad_input("open_store", "redis store needs a host (redis://host:port)");
   if (port_ <= 0 || port_ > 65535) throw_bad_input("open_store", "redis port " + std::to_string(port_) + " is out of range");
-  // A server that cannot be reached is refused at once; one that answers but
-  // is still loading its dataset (just restarted) is waited for.
+  // An address where nothing listens is refused at once (a wrong spec). A
+  // server that is there but slow to accept or to answer (hundreds of
+  // workers connecting at once to a loaded host) or still loading its
+  // dataset (just restarted) is waited for, within reconnect_within.
   const auto give_up = std::chrono::steady_clock::now() + reconnect_within_;
-  bool loading = false;
-  while ((main_.context = connect(timeout_, &loading)) == nullptr && loading &&
+  Unready unready = Unready::kNo;
+  while ((main_.context = connect(timeout_, &unready)) == nullptr && unready != Unready::kNo &&
          std::chrono::steady_clock::now() < give_up) {
-    loading = false;
     std::this_thread::sleep_for(kReconnectPause);
   }
   if (main_.context == nullptr) {
-    throw_bad_input("open_store", describe() + (loading ? " is still loading its dataset" : " is unreachable"));
+    throw_bad_input("open_store", describe() + (unready == Unready::kLoading ? " is still loading its dataset"
+                                                : unready == Unready::kBusy
+                                                    ? " accepts no connection or answers no PING within " +
+                                                          std::to_string(reconnect_within_.count()) + " ms"
+                                                    : " is unreachable"));
   }
 }
 
@@ -109,10 +114,15 @@ std::string RedisStore::full_key(const std::string& key) const {
 // nullptr when the server cannot be reached now or is still loading its
 // dataset after a restart (worth retrying). A server
 // that refuses us (password) is a bad input, never retried.
-redisContext* RedisStore::connect(std::chrono::milliseconds socket_timeout, bool* loading) const {
+redisContext* RedisStore::connect(std::chrono::milliseconds socket_timeout, Unready* unready) const {
+  if (unready != nullptr) *unready = Unready::kNo;
   redisContext* context = redisConnectWithTimeout(host_.c_str(), port_, to_timeval(timeout_));
   if (context == nullptr) throw_bad_input("open_store", describe() + ": cannot allocate a connection");
   if (context->err != 0) {
+    // Refused: nothing listens there. Anything else (a timeout) may pass.
+    if (unready != nullptr && std::string_view(context->errstr).find("refused") == std::string_view::npos) {
+      *unready = Unready::kBusy;
+    }
     redisFree(context);
     return nullptr;
   }
@@ -139,7 +149,7 @@ redisContext* RedisStore::connect(std::chrono::milliseconds socket_timeout, bool
     const std::string why = pong->str;
     if (why.rfind("LOADING", 0) == 0) {  // a restarted server reading its dataset back: retry
       redisFree(context);
-      if (loading != nullptr) *loading = true;
+      if (unready != nullptr) *unready = Unready::kLoading;
       return nullptr;
     }
     refusal = describe() + " does not answer PING: " + why;
@@ -151,8 +161,9 @@ redisContext* RedisStore::connect(std::chrono::milliseconds socket_timeout, bool
     redisFree(context);
     throw_bad_input("open_store", refusal);
   }
-  if (!pong) {
+  if (!pong) {  // no answer within the socket timeout: a busy server
     redisFree(context);
+    if (unready != nullptr) *unready = Unready::kBusy;
     return nullptr;
   }
   return context;

@@ -29,8 +29,10 @@ namespace ntp::comm {
 
 class RedisStore : public Store {
  public:
-  // Connects within `connect_timeout`; throws CommError(kBadInput) naming the
-  // address if the server is unreachable or does not answer PING.
+  // Connects within `connect_timeout`, tried again within `reconnect_within`
+  // while the server is slow to accept or answer or loading its dataset;
+  // throws CommError(kBadInput) naming the address if nothing listens there,
+  // it refuses the password, or it is still unready after reconnect_within.
   RedisStore(std::string host, int port, std::string name_space,
              std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(3000),
              std::chrono::milliseconds reconnect_within = std::chrono::milliseconds(20000));
@@ -70,8 +72,9 @@ class RedisStore : public Store {
   Reply run(const char* op, const std::vector<std::string_view>& args);
   std::vector<Reply> run_on(Link& link, const char* op, const std::vector<std::vector<std::string_view>>& commands,
                             std::chrono::milliseconds socket_timeout);
-  // *loading: the server answered but is still loading its dataset.
-  redisContext* connect(std::chrono::milliseconds socket_timeout, bool* loading = nullptr) const;
+  // Why a connection could not be made now although one may be soon.
+  enum class Unready { kNo, kBusy, kLoading };
+  redisContext* connect(std::chrono::milliseconds socket_timeout, Unready* unready = nullptr) const;
   // wait_first for servers without BLMOVE (before 6.2): LINDEX with a backoff.
   Reply poll_first(const std::string& list, std::chrono::milliseconds timeout);
   std::string full_key(const std::string& key) const;

@@ -90,11 +90,12 @@ TEST(RedisReconnect, AServerGoneLongerThanTheDeadlineFailsNamingIt) {
 }
 
 // A server that answers every command of its first `loading` connections
-// with Redis's "-LOADING" (a restarted server reading its dataset back),
-// then "+PONG" / "+OK" like a ready one. Enough RESP for PING and SET.
+// with Redis's "-LOADING" (a restarted server reading its dataset back), or
+// with `silent` not at all (a server too busy to answer in time), then
+// "+PONG" / "+OK" like a ready one. Enough RESP for PING and SET.
 class LoadingServer {
  public:
-  explicit LoadingServer(int loading) : loading_(loading) {
+  explicit LoadingServer(int loading, bool silent = false) : loading_(loading), silent_(silent) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -122,6 +123,7 @@ class LoadingServer {
       const bool loading = connections_++ < loading_;
       char buffer[4096];
       for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) {
+        if (loading && silent_) continue;  // until the client gives up and closes
         const std::string request(buffer, static_cast<std::size_t>(n));
         const std::string reply = loading ? "-LOADING Redis is loading the dataset in memory\r\n"
                                   : request.find("PING") != std::string::npos ? "+PONG\r\n"
@@ -132,6 +134,7 @@ class LoadingServer {
     }
   }
   int loading_;
+  bool silent_;
   int listener_ = -1;
   int port_ = 0;
   std::atomic<int> connections_{0};
@@ -147,6 +150,20 @@ TEST(RedisReconnect, AServerStillLoadingItsDatasetIsWaitedForNotRefused) {
   LoadingServer slow(1000);
   const std::string text = error_text([&] { RedisStore("127.0.0.1", slow.port(), "", 1000ms, 300ms); });
   EXPECT_NE(text.find("still loading its dataset"), std::string::npos) << text;
+}
+
+// Hundreds of workers connecting at once to a loaded store host: a server
+// that accepts but answers no PING within the connect timeout is tried again
+// within reconnect_within, not refused as unreachable (a worker that gave up
+// after 3 s ended a 64-rank job's start with exit 1).
+TEST(RedisReconnect, AServerTooBusyToAnswerIsWaitedForNotRefused) {
+  LoadingServer server(3, true);
+  RedisStore store("127.0.0.1", server.port(), "", 200ms, 5000ms);
+  EXPECT_EQ(server.connections(), 4);  // three unanswered, the fourth PONG
+  store.set("k", to_bytes("v"));
+  LoadingServer busy(1000, true);
+  const std::string text = error_text([&] { RedisStore("127.0.0.1", busy.port(), "", 200ms, 500ms); });
+  EXPECT_NE(text.find("answers no PING within 500 ms"), std::string::npos) << text;
 }
 
 // A server without BLMOVE (before 6.2; here the command is renamed away):
