@@ -45,8 +45,11 @@ bool env_flag(const char* name) {
 bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
 
 // The calls whose Gloo algorithms talk only to the peers of a sparse mesh
-// (mesh_peers): the ring all-reduce and all-gather, the dissemination barrier.
-bool runs_on_sparse_mesh(std::string_view op) { return op == "all_reduce" || op == "all_gather" || op == "barrier"; }
+// (mesh_peers): the ring all-reduce and all-gather, the dissemination barrier;
+// and point-to-point, whose peers exchange() checks.
+bool runs_on_sparse_mesh(std::string_view op) {
+  return op == "all_reduce" || op == "all_gather" || op == "barrier" || op == "exchange";
+}
 
 }  // namespace
 
@@ -140,8 +143,8 @@ void GlooGroup::abort(const std::string& reason) {
 void GlooGroup::guarded(const char* op, const std::function<void()>& body) {
   if (opts_.sparse && !runs_on_sparse_mesh(op)) {
     fail(CommErrorKind::kBadInput, op,
-         "a sparse group (GroupOptions::sparse) has no connections for it; only all_reduce, all_gather and "
-         "barrier");
+         "a sparse group (GroupOptions::sparse) has no connections for it; only all_reduce, all_gather, "
+         "barrier and point-to-point between connected members");
   }
   executor_.run([&] {
     throw_if_broken(op);

@@ -40,16 +40,16 @@ constexpr std::uint8_t kAbortProbeSlotPrefix = 0xAF;
 std::size_t address_width() { return gloo::transport::tcp::Address().bytes().size(); }
 
 // Where `rank`'s address sits in `peer`'s record, in addresses.
-std::size_t slot_in_record(int peer, int rank, int size, bool sparse) {
-  if (!sparse) return static_cast<std::size_t>(rank < peer ? rank : rank - 1);  // every rank but the owner
-  const std::vector<int> owners_peers = mesh_peers(peer, size, true);
+std::size_t slot_in_record(int peer, int rank, const GroupOptions& opts) {
+  if (!opts.sparse) return static_cast<std::size_t>(rank < peer ? rank : rank - 1);  // every rank but the owner
+  const std::vector<int> owners_peers = mesh_peers(peer, static_cast<int>(opts.ranks.size()), true, opts.links);
   const auto at = std::lower_bound(owners_peers.begin(), owners_peers.end(), rank);
   return static_cast<std::size_t>(at - owners_peers.begin());  // present: the peer sets are symmetric
 }
 
 }  // namespace
 
-std::vector<int> mesh_peers(int rank, int size, bool sparse) {
+std::vector<int> mesh_peers(int rank, int size, bool sparse, const std::vector<std::pair<int, int>>& links) {
   std::vector<int> peers;
   if (!sparse) {
     for (int i = 0; i < size; ++i) {
@@ -60,6 +60,10 @@ std::vector<int> mesh_peers(int rank, int size, bool sparse) {
   for (int d = 1; d < size; d *= 2) {
     peers.push_back((rank + d) % size);
     peers.push_back((rank - d + size) % size);
+  }
+  for (const auto& [a, b] : links) {
+    if (a == rank && b != rank) peers.push_back(b);
+    if (b == rank && a != rank) peers.push_back(a);
   }
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
@@ -73,7 +77,7 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
                                             std::chrono::milliseconds timeout, const std::function<void()>& join,
                                             std::vector<std::vector<char>>& peer_addresses) {
   const int size = static_cast<int>(opts.ranks.size());
-  const std::vector<int> peers = mesh_peers(rank, size, opts.sparse);
+  const std::vector<int> peers = mesh_peers(rank, size, opts.sparse, opts.links);
   auto transport = create_watched_context(device, rank, size, timeout);  // waits end when a pair fails
   std::vector<char> record;
   for (int peer : peers) {
@@ -86,7 +90,7 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
   const std::size_t width = address_width();
   std::vector<Store::Slice> slices;
   for (int peer : peers) {
-    slices.push_back({mesh_key(prefix, peer), slot_in_record(peer, rank, size, opts.sparse) * width, width});
+    slices.push_back({mesh_key(prefix, peer), slot_in_record(peer, rank, opts) * width, width});
   }
   const auto found = store.get_slices(slices);
   peer_addresses.assign(static_cast<std::size_t>(size), {});

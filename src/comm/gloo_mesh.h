@@ -21,9 +21,9 @@ namespace ntp::comm {
 
 // The group ranks that `rank` connects to, ascending, without itself: every
 // other member, or for a sparse group those 1 and 2^k ranks away either way
-// around the ring of `size` (see GroupOptions::sparse). Symmetric: j is a
-// peer of i exactly when i is a peer of j.
-std::vector<int> mesh_peers(int rank, int size, bool sparse);
+// around the ring of `size` (see GroupOptions::sparse) and its partners in
+// `links`. Symmetric: j is a peer of i exactly when i is a peer of j.
+std::vector<int> mesh_peers(int rank, int size, bool sparse, const std::vector<std::pair<int, int>>& links = {});
 
 // Connects group rank `rank` to its mesh_peers, as gloo's connectFullMesh
 // does for a full mesh: each rank publishes one record under

@@ -28,10 +28,16 @@ void GlooGroup::recv(View data, int src, std::uint32_t tag) { exchange({P2POp::r
 void GlooGroup::exchange(const std::vector<P2POp>& ops) {
   guarded("exchange", [&] {
     for (const auto& op : ops) {
+      const char* role = op.kind == P2POp::Kind::kSend ? "destination" : "source";
       if (op.peer < 0 || op.peer >= size() || op.peer == rank_) {
         fail(CommErrorKind::kBadInput, "exchange",
-             std::string(op.kind == P2POp::Kind::kSend ? "destination" : "source") + " rank " +
-                 std::to_string(op.peer) + " is invalid in a group of " + std::to_string(size()));
+             std::string(role) + " rank " + std::to_string(op.peer) + " is invalid in a group of " +
+                 std::to_string(size()));
+      }
+      if (!context_->getPair(op.peer)) {
+        fail(CommErrorKind::kBadInput, "exchange",
+             std::string(role) + " rank " + std::to_string(op.peer) +
+                 " is not connected to this member of a sparse group (list the pair in GroupOptions::links)");
       }
     }
     using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;

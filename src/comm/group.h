@@ -33,6 +33,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/error.h"
@@ -146,6 +147,11 @@ struct GroupOptions {
   // carries little, such as a job's world group: a full mesh of 144 ranks is
   // 10,296 connections to make at every epoch. NCCL ignores it.
   bool sparse = false;
+  // Sparse groups: more pairs of group ranks to connect (either order; every
+  // member passes the same list). Point-to-point (send, recv, exchange) may
+  // then be used between any two connected members: the pairs listed here and
+  // those of the ring. For a group that moves state between a few pairs.
+  std::vector<std::pair<int, int>> links;
   // Optional liveness oracle (e.g. the heartbeat): true when the member of
   // that global rank is known dead. create_group asks it about every other
   // member every ~25 ms while it waits for their join records and (Gloo)

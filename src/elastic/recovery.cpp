@@ -271,12 +271,18 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   if (!plan.source) std::rethrow_exception(plan.units_lost);
 
   const PhaseMeter transfer(*store);
-  std::unique_ptr<comm::Group> exchange =
-      comm::create_group(store, train::group_options(config, options_, epoch, survivors, "recover"));
-  const train::StateMoveStats moved = trainer_.move_state(
-      {&next, &plan.source->plans, survivors, plan.is_stale(options_.rank),
-       plan.stale.empty() ? std::nullopt : plan.fresh, newest},
-      *exchange);
+  const train::StateMoveOrder order{&next, &plan.source->plans, survivors, plan.is_stale(options_.rank),
+                                    plan.stale.empty() ? std::nullopt : plan.fresh, newest};
+  comm::GroupOptions exchange_options = train::group_options(config, options_, epoch, survivors, "recover");
+  if (!order.replicated_source && agreed.joined.empty()) {
+    // Only the pairs that trade units, besides the ring for the proof and the
+    // barrier: at 144 ranks a full mesh is 10,296 connections. Rolling stale
+    // or joining ranks forward broadcasts, which needs the full mesh.
+    exchange_options.sparse = true;
+    exchange_options.links = trainer_.exchange_links(order);
+  }
+  std::unique_ptr<comm::Group> exchange = comm::create_group(store, exchange_options);
+  const train::StateMoveStats moved = trainer_.move_state(order, *exchange);
   trainer_.adopt(next);
   trainer_.event("state_transferred",
                  with(transfer.fields(), {{"epoch", epoch}, {"units_in", moved.units_in}, {"bytes_in", moved.bytes_in},

@@ -641,11 +641,21 @@ StateMoveStats NtpTrainer::move_state(const StateMoveOrder& order, comm::Group& 
   const RankView next = order.next->view(options_.rank);
   if (next.trains) mover.to = layout::SlotRef{me_.replica, me_.slot};
   mover.stale = stale && hooks_.mutation() != Mutation::kSkipRollForward;
-  mover.group_rank_of = [&](layout::SlotRef slot) {
+  mover.group_rank_of = exchange_rank_of(survivors);
+  return train::move_state(*x.model, *x.optimizer, next.shard, *order.plans, mover, exchange);
+}
+
+std::vector<std::pair<int, int>> NtpTrainer::exchange_links(const StateMoveOrder& order) const {
+  return move_links(*order.plans, exchange_rank_of(order.survivors));
+}
+
+// The exchange group's rank of the process of a slot: its place in the
+// ascending survivors.
+std::function<int(layout::SlotRef)> NtpTrainer::exchange_rank_of(const std::vector<int>& survivors) const {
+  return [this, &survivors](layout::SlotRef slot) {
     const int global = plan_.rank_of({slot.replica, slot.slot});
     return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), global) - survivors.begin());
   };
-  return train::move_state(*x.model, *x.optimizer, next.shard, *order.plans, mover, exchange);
 }
 
 void NtpTrainer::finish() {

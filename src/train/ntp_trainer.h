@@ -142,6 +142,7 @@ class NtpTrainer final : public RecoveryExecutor {
   StateHashes state_hashes() const override;
   void drop_groups() override;
   void complete_commit(std::int64_t s, const CommitOutcome& outcome) override;
+  std::vector<std::pair<int, int>> exchange_links(const StateMoveOrder& order) const override;
   StateMoveStats move_state(const StateMoveOrder& order, comm::Group& exchange) override;
   void adopt(const JobPlan& next) override;
   void connect(int writer) override;
@@ -157,6 +158,7 @@ class NtpTrainer final : public RecoveryExecutor {
 
  private:
   struct Impl;
+  std::function<int(layout::SlotRef)> exchange_rank_of(const std::vector<int>& survivors) const;
   // The parts of step(), in order (defined in ntp_trainer.cpp).
   struct LocalWork;    // this rank's loss share, forward time and sync totals
   struct Commit;       // what the commit collective gathered

@@ -67,6 +67,9 @@ class RecoveryExecutor {
   // a failure inside the commit collective left this rank just short of it,
   // with everything the update needs in hand.
   virtual void complete_commit(std::int64_t s, const CommitOutcome& outcome) = 0;
+  // The pairs of exchange-group ranks that move_state(order) trades between
+  // (train/state_move.h move_links); the same on every survivor.
+  virtual std::vector<std::pair<int, int>> exchange_links(const StateMoveOrder& order) const = 0;
   // Carries out this rank's part of the state move; returns what moved.
   virtual StateMoveStats move_state(const StateMoveOrder& order, comm::Group& exchange) = 0;
   // Adopts `next` (its layout, the batch split); right after move_state().

@@ -1,5 +1,7 @@
 #include "train/state_move.h"
 
+#include <algorithm>
+
 #include <array>
 #include <map>
 #include <stdexcept>
@@ -97,6 +99,19 @@ void fetch_from(const std::vector<Message>& received, model::StateKind state,
 }
 
 }  // namespace
+
+std::vector<std::pair<int, int>> move_links(const KindPlans& plans,
+                                            const std::function<int(layout::SlotRef)>& group_rank_of) {
+  std::vector<std::pair<int, int>> links;
+  for (std::size_t k = 0; k < kKinds.size(); ++k) {
+    for (const layout::Move& move : plan_of(plans, k).moves) {
+      links.emplace_back(group_rank_of(move.from), group_rank_of(move.to));
+    }
+  }
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  return links;
+}
 
 StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const model::Shard& next,
                           const KindPlans& plans, const StateMoveRank& rank, comm::Group& group) {

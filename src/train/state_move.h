@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "comm/group.h"
 #include "layout/transition.h"
@@ -39,6 +41,12 @@ struct StateMoveRank {
   // (the plan sends them all), none is kept.
   bool stale = false;
 };
+
+// The pairs of group ranks (sender, receiver) that move_state trades
+// between, each once: a sparse exchange group connects just these
+// (comm::GroupOptions::links) besides its ring.
+std::vector<std::pair<int, int>> move_links(const KindPlans& plans,
+                                            const std::function<int(layout::SlotRef)>& group_rank_of);
 
 // Every member of `group` calls it with the same plans. Without `rank.to`
 // the rank only serves its units and the model is left as it is.

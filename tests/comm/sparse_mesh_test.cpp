@@ -119,11 +119,49 @@ TEST(SparseGroup, RefusesCallsThatNeedAFullMeshAndStaysUsable) {
     expect_refused("reduce_scatter", [&] { g.reduce_scatter(std::vector<float>(5, 1.0f), one, counts); });
     expect_refused("all_gather_v", [&] { g.all_gather_v(std::vector<float>(1), five, counts); });
     expect_refused("all_to_all_v", [&] { g.all_to_all_v(std::vector<float>(5), counts, five, counts); });
-    expect_refused("send", [&] { g.send(std::vector<float>(1), (g.rank() + 1) % 5, 7); });
-    expect_refused("exchange", [&] { g.exchange({}); });
     EXPECT_FALSE(g.broken());
     check_carried_calls(g);
   });
+}
+
+// Point-to-point runs between connected members: ring neighbours and the
+// pairs in GroupOptions::links. Ranks 0 and 3 of 9 are not ring peers (0's
+// are 1, 2, 4, 5, 7, 8); linked they trade, and 0 -> 6 is refused before any
+// data moves, leaving the group usable.
+TEST(SparseGroup, PointToPointRunsBetweenConnectedMembersOnly) {
+  const int size = 9;
+  EXPECT_EQ(mesh_peers(0, size, true), (std::vector<int>{1, 2, 4, 5, 7, 8}));
+  EXPECT_EQ(mesh_peers(0, size, true, {{3, 0}}), (std::vector<int>{1, 2, 3, 4, 5, 7, 8}));
+  EXPECT_EQ(mesh_peers(3, size, true, {{3, 0}}), (std::vector<int>{0, 1, 2, 4, 5, 7, 8}));
+  testing::TempStoreDir dir;
+  auto store = open_store(dir.spec());
+  testing::rethrow_first(testing::run_threads(size, [&](int rank) {
+    GroupOptions opts = testing::group_options(size, rank, "links");
+    opts.sparse = true;
+    opts.links = {{3, 0}};
+    auto g = create_group(store, opts);
+    std::vector<float> value(100, static_cast<float>(rank));
+    if (rank == 0) {
+      g->send(value, 3, 1);
+      try {
+        g->send(value, 6, 2);
+        ADD_FAILURE() << "a send to an unconnected member ran";
+      } catch (const CommError& e) {
+        EXPECT_EQ(e.kind(), CommErrorKind::kBadInput) << e.what();
+        EXPECT_NE(std::string(e.what()).find("GroupOptions::links"), std::string::npos) << e.what();
+      }
+      EXPECT_FALSE(g->broken());
+    }
+    if (rank == 3) {
+      g->recv(value, 0, 1);
+      EXPECT_EQ(value[99], 0.0f);
+    }
+    // Ring neighbours trade both ways in one exchange.
+    std::vector<float> from_left(10), mine(10, static_cast<float>(rank));
+    g->exchange({P2POp::send(mine, (rank + 1) % size, 3), P2POp::recv(from_left, (rank + size - 1) % size, 3)});
+    EXPECT_EQ(from_left[9], static_cast<float>((rank + size - 1) % size));
+    check_carried_calls(*g);
+  }));
 }
 
 // fail_connections must skip the pairs a sparse mesh never made (rank 3 of

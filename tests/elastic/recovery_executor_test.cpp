@@ -34,6 +34,7 @@ class RecordingExecutor final : public train::RecoveryExecutor {
   train::StateHashes state_hashes() const override { return {}; }
   void drop_groups() override { calls.push_back("drop_groups"); }
   void complete_commit(std::int64_t, const train::CommitOutcome&) override { calls.push_back("complete_commit"); }
+  std::vector<std::pair<int, int>> exchange_links(const train::StateMoveOrder&) const override { return {}; }
   train::StateMoveStats move_state(const train::StateMoveOrder& order, comm::Group&) override {
     calls.push_back("move_state");
     moved_to = order.next->members();

@@ -46,8 +46,9 @@ class CorruptingGroup : public comm::Group {
 
 // dp 2 x tp `tp`; global rank `dead` dies. Survivors run the move. With
 // `corrupt`, every message arrives with one bit flipped: each rank that
-// receives must refuse the move, naming what arrived corrupted.
-void check_move(std::int64_t tp, int dead, bool corrupt = false) {
+// receives must refuse the move, naming what arrived corrupted. With
+// `sparse`, the group connects only its ring and the pairs of move_links.
+void check_move(std::int64_t tp, int dead, bool corrupt = false, bool sparse = false) {
   const model::GptConfig c = model::testing::small_test_config();
   ParallelConfig before;
   before.dp = 2;
@@ -73,7 +74,22 @@ void check_move(std::int64_t tp, int dead, bool corrupt = false) {
   std::vector<float> values(static_cast<std::size_t>(full.size()));
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.25f;
 
-  comm::testing::run_group(static_cast<int>(survivors.size()), "recover", [&](comm::Group& group) {
+  const auto group_rank_of = [&](layout::SlotRef s) {
+    int global = 0;
+    while (!(places[static_cast<std::size_t>(global)] == RankPlace{s.replica, s.slot})) ++global;
+    return static_cast<int>(std::find(survivors.begin(), survivors.end(), global) - survivors.begin());
+  };
+  comm::testing::TempStoreDir dir;
+  const auto store = comm::open_store(dir.spec());
+  const int size = static_cast<int>(survivors.size());
+  comm::testing::rethrow_first(comm::testing::run_threads(size, [&](int group_rank) {
+    comm::GroupOptions options = comm::testing::group_options(size, group_rank, "recover");
+    if (sparse) {
+      options.sparse = true;
+      options.links = move_links(plans, group_rank_of);
+    }
+    const auto connected = comm::create_group(store, options);
+    comm::Group& group = *connected;
     const RankPlace me = places[static_cast<std::size_t>(survivors[static_cast<std::size_t>(group.rank())])];
     const layout::SlotRef slot{me.replica, me.slot};
     tensor::Context ctx({1});
@@ -84,12 +100,7 @@ void check_move(std::int64_t tp, int dead, bool corrupt = false) {
       opt.m().data()[i] = m.params()[i] + 1.0f;
       opt.v().data()[i] = m.params()[i] + 2.0f;
     }
-    StateMoveRank rank{slot, slot, [&](layout::SlotRef s) {
-                         int global = 0;
-                         while (!(places[static_cast<std::size_t>(global)] == RankPlace{s.replica, s.slot})) ++global;
-                         return static_cast<int>(std::find(survivors.begin(), survivors.end(), global) -
-                                                 survivors.begin());
-                       }};
+    StateMoveRank rank{slot, slot, group_rank_of};
     const model::Shard next = shard_of(after, c, slot);
     if (corrupt) {
       CorruptingGroup bad(group);
@@ -121,12 +132,23 @@ void check_move(std::int64_t tp, int dead, bool corrupt = false) {
                                next.neurons.subtract(old.neurons).size() +
                                next.vocab.subtract(old.vocab).size();
     EXPECT_EQ(stats.units_in, fresh);
-  });
+  }));
 }
 
 TEST(StateMove, Tp2ReplicaLosesSlot1) { check_move(2, 1); }
 TEST(StateMove, Tp4ReplicaLosesSlot0AndKShrinksEverywhere) { check_move(4, 0); }
 TEST(StateMove, AFlippedBitInAnyMessageIsRefusedByItsReceiver) { check_move(4, 0, true); }
+// dp 2 x tp 8: 15 survivors, whose ring connects 8 of the 14 others.
+TEST(StateMove, ASparseGroupWithTheMoveLinksCarriesTheMove) { check_move(8, 3, false, true); }
+
+// move_links: each (sender, receiver) of the plans once, in exchange-group ranks.
+TEST(StateMove, MoveLinksNameEachTradingPairOnce) {
+  KindPlans plans;
+  plans.heads.moves = {{{0, 1}, {1, 0}, layout::IntervalSet{{0, 2}}}, {{0, 1}, {1, 0}, layout::IntervalSet{{4, 6}}}};
+  plans.neurons.moves = {{{0, 2}, {1, 1}, layout::IntervalSet{{0, 8}}}};
+  const auto rank_of = [](layout::SlotRef s) { return s.replica * 3 + s.slot; };
+  EXPECT_EQ(move_links(plans, rank_of), (std::vector<std::pair<int, int>>{{1, 3}, {2, 4}}));
+}
 
 }  // namespace
 }  // namespace ntp::train
