@@ -12,13 +12,16 @@
 // its peers had closed their connections.
 //
 // Every unbound buffer of a watched context waits in slices: a process-wide
-// ticker interrupts its wait every kWaitCheck (Gloo's abortWaitRecv and
-// abortWaitSend), and the buffer then asks the context whether any of its
-// pairs has failed; if one has, the wait throws that pair's error, as Gloo
-// does for a pending operation. The context learns of a failed pair through
-// a sentinel: a buffer with a receive pending on every pair, on a slot nobody
-// sends on, which Gloo wakes with the pair's error. The call's deadline is
-// kept exactly: the last slice is a plain Gloo wait with the time left.
+// ticker interrupts a wait that has lasted kWaitCheck, and again every
+// kWaitCheck (Gloo's abortWaitRecv and abortWaitSend), and the buffer then
+// asks the context whether the pair of a peer it still has operations
+// outstanding with (in the direction it waits for) has failed; if one has,
+// the wait throws that pair's error, as Gloo does for a pending operation.
+// Other pairs do not count: a peer that finished its part and closed is how
+// every group ends. The context learns of a failed pair through its sentinel:
+// a receive pending on that pair, on a slot nobody sends on, which Gloo wakes
+// with the pair's error. The call's deadline is kept exactly: the last slice
+// is a plain Gloo wait with the time left.
 #include <chrono>
 #include <memory>
 #include <vector>
