@@ -3,6 +3,8 @@
 // connections is how every group ends.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "comm/gloo_watched.h"
@@ -52,6 +54,58 @@ TEST(WatchedWaits, RanksLeavingAfterTheirLastCallDoNotFailTheOthers) {
       EXPECT_EQ(data[999], 33.0f);
       group->barrier();
     }));
+  }
+}
+
+// A rank aborted in the middle of a run of all-reduces (as a trainer aborts
+// the groups of a failed epoch) must take every other member out of the
+// call well before the deadline: its ring neighbours fail on its closed
+// connections, break their own groups, and so on round the ring. Repeated
+// at several moments, so that the abort lands inside messages as well as
+// between them.
+TEST(WatchedWaits, AnAbortMidCallReachesEveryMemberBeforeTheDeadline) {
+  constexpr int kRanks = 16;
+  const auto deadline = std::chrono::milliseconds(20000);
+  for (int round = 0; round < 6; ++round) {
+    testing::TempStoreDir dir;
+    auto store = open_store(dir.spec());
+    const int victim = (5 * round + 3) % kRanks;
+    std::atomic<int> calls_done{0};
+    std::vector<double> failed_after(kRanks, -1.0);
+    std::chrono::steady_clock::time_point aborted_at{};
+    std::atomic<bool> aborted{false};
+    testing::rethrow_first(testing::run_threads(kRanks, [&](int rank) {
+      auto group = create_group(store, testing::group_options(kRanks, rank, "cascade" + std::to_string(round), 1,
+                                                                deadline));
+      std::thread aborter;
+      if (rank == victim) {
+        aborter = std::thread([&, round] {
+          while (calls_done.load() < kRanks * (2 + round)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          std::this_thread::sleep_for(std::chrono::microseconds(500 * round));
+          aborted_at = std::chrono::steady_clock::now();
+          aborted = true;
+          group->abort("test");
+        });
+      }
+      std::vector<float> data(1 << 18, 1.0f);
+      try {
+        for (int call = 0; call < 10000; ++call) {
+          group->all_reduce(data.data(), data.size());
+          calls_done.fetch_add(1);
+        }
+        ADD_FAILURE() << "rank " << rank << " never saw the abort";
+      } catch (const CommError&) {
+        while (!aborted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        failed_after[static_cast<std::size_t>(rank)] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - aborted_at).count();
+      }
+      if (aborter.joinable()) aborter.join();
+    }));
+    for (int rank = 0; rank < kRanks; ++rank) {
+      EXPECT_LT(failed_after[static_cast<std::size_t>(rank)], 5.0)
+          << "round " << round << ": rank " << rank << " (victim " << victim << ") left its call "
+          << failed_after[static_cast<std::size_t>(rank)] << " s after the abort";
+    }
   }
 }
 
