@@ -121,11 +121,7 @@ CommError GlooGroup::translate(const char* op, const std::exception& e) const {
 // deadline instead of each timing out on its own.
 bool GlooGroup::break_group(const CommError& error) {
   if (!mark_broken(error.what())) return false;
-  try {
-    if (context_) context_->closeConnections();
-  } catch (const std::exception&) {
-    // Already closed by the transport.
-  }
+  if (context_) fail_connections(*context_);
   notify_failure(error);
   return true;
 }

@@ -12,7 +12,6 @@
 #include <gloo/transport/device.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/unbound_buffer.h>
-#include <gloo/types.h>
 
 #include "comm/gloo_watched.h"
 #include "comm/rendezvous.h"
@@ -31,10 +30,6 @@ class MeshContext : public gloo::Context {
     transportContext_ = std::move(transport);
   }
 };
-
-// Slot of the abort probe; Gloo's collectives use prefixes 0x01..0x08 and our
-// point-to-point messages 0xA0 and 0xA1 (gloo_p2p.cpp).
-constexpr std::uint8_t kAbortProbeSlotPrefix = 0xAF;
 
 // Size of one address in a record.
 std::size_t address_width() { return gloo::transport::tcp::Address().bytes().size(); }
@@ -129,34 +124,28 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
   return context;
 }
 
-// Gloo has no public call that fails a pair, but when a wait on a buffer
-// times out it fails every pair of the context (tcp Context::signalException:
-// each pair wakes its pending buffers with an error and closes its socket),
-// from the waiting thread and under the pairs' locks. A receive that nobody
-// will send to, waited on with a zero timeout, takes that path now. It needs
-// one pair that still accepts a receive; closing the connections afterwards
-// covers the case where none does.
+// Gloo has no public call that fails a pair, and its Pair::close only closes
+// the socket (hard: peers see a reset at once): the operations pending on the
+// pair, and its sentinel (gloo_watched.h), are left waiting, so a call of
+// this rank on another thread would sit out its whole deadline on a pair
+// nobody can complete any more. But a wait on a buffer that times out fails
+// every pair of its context (tcp Context::signalException: each pair wakes
+// its pending buffers with an error, also a pair already closed), from the
+// waiting thread and under the pairs' locks. A zero wait on a buffer with
+// nothing posted takes that path at once, after the close, whatever state the
+// pairs are in.
 void fail_connections(gloo::Context& context) {
-  char byte = 0;
-  auto probe = context.createUnboundBuffer(&byte, sizeof(byte));
-  for (int peer = 0; peer < context.size; ++peer) {
-    if (peer == context.rank || !context.getPair(peer)) continue;  // a sparse mesh lacks some pairs
-    try {
-      probe->recv(peer, gloo::Slot::build(kAbortProbeSlotPrefix, 0));
-    } catch (const std::exception&) {
-      continue;  // this pair failed already
-    }
-    try {
-      probe->waitRecv(std::chrono::milliseconds(0));
-    } catch (const std::exception&) {
-      // The timeout we asked for.
-    }
-    break;
-  }
   try {
     context.closeConnections();
   } catch (const std::exception&) {
     // Already closed.
+  }
+  char byte = 0;
+  auto probe = context.createUnboundBuffer(&byte, sizeof(byte));
+  try {
+    probe->waitRecv(std::chrono::milliseconds(0));
+  } catch (const std::exception&) {
+    // The timeout we asked for.
   }
 }
 

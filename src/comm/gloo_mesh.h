@@ -1,6 +1,6 @@
 #pragma once
 // The TCP mesh of a Gloo group: connecting every pair at creation, and
-// failing every pair at once on abort. Gloo's own calls for these cannot be
+// failing every pair at once on abort or failure. Gloo's own calls for these cannot be
 // interrupted, so both are done here from its lower-level pieces.
 #include <chrono>
 #include <functional>
@@ -44,10 +44,11 @@ std::shared_ptr<gloo::Context> connect_mesh(Store& store, const std::string& pre
 
 std::string mesh_key(const std::string& prefix, int rank);
 
-// Fails every connection of `context` (those it has) now; safe from any thread while
-// another thread is blocked in a gloo call on it. Pending sends and receives
-// wake with an error and the sockets close, so peers waiting on this rank see
-// the close. For a context that no earlier failure closed.
+// Closes every connection of `context` (those it has) and fails every
+// operation pending on them; safe from any thread while another thread is
+// blocked in a gloo call on it. Peers waiting on this rank see the close at
+// once. Every close of a group's connections goes through here: gloo's bare
+// closeConnections leaves this rank's own waits waiting out their deadline.
 void fail_connections(gloo::Context& context);
 
 }  // namespace ntp::comm

@@ -164,8 +164,8 @@ TEST(SparseGroup, PointToPointRunsBetweenConnectedMembersOnly) {
   }));
 }
 
-// fail_connections must skip the pairs a sparse mesh never made (rank 3 of
-// 9 has none with rank 0, where its probe loop starts). Rank 0 stays out of
+// An abort must skip the pairs a sparse mesh never made (rank 3 of 9 has
+// none with rank 0, where its loop over the pairs starts). Rank 0 stays out of
 // the all-reduce, so the others block until their groups are aborted, as a
 // trainer does on every member when an epoch fails.
 TEST(SparseGroup, AbortWakesTheCallsInFlight) {
