@@ -86,17 +86,6 @@ std::vector<Dependency> dependencies(int stage, PipelineOp op, int pp, double p2
   return deps;
 }
 
-// Stage s holds micro-batch i's activations from F(s, i) until B(s, i); ops on
-// a stage run one at a time in order, so the peak depends on the order alone.
-int peak_in_flight(const std::vector<PipelineOp>& ops) {
-  int held = 0, peak = 0;
-  for (const PipelineOp& op : ops) {
-    held += op.kind == Kind::kForward ? 1 : -1;
-    peak = std::max(peak, held);
-  }
-  return peak;
-}
-
 // Runs ops as their dependencies finish. Each pass lets every stage run all
 // the ops it can; a pass in which no stage can run one, with ops left, is a
 // deadlock: nothing that could still finish is left to wait for.
@@ -255,6 +244,15 @@ PipelineRun simulate_pipeline(const PipelineSchedule& schedule, const StageTimes
   check_schedule(schedule);
   check_times(times, schedule.pp());
   return summarize(schedule, Simulation(schedule, times).run());
+}
+
+int peak_in_flight(const std::vector<PipelineOp>& ops) {
+  int held = 0, peak = 0;
+  for (const PipelineOp& op : ops) {
+    held += op.kind == PipelineOp::Kind::kForward ? 1 : -1;
+    peak = std::max(peak, held);
+  }
+  return peak;
 }
 
 }  // namespace ntp::train

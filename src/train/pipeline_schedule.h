@@ -41,6 +41,11 @@ PipelineSchedule one_f_one_b(int pp, int microbatches);
 // deadlock.
 void check_schedule(const PipelineSchedule& schedule);
 
+// The most micro-batches a stage running `ops` in order holds at once: it
+// holds micro-batch i's activations from its forward until its backward, and
+// runs its ops one at a time, so the peak depends on the order alone.
+int peak_in_flight(const std::vector<PipelineOp>& ops);
+
 // Modelled durations, in any one time unit.
 struct StageTimes {
   std::vector<double> forward;   // per stage: one micro-batch's forward
