@@ -13,6 +13,7 @@
 
 #include "comm/group.h"
 #include "elastic/membership.h"
+#include "elastic/process_cpu.h"
 
 namespace ntp::elastic {
 
@@ -36,6 +37,16 @@ comm::StoreCounts PhaseCost::max() const {
     m.bytes_received = std::max(m.bytes_received, c.bytes_received);
   }
   return m;
+}
+
+double ControlPlaneCost::mean_agreement_cpu_s() const {
+  double sum = 0;
+  for (double s : agreement_cpu_s) sum += s;
+  return agreement_cpu_s.empty() ? 0 : sum / static_cast<double>(agreement_cpu_s.size());
+}
+
+double ControlPlaneCost::max_agreement_cpu_s() const {
+  return agreement_cpu_s.empty() ? 0 : *std::max_element(agreement_cpu_s.begin(), agreement_cpu_s.end());
 }
 
 namespace {
@@ -99,6 +110,7 @@ ControlPlaneCost measure_control_plane(const std::string& store_spec, int ranks,
   shared->set(dead_key(lost), comm::to_bytes("measured loss"));
   std::vector<int> survivors(world.begin(), world.end() - 1);
   cost.recovery.per_rank.resize(survivors.size());
+  cost.agreement_cpu_s.resize(survivors.size());
   run_ranks(lost, [&](int r) {
     auto& store = *stores[static_cast<std::size_t>(r)];
     const comm::StoreCounts before = store.counts();
@@ -111,7 +123,9 @@ ControlPlaneCost measure_control_plane(const std::string& store_spec, int ranks,
     o.settle = std::chrono::milliseconds(50);
     o.wait_for_blocked = timeout;
     o.deadline = timeout;
+    const double cpu_before = thread_cpu_s();
     const Membership m = agree_membership(store, o);
+    cost.agreement_cpu_s[static_cast<std::size_t>(r)] = thread_cpu_s() - cpu_before;
     groups[static_cast<std::size_t>(r)] =
         comm::create_group(stores[static_cast<std::size_t>(r)], world_options(m.ranks(), r, 2, timeout));
     cost.recovery.per_rank[static_cast<std::size_t>(r)] = store.counts() - before;

@@ -25,6 +25,13 @@ struct ControlPlaneCost {
   int ranks = 0;
   PhaseCost creation;  // the world group of epoch 1, every rank
   PhaseCost recovery;  // agreement on epoch 2 and its world group, the survivors
+  // Per survivor: the CPU seconds its thread spent in the agreement alone
+  // (agree_membership). The ranks are threads that mostly wait in the store,
+  // not training processes sharing the cores, so this is the protocol's own
+  // work per rank.
+  std::vector<double> agreement_cpu_s;
+  double mean_agreement_cpu_s() const;
+  double max_agreement_cpu_s() const;
 };
 
 // Throws std::runtime_error when a phase fails (the first rank's error).

@@ -1,5 +1,7 @@
 #include "elastic/process_cpu.h"
 
+#include <time.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -49,5 +51,16 @@ bool stale_worker_lost(const ProcessSample& at_last_fresh_beat, const ProcessSam
     default: return now.runnable_threads == 0 && now.cpu_ticks <= at_last_fresh_beat.cpu_ticks;
   }
 }
+
+namespace {
+double cpu_s(clockid_t clock) {
+  timespec t{};
+  ::clock_gettime(clock, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+}  // namespace
+
+double process_cpu_s() { return cpu_s(CLOCK_PROCESS_CPUTIME_ID); }
+double thread_cpu_s() { return cpu_s(CLOCK_THREAD_CPUTIME_ID); }
 
 }  // namespace ntp::elastic

@@ -26,4 +26,9 @@ std::optional<ProcessSample> sample_process(int pid);
 // the clock ticks, 10 ms each, have not moved.)
 bool stale_worker_lost(const ProcessSample& at_last_fresh_beat, const ProcessSample& now);
 
+// CPU seconds this process (every thread) and this thread alone have had:
+// what a phase of work cost, apart from the time spent waiting.
+double process_cpu_s();
+double thread_cpu_s();
+
 }  // namespace ntp::elastic

@@ -1,7 +1,5 @@
 #include "elastic/recovery.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <exception>
 #include <optional>
@@ -14,6 +12,7 @@
 #include "comm/counting_store.h"
 #include "comm/error.h"
 #include "comm/group.h"
+#include "elastic/process_cpu.h"
 #include "elastic/recovery_plan.h"
 #include "layout/errors.h"
 #include "layout/slot_speeds.h"
@@ -32,14 +31,6 @@ using train::unix_time_s;
 std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
 }
-
-double cpu_s(clockid_t clock) {
-  timespec t{};
-  ::clock_gettime(clock, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-double process_cpu_s() { return cpu_s(CLOCK_PROCESS_CPUTIME_ID); }
-double thread_cpu_s() { return cpu_s(CLOCK_THREAD_CPUTIME_ID); }
 
 // What one phase of a recovery cost this rank: wall and CPU seconds, of the
 // whole process (`cpu_s`: communication, pool, heartbeat and loss-watch
