@@ -50,9 +50,11 @@ CommandResult ntp(const std::string& args) { return ntp_with_env("", args); }
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ntp_cli_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // A parameterized test's name has a '/': one directory, not a parent
+    // that TearDown would leave behind.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    dir_ = fs::temp_directory_path() / ("ntp_cli_test_" + std::to_string(::getpid()) + "_" + name);
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

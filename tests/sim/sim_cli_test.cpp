@@ -16,9 +16,21 @@ namespace {
 
 using ntp::testing::CliRun;
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "sim_cli_" + std::to_string(getpid()) + "_" + name;
-}
+std::string temp_prefix() { return "sim_cli_" + std::to_string(getpid()) + "_"; }
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + temp_prefix() + name; }
+
+// Removes this process's temporary files when its tests are done.
+class TempFiles : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(::testing::TempDir(), ec)) {
+      if (entry.path().filename().string().rfind(temp_prefix(), 0) == 0) std::filesystem::remove_all(entry.path(), ec);
+    }
+  }
+};
+const auto* const kTempFiles = ::testing::AddGlobalTestEnvironment(new TempFiles);
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

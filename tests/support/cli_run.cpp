@@ -26,6 +26,7 @@ CliRun run_cli(const std::string& binary, const std::string& args) {
   std::stringstream text;
   text << err.rdbuf();
   run.err = text.str();
+  std::remove(err_path.c_str());
   return run;
 }
 
