@@ -357,17 +357,13 @@ PipelineRun measured_run(const PipelineSchedule& schedule, const std::vector<Sta
   }
   PipelineRun run;
   run.makespan = end - origin;
-  for (int s = 0; s < pp; ++s) {
-    const StageTiming& t = timings[static_cast<std::size_t>(s)];
+  for (const StageTiming& t : timings) {
     std::vector<OpSpan> spans;
     for (const OpSpan& span : t.spans) spans.push_back({span.start - origin, span.finish - origin});
     run.spans.push_back(std::move(spans));
     run.busy.push_back(t.busy);
-    run.idle.push_back(run.makespan - t.busy);
-    run.peak_in_flight.push_back(peak_in_flight(schedule.stages[static_cast<std::size_t>(s)]));
   }
-  const double busiest = *std::max_element(run.busy.begin(), run.busy.end());
-  run.bubble_fraction = run.makespan > 0 ? (run.makespan - busiest) / run.makespan : 0.0;
+  complete_run(schedule, run);
   return run;
 }
 

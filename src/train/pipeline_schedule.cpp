@@ -202,12 +202,9 @@ PipelineRun summarize(const PipelineSchedule& schedule, std::vector<std::vector<
       run.makespan = std::max(run.makespan, span.finish);
     }
     run.busy.push_back(busy);
-    run.peak_in_flight.push_back(peak_in_flight(schedule.stages[static_cast<size_t>(s)]));
   }
-  for (const double busy : run.busy) run.idle.push_back(run.makespan - busy);
-  const double busiest = *std::max_element(run.busy.begin(), run.busy.end());
-  run.bubble_fraction = run.makespan > 0 ? (run.makespan - busiest) / run.makespan : 0.0;
   run.spans = std::move(spans);
+  complete_run(schedule, run);
   return run;
 }
 
@@ -244,6 +241,15 @@ PipelineRun simulate_pipeline(const PipelineSchedule& schedule, const StageTimes
   check_schedule(schedule);
   check_times(times, schedule.pp());
   return summarize(schedule, Simulation(schedule, times).run());
+}
+
+void complete_run(const PipelineSchedule& schedule, PipelineRun& run) {
+  run.idle.clear();
+  for (const double busy : run.busy) run.idle.push_back(run.makespan - busy);
+  run.peak_in_flight.clear();
+  for (const auto& ops : schedule.stages) run.peak_in_flight.push_back(peak_in_flight(ops));
+  const double busiest = run.busy.empty() ? 0.0 : *std::max_element(run.busy.begin(), run.busy.end());
+  run.bubble_fraction = run.makespan > 0 ? (run.makespan - busiest) / run.makespan : 0.0;
 }
 
 int peak_in_flight(const std::vector<PipelineOp>& ops) {

@@ -75,6 +75,11 @@ struct PipelineRun {
   std::vector<std::vector<OpSpan>> spans;  // spans[s][k]: stage s's k-th op of the schedule
 };
 
+// Fills `run`'s idle times, peak in-flight counts and bubble fraction from
+// its makespan and busy times (one per stage of `schedule`): the one
+// definition, for simulated and measured runs alike.
+void complete_run(const PipelineSchedule& schedule, PipelineRun& run);
+
 // A schedule whose order cannot complete: two stages (or a stage and itself)
 // each wait for an op the other runs later.
 class PipelineDeadlock : public std::runtime_error {
