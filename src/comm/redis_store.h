@@ -27,6 +27,10 @@ struct redisReply;
 
 namespace ntp::comm {
 
+// How long a store call keeps trying to reach the server before it fails
+// (CommError): a Redis restart or a short cut is ridden through.
+inline constexpr std::chrono::milliseconds kRedisReconnectWithin{20000};
+
 class RedisStore : public Store {
  public:
   // Connects within `connect_timeout`, tried again within `reconnect_within`
@@ -35,7 +39,7 @@ class RedisStore : public Store {
   // it refuses the password, or it is still unready after reconnect_within.
   RedisStore(std::string host, int port, std::string name_space,
              std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(3000),
-             std::chrono::milliseconds reconnect_within = std::chrono::milliseconds(20000));
+             std::chrono::milliseconds reconnect_within = kRedisReconnectWithin);
   ~RedisStore() override;
   RedisStore(const RedisStore&) = delete;
   RedisStore& operator=(const RedisStore&) = delete;

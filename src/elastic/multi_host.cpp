@@ -8,16 +8,20 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "comm/error.h"
 #include "comm/job_store.h"
+#include "comm/redis_store.h"
 #include "comm/store.h"
 #include "elastic/fencer.h"
 #include "elastic/membership.h"
@@ -78,7 +82,44 @@ std::vector<int> declared_lost_with_host(comm::Store& store, const Host& host) {
   return lost;
 }
 
+// A membership_agreed event since `since` whose survivors include none of
+// this host's ranks: the others went on without it.
+std::optional<nlohmann::json> agreed_without(const train::RunDir& run, const Host& host, double since) {
+  const auto ours = [&](int r) { return r >= host.place.first_rank && r < host.place.first_rank + host.place.ranks; };
+  try {
+    for (const nlohmann::json& e : run.read_events()) {
+      if (e.value("event", "") != "membership_agreed" || e.value("time", 0.0) < since) continue;
+      const std::vector<int> survivors = e.value("survivors", std::vector<int>{});
+      if (std::none_of(survivors.begin(), survivors.end(), ours)) return e;
+    }
+  } catch (const std::exception&) {  // a line being written: looked at again on the next poll
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+// How long the agreement can still be in coming. This host's store calls
+// fail only after failing for kRedisReconnectWithin, so it lost the store at
+// least that long ago. The others declare its ranks lost once their leases
+// end (lease_s after the cut at most) and agree within rendezvous_s of that;
+// a second more lets the event reach events.jsonl.
+std::optional<nlohmann::json> agreement_without(const train::Config& config, const train::RunDir& run,
+                                                const Host& host, double since) {
+  if (!config.elastic.recover) return std::nullopt;  // nobody trains on without a host
+  const double reconnect_s = std::chrono::duration<double>(comm::kRedisReconnectWithin).count();
+  const double wait_s =
+      std::max(0.0, train::lease_seconds(config.deadline) + config.deadline.rendezvous_s - reconnect_s) + 1.0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  spdlog::info("ntp train: node {} lost the job's store; looking up to {:.0f} s for the other hosts to go on "
+               "without it",
+               host.node.node_rank, wait_s);
+  for (;;) {
+    if (std::optional<nlohmann::json> agreed = agreed_without(run, host, since)) return agreed;
+    if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
 
 void leave_if_cut_off(comm::Store& store, const Host& host) {
   if (const std::vector<int> lost = declared_lost_with_host(store, host); !lost.empty()) {

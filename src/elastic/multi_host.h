@@ -5,8 +5,11 @@
 // run_train_node are in train_job.h.
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "comm/store.h"
 #include "elastic/train_job.h"
@@ -45,6 +48,15 @@ class HostCutOff : public std::runtime_error {
 // Throws HostCutOff when another host's watcher declared this host's ranks
 // lost with their host.
 void leave_if_cut_off(comm::Store& store, const Host& host);
+
+// After this host lost the store (since `since`, the launch's start): waits
+// for the hosts that reach it to agree a membership without any of this
+// host's ranks, as long as such an agreement can still come (see
+// multi_host.cpp), and returns its membership_agreed event, or nothing (the
+// store is gone for every host, or the job does not recover: the failure is
+// this host's to record).
+std::optional<nlohmann::json> agreement_without(const train::Config& config, const train::RunDir& run,
+                                                const Host& host, double since);
 
 // This host's part of the job of `config` with `node`'s number of hosts.
 Host host_of(const train::Config& config, const NodeOptions& node);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/error.h"
@@ -112,10 +113,21 @@ bool every_rank_lost(const LaunchResult& result) {
 LaunchResult launch_or_lose_store(const train::Config& config, const train::RunDir& run, const NodeOptions& node,
                                   const std::function<void(const train::StepMetrics&)>& on_step) {
   const Host host = host_of(config, node);
+  const double started = train::unix_time_s();
   try {
     return launch_workers(config, run, host, on_step);
   } catch (const comm::CommError& e) {
     const std::string store = node.store.empty() ? "file:" + run.store_dir().string() : comm::without_job(node.store);
+    if (node.nnodes > 1) {
+      // Cut off, not a store gone for all: the run is the others' to record.
+      if (const std::optional<nlohmann::json> agreed = agreement_without(config, run, host, started)) {
+        throw HostCutOff(fmt::format(
+            "node {} lost the job's store {} and stopped its workers; the hosts that reach the store agreed epoch {} "
+            "without its ranks (survivors {}) and train on; it leaves the job to them ({})",
+            node.node_rank, store, agreed->value("epoch", -1), agreed->value("survivors", nlohmann::json::array()).dump(),
+            e.what()));
+      }
+    }
     const std::string who = node.nnodes > 1 ? fmt::format("node {}", node.node_rank) : "the launcher";
     const char* rest = node.node_rank > 0 ? "; it leaves the job to the hosts that reach the store" : "";
     throw std::runtime_error(
