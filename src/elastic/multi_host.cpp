@@ -35,14 +35,21 @@
 namespace ntp::elastic {
 namespace {
 
-// Whether every host before `node` was lost whole: each of its ranks has a
-// dead mark, and one at least was set by another host's watcher ("lost with
-// its host"), which happens only when no launcher there reports its ranks.
+// Set by a host that lost every rank and leaves the job to the hosts that
+// went on without them (leave_if_others_went_on): the lowest host left then
+// writes the run's summary, as for a host lost whole.
+std::string host_left_key(int node) { return "ntp/host_left/" + std::to_string(node); }
+
+// Whether every host before `node` was lost whole: it said it left the job
+// (host_left_key), or each of its ranks has a dead mark and one at least
+// was set by another host's watcher ("lost with its host"), which happens
+// only when no launcher there reports its ranks.
 // The lowest host left then writes the run's summary in node 0's place.
 bool lower_hosts_lost(comm::Store& store, const train::Config& config, const NodeOptions& node) {
   if (node.node_rank == 0) return false;
   const std::vector<train::HostPlacement> hosts = train::JobPlan::place_hosts(config.parallel, node.nnodes);
   for (int h = 0; h < node.node_rank; ++h) {
+    if (store.try_get(host_left_key(h))) continue;  // it said it leaves the job to the others
     const train::HostPlacement& host = hosts.at(static_cast<std::size_t>(h));
     std::vector<std::string> keys;
     for (int r = host.first_rank; r < host.first_rank + host.ranks; ++r) keys.push_back(dead_key(r));
@@ -99,26 +106,54 @@ std::optional<nlohmann::json> agreed_without(const train::RunDir& run, const Hos
 
 }  // namespace
 
-// How long the agreement can still be in coming. This host's store calls
-// fail only after failing for kRedisReconnectWithin, so it lost the store at
-// least that long ago. The others declare its ranks lost once their leases
-// end (lease_s after the cut at most) and agree within rendezvous_s of that;
-// a second more lets the event reach events.jsonl.
-std::optional<nlohmann::json> agreement_without(const train::Config& config, const train::RunDir& run,
-                                                const Host& host, double since) {
-  if (!config.elastic.recover) return std::nullopt;  // nobody trains on without a host
-  const double reconnect_s = std::chrono::duration<double>(comm::kRedisReconnectWithin).count();
-  const double wait_s =
-      std::max(0.0, train::lease_seconds(config.deadline) + config.deadline.rendezvous_s - reconnect_s) + 1.0;
+std::optional<nlohmann::json> agreement_without(const train::RunDir& run, const Host& host, double since,
+                                                double wait_s) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
-  spdlog::info("ntp train: node {} lost the job's store; looking up to {:.0f} s for the other hosts to go on "
-               "without it",
+  spdlog::info("ntp train: node {} looks up to {:.0f} s in the run for the other hosts to go on without its ranks",
                host.node.node_rank, wait_s);
   for (;;) {
     if (std::optional<nlohmann::json> agreed = agreed_without(run, host, since)) return agreed;
     if (std::chrono::steady_clock::now() >= until) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
+}
+
+// This host's store calls fail only after failing for kRedisReconnectWithin,
+// so it lost the store at least that long ago. The others declare its ranks
+// lost once their leases end (lease_s after the cut at most) and agree
+// within rendezvous_s of that; a second more lets the event reach
+// events.jsonl.
+double store_loss_wait_s(const train::Config& config) {
+  const double reconnect_s = std::chrono::duration<double>(comm::kRedisReconnectWithin).count();
+  return std::max(0.0, train::lease_seconds(config.deadline) + config.deadline.rendezvous_s - reconnect_s) + 1.0;
+}
+
+void leave_if_others_went_on(comm::Store& store, const train::Config& config, const train::RunDir& run,
+                             const Host& host, const LaunchResult& result, double since) {
+  const auto lost = [](const RankExit& r) { return r.lost(); };
+  if (host.node.nnodes < 2 || !config.elastic.recover || result.ranks.empty() || !std::all_of(result.ranks.begin(), result.ranks.end(), lost)) {
+    return;
+  }
+  const bool fenced = std::all_of(result.ranks.begin(), result.ranks.end(),
+                                  [](const RankExit& r) { return r.exited && r.code == kExitSelfFenced; });
+  // Its ranks were lost when the others declared them so: their agreement
+  // follows within rendezvous_s.
+  const std::optional<nlohmann::json> agreed = agreement_without(run, host, since, config.deadline.rendezvous_s + 1.0);
+  if (!agreed) return;
+  try {
+    store.create(host_left_key(host.node.node_rank), comm::to_bytes(fmt::format("epoch {}", agreed->value("epoch", -1))));
+  } catch (const comm::CommError& e) {  // then the others' watcher marks its ranks lost with their host
+    spdlog::warn("ntp train: node {} could not say in the store that it leaves the job: {}", host.node.node_rank,
+                 e.what());
+  }
+  const std::string store_name = comm::without_job(host.node.store);
+  throw HostCutOff(fmt::format(
+      "node {} lost every rank, ranks {}-{} ({}); the hosts that reach the job's store {} agreed epoch {} without "
+      "them (survivors {}) and train on; it leaves the job to them",
+      host.node.node_rank, host.place.first_rank, host.place.first_rank + host.place.ranks - 1,
+      fenced ? "they fenced themselves: cut off from the store for longer than deadline.lease_s"
+             : "killed from outside or fenced",
+      store_name, agreed->value("epoch", -1), agreed->value("survivors", nlohmann::json::array()).dump()));
 }
 
 void leave_if_cut_off(comm::Store& store, const Host& host) {
@@ -216,8 +251,10 @@ void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std
                node.nnodes, comm::job_of(node.store).c_str(), host.place.first_rank,
                host.place.first_rank + host.place.ranks - 1, run_dir.string().c_str());
   std::fflush(out);
+  const double started = train::unix_time_s();
   const LaunchResult result = launch_or_lose_store(config, run, node, [](const train::StepMetrics&) {});
   leave_if_cut_off(*store, host);
+  leave_if_others_went_on(*store, config, run, host, result, started);
   const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
     return r.exited && r.code == kExitUnitsLost;
   });

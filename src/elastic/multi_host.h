@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/store.h"
+#include "elastic/launcher.h"
 #include "elastic/train_job.h"
 #include "train/config.h"
 #include "train/job_plan.h"
@@ -49,14 +50,22 @@ class HostCutOff : public std::runtime_error {
 // lost with their host.
 void leave_if_cut_off(comm::Store& store, const Host& host);
 
-// After this host lost the store (since `since`, the launch's start): waits
-// for the hosts that reach it to agree a membership without any of this
-// host's ranks, as long as such an agreement can still come (see
-// multi_host.cpp), and returns its membership_agreed event, or nothing (the
-// store is gone for every host, or the job does not recover: the failure is
-// this host's to record).
-std::optional<nlohmann::json> agreement_without(const train::Config& config, const train::RunDir& run,
-                                                const Host& host, double since);
+// Waits up to wait_s for a membership_agreed event in the run since `since`
+// (this host's launch) whose survivors include none of this host's ranks:
+// the hosts that reach the store went on without it. Returns that event, or
+// nothing.
+std::optional<nlohmann::json> agreement_without(const train::RunDir& run, const Host& host, double since,
+                                                double wait_s);
+// How long such an agreement can still be in coming once this host's store
+// calls gave up (multi_host.cpp says why).
+double store_loss_wait_s(const train::Config& config);
+
+// When every rank of this host was lost (with elastic.recover) and the
+// others agreed without them, this host leaves the job to them: it says so
+// in the store (the lowest host left then writes the run's summary) and
+// throws HostCutOff. Otherwise returns.
+void leave_if_others_went_on(comm::Store& store, const train::Config& config, const train::RunDir& run,
+                             const Host& host, const LaunchResult& result, double since);
 
 // This host's part of the job of `config` with `node`'s number of hosts.
 Host host_of(const train::Config& config, const NodeOptions& node);

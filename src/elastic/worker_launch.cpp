@@ -118,9 +118,10 @@ LaunchResult launch_or_lose_store(const train::Config& config, const train::RunD
     return launch_workers(config, run, host, on_step);
   } catch (const comm::CommError& e) {
     const std::string store = node.store.empty() ? "file:" + run.store_dir().string() : comm::without_job(node.store);
-    if (node.nnodes > 1) {
+    if (node.nnodes > 1 && config.elastic.recover) {
       // Cut off, not a store gone for all: the run is the others' to record.
-      if (const std::optional<nlohmann::json> agreed = agreement_without(config, run, host, started)) {
+      if (const std::optional<nlohmann::json> agreed =
+              agreement_without(run, host, started, store_loss_wait_s(config))) {
         throw HostCutOff(fmt::format(
             "node {} lost the job's store {} and stopped its workers; the hosts that reach the store agreed epoch {} "
             "without its ranks (survivors {}) and train on; it leaves the job to them ({})",
@@ -150,7 +151,11 @@ std::vector<train::StepMetrics> train_with_workers(
   for (std::int64_t restarts = 0;; ++restarts) {
     const double started = train::unix_time_s();
     const LaunchResult result = launch_or_lose_store(config, run, node, show);
-    if (node.multi_host()) leave_if_cut_off(*comm::open_store(node.store), host_of(config, node));
+    if (node.multi_host()) {
+      const std::shared_ptr<comm::Store> store = comm::open_store(node.store);
+      leave_if_cut_off(*store, host_of(config, node));
+      leave_if_others_went_on(*store, config, run, host_of(config, node), result, started);
+    }
     if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
     if (first_event(run, "run_interrupted", started)) return run.read_metrics();
     if (result.forwarded_signal != 0) {

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <iterator>
 #include <set>
 #include <string>
@@ -272,6 +273,35 @@ TEST_F(RecoveryCliTest, AWorkerWithAStaleHeartbeatThatStillGetsCpuIsNotFenced) {
   ASSERT_EQ(starved.size(), 1u) << run.output;
   EXPECT_EQ(starved[0]["rank"], 1);
   EXPECT_GE(starved[0]["cpu_ticks_since_beat"].get<std::int64_t>(), 0);
+}
+
+// A rank cut off from the store, end to end (LAPSE: its lease renewal and
+// its beat stop at step 1 while it trains on): it fences itself (exit 4)
+// once its lease, 2 x deadline.heartbeat_s = 3 s, is about to end, and
+// nobody acts on its absence before that; the others then recover without
+// it and the run verifies. 40 steps of a wider model keep the run computing
+// well past the lease. Without the lapse reaching the lease (a LAPSE that
+// stops only the beat) rank 1 never exits 4 and this fails.
+TEST_F(RecoveryCliTest, ARankThatCannotRenewItsLeaseFencesItselfBeforeAnyoneActs) {
+  const TrainRun run = train(dir_, "--set train.steps=40 --set parallel.dp=2 --set parallel.tp=2"
+                                   " --set model.d_model=256 --set 'test.failures=\"1@1:forward:LAPSE\"'");
+  expect_recovered(run, 40);
+  const std::vector<nlohmann::json> injected = events_named(dir_, "failure_injected");
+  ASSERT_EQ(injected.size(), 1u) << run.output;
+  double fenced_at = -1;
+  for (const nlohmann::json& e : events_named(dir_, "worker_exited")) {
+    if (e["rank"] == 1 && e["exit_code"] == 4) fenced_at = e["time"].get<double>();
+  }
+  ASSERT_GT(fenced_at, 0) << "rank 1 did not fence itself (exit 4)\n" << run.output;
+  // The lease ends 3 s after the last renewal, at most one interval (0.3 s)
+  // before the lapse; the rank fences itself a guard G = 0.3 s before that.
+  const double after_lapse = fenced_at - injected[0]["time"].get<double>();
+  std::cout << "rank 1 fenced itself " << after_lapse << " s after its lease renewal stopped\n";
+  EXPECT_GE(after_lapse, 3.0 - 0.3 - 0.3 - 0.1) << "fenced before its lease could end\n" << run.output;
+  EXPECT_LE(after_lapse, 3.0 + 5.0) << "fenced long after its lease ended\n" << run.output;
+  for (const nlohmann::json& e : events_named(dir_, "failure_detected")) {
+    EXPECT_GE(e["time"].get<double>(), fenced_at) << "acted on rank 1 before it fenced itself: " << e.dump();
+  }
 }
 
 // The transient case: rank 1 dies at step 2, replica 0 goes on at TP 1; once
