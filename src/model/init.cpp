@@ -38,8 +38,7 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 void init_parameters(const ParameterLayout& layout, std::span<float> values, std::uint64_t seed) {
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(layout.config().layers));
-  for (std::size_t ti = 0; ti < layout.tensors().size(); ++ti) {
-    const TensorSpec& t = layout.tensors()[ti];
+  for (const TensorSpec& t : layout.tensors()) {
     float* out = values.data() + t.offset;
     if (!t.weight_decay) {  // biases and LayerNorms
       const float fill = ends_with(t.name, "ln1_w") || ends_with(t.name, "ln2_w") ||
@@ -55,7 +54,7 @@ void init_parameters(const ParameterLayout& layout, std::span<float> values, std
       const std::int64_t count = iv.size() * t.unit_size;
       for (std::int64_t e = 0; e < count; ++e) {
         const auto full_index = static_cast<std::uint64_t>(first + e);
-        const NormalPair z = normals_at(seed, ti, full_index / 2);
+        const NormalPair z = normals_at(seed, t.whole_index, full_index / 2);
         out[local + e] = std_dev * ((full_index % 2 == 0) ? z.even : z.odd);
         if (full_index % 2 == 0 && e + 1 < count) {  // its partner is next: use the sine too
           out[local + e + 1] = std_dev * z.odd;

@@ -1,7 +1,8 @@
 #pragma once
 // GPT-2 initialisation that does not depend on the shard: every element's value
-// is a function of (seed, tensor, its index in the full tensor), so any TP
-// layout initialises exactly the values a single rank would.
+// is a function of (seed, tensor, its index in the full tensor), the tensor
+// counted by its place in the whole model (TensorSpec::whole_index), so any TP
+// layout and any pipeline stage initialises exactly the values a single rank would.
 #include <cstdint>
 #include <span>
 

@@ -46,17 +46,24 @@ const std::int64_t* KernelIds::put(tensor::Gpu* gpu, const std::vector<std::int6
 }
 
 Model::Model(const GptConfig& config, const Shard& shard, tensor::Context& ctx, comm::Group* tp)
+    : Model(config, shard, ctx, tp, StageRange::whole(config)) {}
+
+Model::Model(const GptConfig& config, const Shard& shard, tensor::Context& ctx, comm::Group* tp,
+             const StageRange& stage)
     : ctx_(ctx), gpu_(ctx.gpu()), tp_(tp) {
   if (tp_ == nullptr && !(shard == Shard::full(config)))
     throw std::invalid_argument("model: a shard smaller than the full model needs a TP group");
-  layout_ = std::make_unique<ParameterLayout>(config, shard);
+  layout_ = std::make_unique<ParameterLayout>(config, shard, stage);
+  if (gpu_ != nullptr && !stage.is_whole(config))
+    throw std::invalid_argument("model: a pipeline stage (" + to_string(stage) + " of " +
+                                std::to_string(config.layers) + ") runs on the CPU only, not on model.device = cuda");
   adopt(shard, Buffer(static_cast<std::size_t>(layout_->size())));
 }
 
 Model::~Model() = default;
 
 void Model::adopt(const Shard& next, Buffer values) {
-  auto layout = std::make_unique<ParameterLayout>(layout_->config(), next);
+  auto layout = std::make_unique<ParameterLayout>(layout_->config(), next, layout_->stage());
   if (values.size() != static_cast<std::size_t>(layout->size()))
     throw std::invalid_argument("model: adopted parameter buffer has " +
                                 std::to_string(values.size()) + " elements, layout needs " +
@@ -72,7 +79,7 @@ void Model::adopt(const Shard& next, Buffer values) {
   params_changed_ = true;
   device_grads_pending_zero_ = false;
   blocks_.clear();
-  for (int l = 0; l < layout_->config().layers; ++l) {
+  for (int l = stage().first_layer; l < stage().end_layer; ++l) {  // indexed from the stage's first
     const std::string prefix = "h" + std::to_string(l) + ".";
     const auto at = [&](const char* name) {
       const TensorSpec* t = layout_->find(prefix + name);
@@ -108,6 +115,7 @@ void Model::load_full(std::span<const float> full_params) {
 }
 
 std::vector<float> Model::gather_full() {
+  require_whole("gather_full");
   const ParameterLayout full(config(), Shard::full(config()));
   std::vector<float> values(static_cast<std::size_t>(full.size()), 0.0f);
   // Each element has exactly one non-zero contributor, so the sum is exact.
@@ -140,10 +148,11 @@ std::span<float> Model::settled_grads() const {
 }
 
 // Every gradient tensor that backward() accumulates into rather than writes
-// with a GEMM: the biases, the norms, wpe (a few MB for GPT-2) and Llama's
-// untied input embedding.
+// with a GEMM: the biases, the norms, wpe (a few MB for GPT-2), Llama's
+// untied input embedding, and wte on a stage without the LM head.
 void Model::zero_accumulated_grads() {
-  std::vector<std::int64_t> gemm_written = {head_offset()};
+  std::vector<std::int64_t> gemm_written;
+  if (stage().has_head(config())) gemm_written.push_back(head_offset());
   for (const BlockOffsets& o : blocks_) gemm_written.insert(gemm_written.end(), {o.qkv_w, o.proj_wt, o.fc1_w, o.fc2_wt});
   for (const TensorSpec& t : layout_->tensors()) {
     if (std::find(gemm_written.begin(), gemm_written.end(), t.offset) != gemm_written.end()) continue;
@@ -154,6 +163,33 @@ void Model::zero_accumulated_grads() {
 std::int64_t Model::head_offset() const {
   return (*layout_)[config().llama() ? "lm_head" : "wte"].offset;
 }
+
+void Model::require_whole(const char* call) const {
+  if (!stage().is_whole(config()))
+    throw std::logic_error(std::string("Model::") + call + " needs the whole model; this one is a pipeline stage (" +
+                           to_string(stage()) + " of " + std::to_string(config().layers) +
+                           "): use forward_stage / backward_stage");
+}
+
+const float* Model::stage_output() const {
+  const Activations& a = *acts_;
+  return a.res3.data() + (stage().layers() - 1) * a.n * config().d_model;
+}
+
+namespace {
+
+// The activations at a stage boundary: none where the stage starts from its
+// embedding (forward) or its loss (backward), else the residual stream [n, C].
+void check_boundary(const char* call, const char* what, std::size_t got, std::int64_t want,
+                    const ParameterLayout& layout) {
+  if (got == static_cast<std::size_t>(want)) return;
+  throw std::invalid_argument(
+      std::string("Model::") + call + ": " + what + " has " + std::to_string(got) + " floats; " +
+      to_string(layout.stage()) + " of " + std::to_string(layout.config().layers) + " takes " +
+      std::to_string(want) + (want == 0 ? " (it starts from its own embedding or loss)" : " (batch * seq * d_model)"));
+}
+
+}  // namespace
 
 void Model::all_reduce(float* data, std::int64_t count, comm::ReduceOp op) {
   if (tp_ == nullptr) return;
@@ -185,8 +221,9 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
     return;
   }
   const Dims d = dims_of(*layout_);
-  const std::int64_t L = config().layers;
+  const std::int64_t L = stage().layers();
   const std::int64_t n = batch * seq;
+  const std::int64_t head = stage().has_head(config()) ? 1 : 0;  // the last stage's buffers
   const auto sz = [this](std::int64_t count) { return Buffer(static_cast<std::size_t>(count), gpu_); };
   auto a = std::make_unique<Activations>();
   a->batch = batch;
@@ -207,13 +244,13 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   a->fch = sz(L * n * d.fc1);
   a->fch_gelu = sz(L * n * d.neurons);
   a->res3 = sz(L * n * d.C);
-  a->lnf = sz(n * d.C);
-  a->lnf_mean = sz(n);
-  a->lnf_rstd = sz(n);
-  a->logits = sz(n * d.vocab_rows);
-  a->losses = sz(n);
+  a->lnf = sz(head * n * d.C);
+  a->lnf_mean = sz(head * n);
+  a->lnf_rstd = sz(head * n);
+  a->logits = sz(head * n * d.vocab_rows);
+  a->losses = sz(head * n);
   a->partial = sz(n * d.C);
-  a->ce_scratch = sz(4 * n);
+  a->ce_scratch = sz(head * 4 * n);
   a->dres = sz(n * d.C);
   a->dln = sz(n * d.C);
   a->dqkv = sz(n * d.qkv);
@@ -224,35 +261,80 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
 }
 
 LossStats Model::forward(const Batch& batch) {
+  require_whole("forward");
+  return forward_stage(batch).loss;
+}
+
+StageForward Model::forward_stage(const Batch& batch, std::span<const float> input) {
+  check_batch(batch);
+  have_forward_ = false;  // the activations are about to change
+  ensure_activations(batch.batch, batch.seq);
+  check_boundary("forward_stage", "input", input.size(), stage().has_embedding() ? 0 : acts_->n * config().d_model,
+                 *layout_);
+  Activations& a = *acts_;
+  if (stage().has_embedding()) {
+    a.token_col = local_columns(layout_->shard().vocab, batch.inputs, a.n, config().vocab, "inputs");
+    a.token_ids = a.token_store.put(gpu_, a.token_col);
+  }
+  if (stage().has_head(config())) {
+    a.target_col = local_columns(layout_->shard().vocab, batch.targets, a.n, config().vocab, "targets");
+    a.target_ids = a.target_store.put(gpu_, a.target_col);
+  }
+  upload_params();
+  ctx_.begin_weight_pass();  // ended by backward(): no weight changes in between
+
+  forward_embedding(batch, input);
+  const std::int64_t residual_size = a.n * config().d_model;
+  for (int l = 0; l < stage().layers(); ++l) {
+    const float* residual = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * residual_size;
+    if (config().llama()) forward_llama_block(l, residual);
+    else forward_block(l, residual);
+  }
+  StageForward result;
+  if (stage().has_head(config())) result.loss = forward_head();
+  else result.output = {stage_output(), static_cast<std::size_t>(residual_size)};
+  have_forward_ = true;
+  return result;
+}
+
+// The ids the stage reads must be there: inputs where it embeds them,
+// targets where it computes the loss.
+void Model::check_batch(const Batch& batch) const {
   const GptConfig& c = config();
-  if (batch.inputs == nullptr || batch.targets == nullptr)
-    throw std::invalid_argument("batch: inputs and targets are required");
+  if (stage().has_embedding() && batch.inputs == nullptr)
+    throw std::invalid_argument("batch: inputs are required (the stage holds the embedding)");
+  if (stage().has_head(c) && batch.targets == nullptr)
+    throw std::invalid_argument("batch: targets are required (the stage holds the loss)");
   if (batch.batch <= 0 || batch.seq <= 0 || batch.seq > c.max_seq)
     throw std::invalid_argument("batch: seq " + std::to_string(batch.seq) + " outside [1," +
                                 std::to_string(c.max_seq) + "] or batch " +
                                 std::to_string(batch.batch) + " <= 0");
-  ensure_activations(batch.batch, batch.seq);
+}
+
+// encoded [n, C]: the token (and position) embedding on the first stage, a
+// copy of the previous stage's output on the others.
+void Model::forward_embedding(const Batch& batch, std::span<const float> input) {
   Activations& a = *acts_;
   const Dims d = dims_of(*layout_);
-  const std::int64_t n = a.n;
-  a.token_col = local_columns(layout_->shard().vocab, batch.inputs, n, c.vocab, "inputs");
-  a.target_col = local_columns(layout_->shard().vocab, batch.targets, n, c.vocab, "targets");
-  a.token_ids = a.token_store.put(gpu_, a.token_col);
-  a.target_ids = a.target_store.put(gpu_, a.target_col);
-  upload_params();
-  ctx_.begin_weight_pass();  // ended by backward(): no weight changes in between
-
+  if (!stage().has_embedding()) {
+    tensor::copy_from_host(ctx_, a.encoded.data(), input.data(), a.n * d.C);
+    return;
+  }
   const float* p = kernel_params();
   const TensorSpec* wpe = layout_->find("wpe");  // Llama: none (RoPE in the blocks)
-  embedding_forward(ctx_, a.encoded.data(), a.token_ids, n, p + (*layout_)["wte"].offset,
+  embedding_forward(ctx_, a.encoded.data(), a.token_ids, a.n, p + (*layout_)["wte"].offset,
                     wpe != nullptr ? p + wpe->offset : nullptr, batch.seq, d.C, group_reduce());
-  for (int l = 0; l < c.layers; ++l) {
-    const float* residual = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C;
-    if (c.llama()) forward_llama_block(l, residual);
-    else forward_block(l, residual);
-  }
+}
 
-  const float* last = a.res3.data() + (c.layers - 1) * n * d.C;
+// The final norm, the LM head and the fused softmax / cross-entropy, whose
+// gradient replaces the logits.
+LossStats Model::forward_head() {
+  Activations& a = *acts_;
+  const GptConfig& c = config();
+  const Dims d = dims_of(*layout_);
+  const std::int64_t n = a.n;
+  const float* p = kernel_params();
+  const float* last = stage_output();
   if (c.llama()) {
     tensor::rmsnorm_forward(ctx_, a.lnf.data(), a.lnf_rstd.data(), last,
                             p + (*layout_)["lnf_w"].offset, n, d.C, c.norm_eps);
@@ -271,7 +353,6 @@ LossStats Model::forward(const Batch& batch) {
   LossStats stats;
   stats.tokens = n;
   for (float loss : losses) stats.sum += loss;
-  have_forward_ = true;
   return stats;
 }
 
@@ -304,24 +385,29 @@ void Model::forward_block(int l, const float* residual) {
 }
 
 void Model::backward(const BackwardHooks& hooks) {
+  require_whole("backward");
+  backward_stage({}, hooks);
+}
+
+std::span<const float> Model::backward_stage(std::span<const float> doutput, const BackwardHooks& hooks) {
   if (!have_forward_) throw std::logic_error("model: backward() without a preceding forward()");
+  const GptConfig& c = config();
+  // The split applies to the tied embedding only (GPT-2): an untied one has
+  // no LM-head part to sync early, and a stage without both has no split to make.
+  const bool split_wte = static_cast<bool>(hooks.embedding_rows);
+  if (split_wte && c.llama()) throw std::logic_error("Model::backward: the embedding split needs a tied embedding");
+  if (split_wte && !stage().is_whole(c))
+    throw std::logic_error("Model::backward: the embedding split needs the embedding and the LM head in one stage, not " +
+                           to_string(stage()) + " of " + std::to_string(c.layers));
+  Activations& a = *acts_;
+  const std::int64_t residual_size = a.n * c.d_model;
+  check_boundary("backward_stage", "doutput", doutput.size(), stage().has_head(c) ? 0 : residual_size, *layout_);
   have_forward_ = false;  // dlogits are consumed
   // The optimizer step follows: the weights' bf16 copies go stale.
   const struct EndPass {
     tensor::Context& ctx;
     ~EndPass() { ctx.end_weight_pass(); }
   } end_pass{ctx_};
-  Activations& a = *acts_;
-  const GptConfig& c = config();
-  const Dims d = dims_of(*layout_);
-  const std::int64_t n = a.n;
-  const float* p = kernel_params();
-  float* g = kernel_grads();
-  const auto& lay = *layout_;
-  const auto notify = [&](std::size_t first, std::size_t last) {
-    download_grads(first, last);
-    if (hooks.grads_ready) hooks.grads_ready(first, last);
-  };
   // On a GPU every host gradient is overwritten by its download below.
   if (gpu_ != nullptr) grads_pending_zero_ = false;
   const bool pending_zero = gpu_ != nullptr ? std::exchange(device_grads_pending_zero_, false)
@@ -333,13 +419,41 @@ void Model::backward(const BackwardHooks& hooks) {
     weight_grads_ = Into::kAdd;
   }
 
+  if (stage().has_head(c)) backward_head(hooks, split_wte);
+  else tensor::copy_from_host(ctx_, a.dres.data(), doutput.data(), residual_size);
+  for (int l = stage().layers() - 1; l >= 0; --l) {
+    const float* residual = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * residual_size;
+    if (c.llama()) backward_llama_block(l, residual);
+    else backward_block(l, residual);
+    const auto [first, end] = layout_->layer_range(stage().first_layer + l);
+    report_ready(hooks, first, end);
+  }
+  if (!stage().has_embedding()) return {a.dres.data(), static_cast<std::size_t>(residual_size)};
+  backward_embedding(hooks, split_wte);
+  return {};
+}
+
+void Model::report_ready(const BackwardHooks& hooks, std::size_t first, std::size_t last) {
+  download_grads(first, last);
+  if (hooks.grads_ready) hooks.grads_ready(first, last);
+}
+
+// From the loss to dres, the gradient of the stage's output.
+void Model::backward_head(const BackwardHooks& hooks, bool split_wte) {
+  Activations& a = *acts_;
+  const GptConfig& c = config();
+  const Dims d = dims_of(*layout_);
+  const std::int64_t n = a.n;
+  const float* p = kernel_params();
+  float* g = kernel_grads();
+  const auto& lay = *layout_;
   // LM head: the input gradient is partial per rank, hence the all-reduce.
   tensor::matmul_backward(ctx_, a.dln.data(), g + head_offset(), nullptr, a.logits.data(),
                           a.lnf.data(), p + head_offset(), n, d.C, d.vocab_rows,
                           WeightLayout::kOutIn, {Into::kOverwrite, weight_grads_});
   all_reduce(a.dln.data(), n * d.C);
   a.dres.zero();
-  const float* last = a.res3.data() + (c.layers - 1) * n * d.C;
+  const float* last = stage_output();
   if (c.llama()) {
     tensor::rmsnorm_backward(ctx_, a.dres.data(), g + lay["lnf_w"].offset, a.dln.data(), last,
                              p + lay["lnf_w"].offset, a.lnf_rstd.data(), n, d.C);
@@ -348,20 +462,20 @@ void Model::backward(const BackwardHooks& hooks) {
                                a.dln.data(), last, p + lay["lnf_w"].offset, a.lnf_mean.data(),
                                a.lnf_rstd.data(), n, d.C);
   }
-  // The split applies to the tied embedding only (GPT-2): an untied one has
-  // no LM-head part to sync early.
-  const bool split_wte = static_cast<bool>(hooks.embedding_rows);
-  if (split_wte && c.llama()) throw std::logic_error("Model::backward: the embedding split needs a tied embedding");
-  if (split_wte) notify(lay.index_of("wte"), lay.index_of("wte") + 1);  // the LM-head part is final
-  notify(lay.index_of("lnf_w"), lay.tensors().size());
+  // The tied wte is final here when the embedding's part goes elsewhere: to
+  // the split's hook, or (a stage without the embedding) to the first stage.
+  if (!c.llama() && (split_wte || !stage().has_embedding()))
+    report_ready(hooks, lay.index_of("wte"), lay.index_of("wte") + 1);
+  report_ready(hooks, lay.index_of("lnf_w"), lay.tensors().size());
+}
 
-  for (int l = static_cast<int>(c.layers) - 1; l >= 0; --l) {
-    const float* residual = l == 0 ? a.encoded.data() : a.res3.data() + (l - 1) * n * d.C;
-    if (c.llama()) backward_llama_block(l, residual);
-    else backward_block(l, residual);
-    const auto [first, end] = lay.layer_range(l);
-    notify(first, end);
-  }
+// From dres, the gradient of the embedding's output, to wte (and wpe).
+void Model::backward_embedding(const BackwardHooks& hooks, bool split_wte) {
+  Activations& a = *acts_;
+  const Dims d = dims_of(*layout_);
+  const std::int64_t n = a.n;
+  float* g = kernel_grads();
+  const auto& lay = *layout_;
   a.groups = row_groups(a.token_col);
   a.group_ids = {a.group_store[0].put(gpu_, a.groups.row), a.group_store[1].put(gpu_, a.groups.start),
                  a.group_store[2].put(gpu_, a.groups.positions), a.group_store[3].put(gpu_, a.groups.slot),
@@ -370,14 +484,14 @@ void Model::backward(const BackwardHooks& hooks) {
     // dln is free by now: it holds the embedding rows' sums on their way to the host.
     embedding_backward_rows(ctx_, embedding_rows_, g + lay["wpe"].offset, a.groups, a.group_ids, a.dln.data(),
                             a.dres.data(), n, a.seq, d.C);
-    notify(lay.index_of("wpe"), lay.index_of("wpe") + 1);
+    report_ready(hooks, lay.index_of("wpe"), lay.index_of("wpe") + 1);
     hooks.embedding_rows(embedding_rows_);
     return;
   }
   const TensorSpec* wpe = lay.find("wpe");
   embedding_backward(ctx_, g + lay["wte"].offset, wpe != nullptr ? g + wpe->offset : nullptr, a.group_ids,
                      a.dres.data(), n, a.seq, d.C);
-  notify(lay.index_of("wte"), lay.index_of(wpe != nullptr ? "wpe" : "wte") + 1);
+  report_ready(hooks, lay.index_of("wte"), lay.index_of(wpe != nullptr ? "wpe" : "wte") + 1);
 }
 
 void Model::backward_block(int l, const float* residual) {
@@ -416,15 +530,19 @@ void Model::backward_block(int l, const float* residual) {
 }
 
 double Model::local_grad_sq_norm() {
+  // A GPT-2 last stage's wte is the first stage's tensor too: counted there.
+  const bool tied_copy = !config().llama() && !stage().has_embedding();
   double total = 0.0;
   for (const TensorSpec& t : layout_->tensors()) {
     if (t.kind == UnitKind::kReplicated && !counts_replicated()) continue;
+    if (tied_copy && t.name == "wte") continue;
     total += tensor::sum_squares(ctx_.host(), grads_.data() + t.offset, t.count);
   }
   return total;
 }
 
 std::vector<float> Model::next_token_probs(std::span<const std::int32_t> tokens) {
+  require_whole("next_token_probs");
   if (tp_ != nullptr) throw std::invalid_argument("model: next_token_probs needs a single-rank model");
   // The fused cross-entropy leaves softmax - onehot(target) (times the loss
   // scale) in place of the logits: with scale 1 and target 0 the last row

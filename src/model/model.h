@@ -23,6 +23,22 @@
 //   m.zero_grad();
 //   LossStats loss = m.forward(batch);
 //   m.backward();                 // gradients accumulate into m.grads()
+//
+// A pipeline stage (stage.h) holds only its layers [first_layer, end_layer),
+// plus the embedding on the first stage and the final norm, LM head and loss
+// on the last (GPT-2's last stage holds its own copy of the tied wte; the
+// trainer sums the two copies' gradients). Its activations are sized for its
+// own layers. It runs through forward_stage / backward_stage, which pass the
+// residual stream [batch * seq, C] and its gradient across the stage
+// boundaries (host memory):
+//
+//   Model s(config, shard, ctx, tp_group, stage);
+//   StageForward f = s.forward_stage(batch, input);    // input: the previous stage's output
+//   ... f.output to the next stage, or f.loss on the last ...
+//   std::span<const float> dinput = s.backward_stage(doutput);  // doutput: from the next stage
+//
+// A stage that is not the whole model runs on the CPU only: on a GPU context
+// the constructor throws.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,6 +50,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "model/shard.h"
+#include "model/stage.h"
 #include "model/vocab_parallel.h"
 #include "tensor/buffer.h"
 #include "tensor/context.h"
@@ -68,16 +85,31 @@ struct BackwardHooks {
   std::function<void(const EmbeddingRows& rows)> embedding_rows;
 };
 
+// What forward_stage gives back: the loss on the last stage, the stage's
+// output on the others.
+struct StageForward {
+  LossStats loss;  // last stage only
+  // Other stages: the residual stream after the stage's last layer,
+  // [batch * seq, C], the next stage's input; valid until the next forward.
+  std::span<const float> output;
+};
+
 class Model {
  public:
+  // The whole model.
   Model(const GptConfig& config, const Shard& shard, tensor::Context& ctx,
         comm::Group* tp = nullptr);
+  // One pipeline stage. Throws std::invalid_argument for a stage outside the
+  // model, or for a partial stage on a GPU context.
+  Model(const GptConfig& config, const Shard& shard, tensor::Context& ctx, comm::Group* tp,
+        const StageRange& stage);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const GptConfig& config() const { return layout_->config(); }
   const ParameterLayout& layout() const { return *layout_; }
+  const StageRange& stage() const { return layout_->stage(); }
   comm::Group* tp_group() const { return tp_; }
   tensor::Context& context() { return ctx_; }
 
@@ -96,13 +128,16 @@ class Model {
   std::span<float> param(const std::string& name);  // one tensor's view
   std::span<float> grad(const std::string& name);
 
+  // Every tensor gets the whole model's values for `seed`, whatever the shard and stage.
   void init(std::uint64_t seed);
-  // Loads this rank's units (and the replicated tensors) from full (TP = 1)
-  // values, laid out by ParameterLayout(config, Shard::full(config)), e.g. an
-  // llm.c checkpoint's LlmcCheckpoint::params.
+  // Loads this rank's units (and the replicated tensors) of the stage's
+  // tensors from full (TP = 1, whole-model) values, laid out by
+  // ParameterLayout(config, Shard::full(config)), e.g. an llm.c checkpoint's
+  // LlmcCheckpoint::params.
   void load_full(std::span<const float> full_params);
   // The full (TP = 1) parameters, assembled over the TP group (an all-reduce of
   // the full size; every rank gets them). For checkpoints and comparisons.
+  // Whole model only (std::logic_error on a partial stage).
   std::vector<float> gather_full();
   // d(objective)/d(token loss). 0 (the default) means 1 / (tokens of the batch),
   // i.e. the mean loss; the trainer sets 1 / (global tokens of the step).
@@ -110,22 +145,43 @@ class Model {
   float loss_scale() const { return loss_scale_; }
 
   // Runs the forward pass and the fused softmax / cross-entropy, whose
-  // gradient is kept for backward(). Every TP rank must call it with the same batch.
+  // gradient is kept for backward(). Every TP rank must call it with the same
+  // batch. Whole model only (std::logic_error on a partial stage).
   LossStats forward(const Batch& batch);
+  // The stage's forward. The first stage embeds batch.inputs and takes no
+  // `input`; the others take the previous stage's output ([batch * seq, C]),
+  // which is copied. The last stage computes the loss of batch.targets; the
+  // others return their output. Only batch.batch and batch.seq are read
+  // where the stage has neither embedding nor head. Throws
+  // std::invalid_argument for an input of the wrong size.
+  StageForward forward_stage(const Batch& batch, std::span<const float> input = {});
   // Gradients become zero. Lazily: the next backward() overwrites them (its
   // weight GEMMs run with beta 0, the small tensors are cleared), which spares
   // clearing the whole buffer every step.
   void zero_grad();
+  // Whole model only (std::logic_error on a partial stage).
   void backward(const BackwardHooks& hooks = {});
+  // The stage's backward of its last forward_stage. The last stage starts from
+  // its loss and takes no `doutput`; the others take the gradient of their
+  // output ([batch * seq, C]) from the next stage. Returns the gradient of the
+  // stage's input ([batch * seq, C], valid until the next backward), empty on
+  // the first stage. hooks.grads_ready reports the stage's tensor indices;
+  // hooks.embedding_rows needs the embedding and the tied LM head in this
+  // stage (std::logic_error otherwise). Throws std::logic_error without a
+  // forward, std::invalid_argument for a doutput of the wrong size.
+  std::span<const float> backward_stage(std::span<const float> doutput, const BackwardHooks& hooks = {});
 
-  // Inference on a single-rank model: the next-token distribution after
+  // Inference on a single-rank whole model: the next-token distribution after
   // `tokens` (1 <= count <= max_seq), `vocab` probabilities. Leaves no
   // forward for backward() to consume.
   std::vector<float> next_token_probs(std::span<const std::int32_t> tokens);
 
   // Sum of squared gradients this rank counts towards the global norm:
   // its own units, plus the replicated tensors on TP rank 0 only, so that a
-  // sum over the TP group counts every parameter exactly once.
+  // sum over the TP group counts every parameter exactly once. A GPT-2 last
+  // stage does not count its copy of the tied wte (the first stage counts
+  // it), so the sum over the stages counts it once too, once the trainer has
+  // summed the two copies' gradients.
   double local_grad_sq_norm();
   bool counts_replicated() const { return tp_ == nullptr || tp_->rank() == 0; }
   // Seconds this model spent in its TP group's all-reduces, since it was
@@ -134,16 +190,27 @@ class Model {
   double tp_reduce_s() const { return tp_reduce_s_; }
 
   // Replaces the shard with `next` and its parameter values (laid out by
-  // ParameterLayout(config, next)); gradients are zeroed. See reshard.h.
+  // ParameterLayout(config, next, stage())); gradients are zeroed. See reshard.h.
   void adopt(const Shard& next, tensor::Buffer values);
 
  private:
   struct Activations;
   struct BlockOffsets;
+  // The blocks take the stage's own layer index: 0 is the stage's first layer.
   void forward_block(int layer, const float* residual);  // GPT-2
   void backward_block(int layer, const float* residual);
   void forward_llama_block(int layer, const float* residual);  // llama_block.cpp
   void backward_llama_block(int layer, const float* residual);
+  // The pieces of forward_stage / backward_stage outside the blocks.
+  void check_batch(const Batch& batch) const;
+  void forward_embedding(const Batch& batch, std::span<const float> input);
+  LossStats forward_head();
+  void backward_head(const BackwardHooks& hooks, bool split_wte);
+  void backward_embedding(const BackwardHooks& hooks, bool split_wte);
+  // Gradients of tensors [first, last) are final: to the host, then to the hook.
+  void report_ready(const BackwardHooks& hooks, std::size_t first, std::size_t last);
+  void require_whole(const char* call) const;  // std::logic_error on a partial stage
+  const float* stage_output() const;  // the residual stream after the stage's last layer
   std::int64_t head_offset() const;  // the LM head's weights: wte (GPT-2) or lm_head
   // The TP group's all-reduce of activations, staged through the host on a GPU.
   void all_reduce(float* data, std::int64_t count, comm::ReduceOp op = comm::ReduceOp::kSum);

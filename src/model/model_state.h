@@ -42,7 +42,8 @@ class KernelIds {
 };
 
 // Everything forward keeps for backward, sized for one (batch, seq); per layer
-// arrays are [layers][...]. Llama leaves the *_mean buffers unused.
+// arrays are [L][...] over the stage's L layers. Llama leaves the *_mean
+// buffers unused; a stage without the head leaves lnf .. ce_scratch empty.
 struct Model::Activations {
   std::int64_t batch = 0, seq = 0, n = 0;  // n = batch * seq rows
   std::int64_t capacity = 0;               // the largest batch the buffers hold
@@ -53,7 +54,7 @@ struct Model::Activations {
   RowGroups groups;  // the batch's positions by embedding row, and where the kernels read them
   RowGroupsView group_ids;
   KernelIds group_store[4];
-  tensor::Buffer encoded;                   // [n, C]
+  tensor::Buffer encoded;                   // [n, C]: the embedding, or the stage's input
   tensor::Buffer ln1, ln1_mean, ln1_rstd;   // [L, n, C], [L, n]
   tensor::Buffer qkv;                       // [L, n, qkv] (Llama: after RoPE)
   tensor::Buffer att;                       // [L, B, heads, T, T]

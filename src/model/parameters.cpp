@@ -16,9 +16,13 @@ const char* to_string(UnitKind kind) {
 }
 
 ParameterLayout::ParameterLayout(const GptConfig& config, const Shard& shard)
-    : config_(config), shard_(shard) {
+    : ParameterLayout(config, shard, StageRange::whole(config)) {}
+
+ParameterLayout::ParameterLayout(const GptConfig& config, const Shard& shard, const StageRange& stage)
+    : config_(config), shard_(shard), stage_(stage) {
   config_.validate();
   shard_.validate(config_);
+  stage_.validate(config_);
   if (config_.llama()) add_llama();
   else add_gpt2();
 }
@@ -65,8 +69,19 @@ void ParameterLayout::add_llama() {
   add("lm_head", UnitKind::kVocab, C, true, -1);
 }
 
+// Outside the blocks: the embedding on the first stage; the final norm and
+// the LM head on the last, where GPT-2's head is the tied wte.
+bool ParameterLayout::holds_outside_blocks(const std::string& name) const {
+  const bool first = stage_.has_embedding(), last = stage_.has_head(config_);
+  if (name == "wte") return first || (last && !config_.llama());
+  if (name == "wpe") return first;
+  return last;  // lnf_w, lnf_b, lm_head
+}
+
 void ParameterLayout::add(const std::string& name, UnitKind kind, std::int64_t unit_size,
                           bool decay, int layer) {
+  const std::size_t whole_index = offered_++;
+  if (!(layer >= 0 ? stage_.holds_layer(layer) : holds_outside_blocks(name))) return;
   TensorSpec t;
   t.name = name;
   t.kind = kind;
@@ -76,6 +91,7 @@ void ParameterLayout::add(const std::string& name, UnitKind kind, std::int64_t u
   t.count = t.units.size() * unit_size;
   t.weight_decay = decay;
   t.layer = layer;
+  t.whole_index = whole_index;
   size_ += t.count;
   tensors_.push_back(std::move(t));
 }
@@ -92,6 +108,9 @@ std::size_t ParameterLayout::index_of(const std::string& name) const {
 }
 
 std::pair<std::size_t, std::size_t> ParameterLayout::layer_range(int layer) const {
+  if (!stage_.holds_layer(layer))
+    throw std::out_of_range("parameter layout: layer " + std::to_string(layer) + " is outside this stage (" +
+                            to_string(stage_) + " of " + std::to_string(config_.layers) + ")");
   const auto first = std::find_if(tensors_.begin(), tensors_.end(),
                                   [&](const TensorSpec& t) { return t.layer == layer; });
   const auto last = std::find_if(first, tensors_.end(),
@@ -125,8 +144,8 @@ void for_each_run(const TensorSpec& full, const TensorSpec& shard, Fn fn) {
 void scatter_from_full(const ParameterLayout& full, std::span<const float> full_values,
                        const ParameterLayout& shard, std::span<float> shard_values) {
   check_pair(full, shard, full_values.size(), shard_values.size());
-  for (std::size_t i = 0; i < shard.tensors().size(); ++i) {
-    for_each_run(full.tensors()[i], shard.tensors()[i], [&](auto src, auto dst, auto n) {
+  for (const TensorSpec& t : shard.tensors()) {
+    for_each_run(full[t.name], t, [&](auto src, auto dst, auto n) {
       std::copy_n(full_values.begin() + src, n, shard_values.begin() + dst);
     });
   }
@@ -136,9 +155,9 @@ void gather_into_full(const ParameterLayout& shard, std::span<const float> shard
                       const ParameterLayout& full, std::span<float> full_values,
                       bool include_replicated) {
   check_pair(full, shard, full_values.size(), shard_values.size());
-  for (std::size_t i = 0; i < shard.tensors().size(); ++i) {
-    if (shard.tensors()[i].kind == UnitKind::kReplicated && !include_replicated) continue;
-    for_each_run(full.tensors()[i], shard.tensors()[i], [&](auto dst, auto src, auto n) {
+  for (const TensorSpec& t : shard.tensors()) {
+    if (t.kind == UnitKind::kReplicated && !include_replicated) continue;
+    for_each_run(full[t.name], t, [&](auto dst, auto src, auto n) {
       std::copy_n(shard_values.begin() + src, n, full_values.begin() + dst);
     });
   }
