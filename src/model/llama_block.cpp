@@ -22,7 +22,7 @@ namespace ntp::model {
 using tensor::WeightLayout;
 
 void Model::forward_llama_block(int l, const float* residual) {
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   const Dims d = dims_of(*layout_);
   const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
   const float* p = kernel_params();
@@ -52,7 +52,7 @@ void Model::forward_llama_block(int l, const float* residual) {
 }
 
 void Model::backward_llama_block(int l, const float* residual) {
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   const Dims d = dims_of(*layout_);
   const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
   const float* p = kernel_params();

@@ -93,8 +93,9 @@ void Model::adopt(const Shard& next, Buffer values) {
     const GptConfig& c = layout_->config();
     rope_ = tensor::rope_table(c.max_seq, c.head_dim(), c.rope_theta);
   }
-  acts_.reset();  // sizes depend on the shard
-  have_forward_ = false;
+  for (auto& slot : slots_) slot.reset();  // sizes depend on the shard
+  if (slots_.empty()) slots_.resize(1);
+  forwarded_.assign(slots_.size(), false);
 }
 
 std::span<float> Model::param(const std::string& name) {
@@ -172,7 +173,7 @@ void Model::require_whole(const char* call) const {
 }
 
 const float* Model::stage_output() const {
-  const Activations& a = *acts_;
+  const Activations& a = *slots_[slot_];
   return a.res3.data() + (stage().layers() - 1) * a.n * config().d_model;
 }
 
@@ -212,12 +213,23 @@ KernelAllReduce Model::group_reduce() {
   };
 }
 
+void Model::select_slot(int slot) {
+  if (slot < 0 || slot >= kMaxSlots)
+    throw std::invalid_argument("Model::select_slot: slot " + std::to_string(slot) + " outside [0, " +
+                                std::to_string(kMaxSlots) + ")");
+  if (static_cast<std::size_t>(slot) >= slots_.size()) {
+    slots_.resize(static_cast<std::size_t>(slot) + 1);
+    forwarded_.resize(slots_.size(), false);
+  }
+  slot_ = slot;
+}
+
 void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   // Per-layer arrays are indexed by the current n, so buffers sized for a larger
   // micro-batch serve a smaller one (a step's remainder micro-batch) as they are.
-  if (acts_ && acts_->seq == seq && batch <= acts_->capacity) {
-    acts_->batch = batch;
-    acts_->n = batch * seq;
+  if (slots_[slot_] && slots_[slot_]->seq == seq && batch <= slots_[slot_]->capacity) {
+    slots_[slot_]->batch = batch;
+    slots_[slot_]->n = batch * seq;
     return;
   }
   const Dims d = dims_of(*layout_);
@@ -257,7 +269,7 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   a->datty = sz(n * d.attn);
   a->dgelu = sz(n * d.neurons);
   a->dfch = sz(config().llama() ? n * d.fc1 : 0);  // GPT-2's GELU backward works in place
-  acts_ = std::move(a);
+  slots_[slot_] = std::move(a);
 }
 
 LossStats Model::forward(const Batch& batch) {
@@ -267,11 +279,11 @@ LossStats Model::forward(const Batch& batch) {
 
 StageForward Model::forward_stage(const Batch& batch, std::span<const float> input) {
   check_batch(batch);
-  have_forward_ = false;  // the activations are about to change
+  forwarded_[slot_] = false;  // the activations are about to change
   ensure_activations(batch.batch, batch.seq);
-  check_boundary("forward_stage", "input", input.size(), stage().has_embedding() ? 0 : acts_->n * config().d_model,
+  check_boundary("forward_stage", "input", input.size(), stage().has_embedding() ? 0 : slots_[slot_]->n * config().d_model,
                  *layout_);
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   if (stage().has_embedding()) {
     a.token_col = local_columns(layout_->shard().vocab, batch.inputs, a.n, config().vocab, "inputs");
     a.token_ids = a.token_store.put(gpu_, a.token_col);
@@ -293,7 +305,7 @@ StageForward Model::forward_stage(const Batch& batch, std::span<const float> inp
   StageForward result;
   if (stage().has_head(config())) result.loss = forward_head();
   else result.output = {stage_output(), static_cast<std::size_t>(residual_size)};
-  have_forward_ = true;
+  forwarded_[slot_] = true;
   return result;
 }
 
@@ -314,7 +326,7 @@ void Model::check_batch(const Batch& batch) const {
 // encoded [n, C]: the token (and position) embedding on the first stage, a
 // copy of the previous stage's output on the others.
 void Model::forward_embedding(const Batch& batch, std::span<const float> input) {
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   const Dims d = dims_of(*layout_);
   if (!stage().has_embedding()) {
     tensor::copy_from_host(ctx_, a.encoded.data(), input.data(), a.n * d.C);
@@ -329,7 +341,7 @@ void Model::forward_embedding(const Batch& batch, std::span<const float> input) 
 // The final norm, the LM head and the fused softmax / cross-entropy, whose
 // gradient replaces the logits.
 LossStats Model::forward_head() {
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   const GptConfig& c = config();
   const Dims d = dims_of(*layout_);
   const std::int64_t n = a.n;
@@ -357,7 +369,7 @@ LossStats Model::forward_head() {
 }
 
 void Model::forward_block(int l, const float* residual) {
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   const Dims d = dims_of(*layout_);
   const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
   const float* p = kernel_params();
@@ -390,7 +402,8 @@ void Model::backward(const BackwardHooks& hooks) {
 }
 
 std::span<const float> Model::backward_stage(std::span<const float> doutput, const BackwardHooks& hooks) {
-  if (!have_forward_) throw std::logic_error("model: backward() without a preceding forward()");
+  if (!forwarded_[slot_]) throw std::logic_error("model: backward() without a preceding forward() in activation slot " +
+                                                     std::to_string(slot_));
   const GptConfig& c = config();
   // The split applies to the tied embedding only (GPT-2): an untied one has
   // no LM-head part to sync early, and a stage without both has no split to make.
@@ -399,10 +412,10 @@ std::span<const float> Model::backward_stage(std::span<const float> doutput, con
   if (split_wte && !stage().is_whole(c))
     throw std::logic_error("Model::backward: the embedding split needs the embedding and the LM head in one stage, not " +
                            to_string(stage()) + " of " + std::to_string(c.layers));
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   const std::int64_t residual_size = a.n * c.d_model;
   check_boundary("backward_stage", "doutput", doutput.size(), stage().has_head(c) ? 0 : residual_size, *layout_);
-  have_forward_ = false;  // dlogits are consumed
+  forwarded_[slot_] = false;  // dlogits are consumed
   // The optimizer step follows: the weights' bf16 copies go stale.
   const struct EndPass {
     tensor::Context& ctx;
@@ -440,7 +453,7 @@ void Model::report_ready(const BackwardHooks& hooks, std::size_t first, std::siz
 
 // From the loss to dres, the gradient of the stage's output.
 void Model::backward_head(const BackwardHooks& hooks, bool split_wte) {
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   const GptConfig& c = config();
   const Dims d = dims_of(*layout_);
   const std::int64_t n = a.n;
@@ -471,7 +484,7 @@ void Model::backward_head(const BackwardHooks& hooks, bool split_wte) {
 
 // From dres, the gradient of the embedding's output, to wte (and wpe).
 void Model::backward_embedding(const BackwardHooks& hooks, bool split_wte) {
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   const Dims d = dims_of(*layout_);
   const std::int64_t n = a.n;
   float* g = kernel_grads();
@@ -495,7 +508,7 @@ void Model::backward_embedding(const BackwardHooks& hooks, bool split_wte) {
 }
 
 void Model::backward_block(int l, const float* residual) {
-  Activations& a = *acts_;
+  Activations& a = *slots_[slot_];
   const Dims d = dims_of(*layout_);
   const BlockOffsets& o = blocks_[static_cast<std::size_t>(l)];
   const float* p = kernel_params();
@@ -552,9 +565,9 @@ std::vector<float> Model::next_token_probs(std::span<const std::int32_t> tokens)
   loss_scale_ = 1.0f;
   forward({tokens.data(), targets.data(), 1, static_cast<std::int64_t>(tokens.size())});
   loss_scale_ = scale;
-  have_forward_ = false;
+  forwarded_[slot_] = false;
   const Dims d = dims_of(*layout_);
-  const float* last = acts_->logits.data() + (static_cast<std::int64_t>(tokens.size()) - 1) * d.vocab_rows;
+  const float* last = slots_[slot_]->logits.data() + (static_cast<std::int64_t>(tokens.size()) - 1) * d.vocab_rows;
   std::vector<float> probs(static_cast<std::size_t>(config().vocab));
   tensor::copy_to_host(ctx_, probs.data(), last, config().vocab);
   probs[0] += 1.0f;

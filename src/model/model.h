@@ -155,6 +155,16 @@ class Model {
   // where the stage has neither embedding nor head. Throws
   // std::invalid_argument for an input of the wrong size.
   StageForward forward_stage(const Batch& batch, std::span<const float> input = {});
+  // 1F1B runs several micro-batches' forwards before their backwards: each
+  // keeps its activations in a slot of its own. The next forward_stage /
+  // backward_stage (and forward / backward) use slot `slot` (0 until this is
+  // called); a backward consumes the forward of its own slot. A slot's
+  // buffers are made at its first forward, each one forward's worth of the
+  // stage's activations (and its backward scratch). Throws
+  // std::invalid_argument outside [0, kMaxSlots).
+  static constexpr int kMaxSlots = 64;
+  void select_slot(int slot);
+  int slot() const { return slot_; }
   // Gradients become zero. Lazily: the next backward() overwrites them (its
   // weight GEMMs run with beta 0, the small tensors are cleared), which spares
   // clearing the whole buffer every step.
@@ -239,11 +249,13 @@ class Model {
   std::vector<float> staging_;                   // activations on their way through a TP all-reduce
   double tp_reduce_s_ = 0;                       // see tp_reduce_s()
   tensor::Into weight_grads_ = tensor::Into::kAdd;  // this backward's weight GEMMs
-  std::unique_ptr<Activations> acts_;
+  // One set of activations per slot (select_slot), made at its first forward.
+  std::vector<std::unique_ptr<Activations>> slots_;
+  std::vector<bool> forwarded_;  // per slot: a forward its backward has not consumed
+  int slot_ = 0;
   EmbeddingRows embedding_rows_;  // the split embedding scatter of the last backward
   tensor::RopeTable rope_;  // Llama only
   float loss_scale_ = 0.0f;
-  bool have_forward_ = false;
 };
 
 }  // namespace ntp::model

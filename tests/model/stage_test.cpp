@@ -483,15 +483,27 @@ std::string error_of(const std::function<void()>& call) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The GPT-2 test model in pp stages, a micro-batch of 2 x 8 and a residual
+// stream of its size.
+struct ErrorCase {
+  explicit ErrorCase(int pp)
+      : c(kConfigs[0]), batch(testing::random_batch(c, 2, 8, 1)), ctx({1}),
+        stages(make_stages(c, Shard::full(c), ctx, nullptr, pp)),
+        residual(static_cast<std::size_t>(2 * 8 * c.d_model), 0.5f) {}
+  GptConfig c;
+  testing::TokenBatch batch;
+  tensor::Context ctx;
+  std::vector<std::unique_ptr<Model>> stages;
+  std::vector<float> residual;
+};
+
 TEST(StageErrors, BoundaryActivationsOfTheWrongSizeAreRefused) {
-  const GptConfig c = kConfigs[0];
-  const auto batch = testing::random_batch(c, 2, 8, 1);
-  tensor::Context ctx({1});
-  auto stages = make_stages(c, Shard::full(c), ctx, nullptr, 3);
-  Model& first = *stages[0];
-  Model& middle = *stages[1];
-  Model& last = *stages[2];
-  const std::vector<float> residual(static_cast<std::size_t>(2 * 8 * c.d_model), 0.5f);
+  ErrorCase e(3);
+  const auto& batch = e.batch;
+  Model& first = *e.stages[0];
+  Model& middle = *e.stages[1];
+  Model& last = *e.stages[2];
+  const std::vector<float>& residual = e.residual;
   const std::span<const float> short_one = std::span(residual).first(residual.size() - 1);
 
   const std::string given = error_of<std::invalid_argument>([&] { first.forward_stage(batch.view(), residual); });
@@ -508,6 +520,24 @@ TEST(StageErrors, BoundaryActivationsOfTheWrongSizeAreRefused) {
   EXPECT_TRUE(has(error_of<std::invalid_argument>([&] { middle.backward_stage(short_one); }), "doutput has 703"));
   // A refused call leaves the forward in place for a correct one.
   EXPECT_EQ(middle.backward_stage(last.backward_stage({})).size(), residual.size());
+}
+
+// Activation slots: a backward consumes its own slot's forward only, and a
+// slot outside [0, kMaxSlots) is refused.
+TEST(StageErrors, ABackwardNeedsAForwardInItsOwnSlot) {
+  ErrorCase e(2);
+  Model& last = *e.stages[1];
+  const std::vector<float>& residual = e.residual;
+  last.select_slot(1);
+  last.forward_stage(e.batch.view(), residual);
+  last.select_slot(0);
+  EXPECT_TRUE(has(error_of<std::logic_error>([&] { last.backward_stage({}); }), "without a preceding forward"));
+  last.select_slot(1);
+  EXPECT_EQ(last.backward_stage({}).size(), residual.size());
+  EXPECT_TRUE(has(error_of<std::logic_error>([&] { last.backward_stage({}); }), "without a preceding forward"));
+  EXPECT_TRUE(has(error_of<std::invalid_argument>([&] { last.select_slot(-1); }), "slot -1 outside [0, 64)"));
+  EXPECT_TRUE(has(error_of<std::invalid_argument>([&] { last.select_slot(Model::kMaxSlots); }), "slot 64"));
+  EXPECT_EQ(last.slot(), 1);
 }
 
 TEST(StageErrors, TheWholeModelCallsAndTheEmbeddingSplitNeedTheWholeModel) {
