@@ -131,9 +131,8 @@ double store_loss_wait_s(const train::Config& config) {
 void leave_if_others_went_on(comm::Store& store, const train::Config& config, const train::RunDir& run,
                              const Host& host, const LaunchResult& result, double since) {
   const auto lost = [](const RankExit& r) { return r.lost(); };
-  if (host.node.nnodes < 2 || !config.elastic.recover || result.ranks.empty() || !std::all_of(result.ranks.begin(), result.ranks.end(), lost)) {
-    return;
-  }
+  const bool all_lost = !result.ranks.empty() && std::all_of(result.ranks.begin(), result.ranks.end(), lost);
+  if (host.node.nnodes < 2 || !config.elastic.recover || !all_lost) return;
   const bool fenced = std::all_of(result.ranks.begin(), result.ranks.end(),
                                   [](const RankExit& r) { return r.exited && r.code == kExitSelfFenced; });
   // Its ranks were lost when the others declared them so: their agreement
