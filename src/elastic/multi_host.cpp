@@ -104,6 +104,19 @@ std::optional<nlohmann::json> agreed_without(const train::RunDir& run, const Hos
   return std::nullopt;
 }
 
+// Throws HostCutOff when another host's watcher declared this host's ranks
+// lost with their host.
+void leave_if_cut_off(comm::Store& store, const Host& host) {
+  if (const std::vector<int> lost = declared_lost_with_host(store, host); !lost.empty()) {
+    // Cut off for less than the store deadline: the others declared its
+    // ranks lost and went on; back on the network, it must not train again.
+    throw HostCutOff(fmt::format("node {} was cut off from the job's store {} for longer than "
+                                 "deadline.heartbeat_s: the hosts that reach the store declared its ranks "
+                                 "[{}] lost and train on without them; it stopped them and leaves the job",
+                                 host.node.node_rank, comm::without_job(host.node.store), fmt::join(lost, ",")));
+  }
+}
+
 }  // namespace
 
 std::optional<nlohmann::json> agreement_without(const train::RunDir& run, const Host& host, double since,
@@ -130,6 +143,7 @@ double store_loss_wait_s(const train::Config& config) {
 
 void leave_if_others_went_on(comm::Store& store, const train::Config& config, const train::RunDir& run,
                              const Host& host, const LaunchResult& result, double since) {
+  leave_if_cut_off(store, host);
   const auto lost = [](const RankExit& r) { return r.lost(); };
   const bool all_lost = !result.ranks.empty() && std::all_of(result.ranks.begin(), result.ranks.end(), lost);
   if (host.node.nnodes < 2 || !config.elastic.recover || !all_lost) return;
@@ -155,16 +169,6 @@ void leave_if_others_went_on(comm::Store& store, const train::Config& config, co
       store_name, agreed->value("epoch", -1), agreed->value("survivors", nlohmann::json::array()).dump()));
 }
 
-void leave_if_cut_off(comm::Store& store, const Host& host) {
-  if (const std::vector<int> lost = declared_lost_with_host(store, host); !lost.empty()) {
-    // Cut off for less than the store deadline: the others declared its
-    // ranks lost and went on; back on the network, it must not train again.
-    throw HostCutOff(fmt::format("node {} was cut off from the job's store {} for longer than "
-                                 "deadline.heartbeat_s: the hosts that reach the store declared its ranks "
-                                 "[{}] lost and train on without them; it stopped them and leaves the job",
-                                 host.node.node_rank, comm::without_job(host.node.store), fmt::join(lost, ",")));
-  }
-}
 
 Host host_of(const train::Config& config, const NodeOptions& node) {
   const std::vector<train::HostPlacement> hosts = train::JobPlan::place_hosts(config.parallel, node.nnodes);
@@ -252,7 +256,6 @@ void run_train_node(const NodeOptions& node, std::chrono::milliseconds wait, std
   std::fflush(out);
   const double started = train::unix_time_s();
   const LaunchResult result = launch_or_lose_store(config, run, node, [](const train::StepMetrics&) {});
-  leave_if_cut_off(*store, host);
   leave_if_others_went_on(*store, config, run, host, result, started);
   const bool units_lost = std::any_of(result.ranks.begin(), result.ranks.end(), [](const RankExit& r) {
     return r.exited && r.code == kExitUnitsLost;

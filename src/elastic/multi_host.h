@@ -46,10 +46,6 @@ class HostCutOff : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Throws HostCutOff when another host's watcher declared this host's ranks
-// lost with their host.
-void leave_if_cut_off(comm::Store& store, const Host& host);
-
 // Waits up to wait_s for a membership_agreed event in the run since `since`
 // (this host's launch) whose survivors include none of this host's ranks:
 // the hosts that reach the store went on without it. Returns that event, or
@@ -60,10 +56,12 @@ std::optional<nlohmann::json> agreement_without(const train::RunDir& run, const 
 // calls gave up (multi_host.cpp says why).
 double store_loss_wait_s(const train::Config& config);
 
-// When every rank of this host was lost (with elastic.recover) and the
-// others agreed without them, this host leaves the job to them: it says so
-// in the store (the lowest host left then writes the run's summary) and
-// throws HostCutOff. Otherwise returns.
+// After this host's launch ended: throws HostCutOff when the others went on
+// without it. Either another host's watcher declared its ranks lost with
+// their host (it was cut off from the store), or every rank of it was lost
+// (with elastic.recover) and the others agreed without them; then it says
+// in the store that it leaves (the lowest host left writes the run's
+// summary). Otherwise returns.
 void leave_if_others_went_on(comm::Store& store, const train::Config& config, const train::RunDir& run,
                              const Host& host, const LaunchResult& result, double since);
 

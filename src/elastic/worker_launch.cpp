@@ -152,9 +152,7 @@ std::vector<train::StepMetrics> train_with_workers(
     const double started = train::unix_time_s();
     const LaunchResult result = launch_or_lose_store(config, run, node, show);
     if (node.multi_host()) {
-      const std::shared_ptr<comm::Store> store = comm::open_store(node.store);
-      leave_if_cut_off(*store, host_of(config, node));
-      leave_if_others_went_on(*store, config, run, host_of(config, node), result, started);
+      leave_if_others_went_on(*comm::open_store(node.store), config, run, host_of(config, node), result, started);
     }
     if (config.elastic.recover && recovered(result, run, config.train.steps)) return run.read_metrics();
     if (first_event(run, "run_interrupted", started)) return run.read_metrics();

@@ -1,6 +1,7 @@
-// A host that lost every rank while the others went on without them
-// (leave_if_others_went_on), through a real file store and run directory:
-// it leaves the job to them and says so in the store, and only then.
+// A host the others went on without (leave_if_others_went_on), through a
+// real file store and run directory: declared lost with its host, or every
+// rank lost while the others agreed without them; it leaves the job to them
+// (and says so in the store), and only then.
 #include "elastic/multi_host.h"
 
 #include <filesystem>
@@ -10,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "comm/store.h"
+#include "elastic/fencer.h"
+#include "elastic/membership.h"
 #include "elastic/worker.h"
 #include "tests/support/test_dir.h"
 
@@ -95,6 +98,18 @@ TEST_F(LeaveIfOthersWentOnTest, ItStaysUnlessEveryRankWasLostAndAnAgreementSince
   EXPECT_FALSE(said_it_left());
   node_.nnodes = 2;
   EXPECT_THROW(leave(ended({kExitSelfFenced, kExitSelfFenced}), since), HostCutOff);  // epoch 3
+}
+
+// Cut off and back before the store calls gave up: another host's watcher
+// declared a rank lost with its host, whatever the launch's own records say.
+TEST_F(LeaveIfOthersWentOnTest, AHostWhoseRanksWereDeclaredLostWithItLeaves) {
+  store_->set(fence_key(1), comm::to_bytes(kLostWithHost));
+  try {
+    leave(ended({0, 0}), train::unix_time_s());
+    FAIL() << "the host stayed";
+  } catch (const HostCutOff& e) {
+    EXPECT_NE(std::string(e.what()).find("declared its ranks [1] lost"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
