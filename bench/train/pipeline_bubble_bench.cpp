@@ -73,7 +73,7 @@ PipelineRun measure(const PipelineSchedule& schedule, const Options& o) {
     auto group = ntp::comm::create_group(store, testing::group_options(pp, stage, "pp"));
     group->barrier();
     timings[static_cast<std::size_t>(stage)] =
-        ntp::train::run_stage(schedule, stage, {group.get(), stage > 0 ? stage - 1 : -1, stage < pp - 1 ? stage + 1 : -1},
+        ntp::train::run_stage(schedule, stage, ntp::train::StageLinks::paired(group.get(), stage > 0 ? stage - 1 : -1, stage < pp - 1 ? stage + 1 : -1),
                               sleeping_work(o), 0);
   }));
   return ntp::train::measured_run(schedule, timings);

@@ -64,13 +64,15 @@ nlohmann::json with(nlohmann::json fields, const nlohmann::json& more) {
 }
 
 // The store's copy of an epoch's configuration, for ranks that rejoin
-// without its history: parallel.failed as "replica:slot,slot;replica:slot",
-// then "|" and parallel.speeds in its text form.
+// without its history: parallel.failed as "replica:slot,slot;replica:slot"
+// (a stage other than 0 as "replica.stage:slot,slot"), then "|" and
+// parallel.speeds in its text form.
 std::string layout_text(const train::ParallelConfig& p) {
   std::string text;
-  for (const auto& [replica, slots] : p.failed) {
+  for (const auto& [at, slots] : p.failed) {
     if (slots.empty()) continue;
-    text += fmt::format("{}{}:{}", text.empty() ? "" : ";", replica, fmt::join(slots, ","));
+    const std::string where = at.stage == 0 ? fmt::format("{}", at.replica) : fmt::format("{}.{}", at.replica, at.stage);
+    text += fmt::format("{}{}:{}", text.empty() ? "" : ";", where, fmt::join(slots, ","));
   }
   return text + "|" + layout::slot_speeds_text(p.speeds);
 }
@@ -83,7 +85,11 @@ train::ParallelConfig parse_layout(const train::ParallelConfig& base, const std:
   std::stringstream in(text.substr(0, bar));
   for (std::string item; std::getline(in, item, ';');) {
     const std::size_t colon = item.find(':');
-    std::vector<std::int64_t>& slots = p.failed[std::stoll(item.substr(0, colon))];
+    const std::string where = item.substr(0, colon);
+    const std::size_t dot = where.find('.');
+    const train::ReplicaStage at{std::stoll(where.substr(0, dot)),
+                                 dot == std::string::npos ? 0 : std::stoll(where.substr(dot + 1))};
+    std::vector<std::int64_t>& slots = p.failed[at];
     std::stringstream list(item.substr(colon + 1));
     for (std::string slot; std::getline(list, slot, ',');) slots.push_back(std::stoll(slot));
   }

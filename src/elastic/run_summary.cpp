@@ -149,13 +149,15 @@ nlohmann::json recoveries(const train::RunDir& run, nlohmann::json& rejoins) {
 
 std::string describe_job(const train::Config& c) {
   std::string failed;
-  for (const auto& [replica, slots] : c.parallel.failed) {
-    failed += fmt::format(" replica {} without slots [{}];", replica, fmt::join(slots, ","));
+  for (const auto& [at, slots] : c.parallel.failed) {
+    const std::string stage = c.parallel.pp > 1 ? fmt::format(" stage {}", at.stage) : "";
+    failed += fmt::format(" replica {}{} without slots [{}];", at.replica, stage, fmt::join(slots, ","));
   }
   // The device only when it is a GPU: a CPU run's line stays as it was.
   const std::string device = c.model.device == tensor::Device::kCuda ? " on cuda" : "";
-  return fmt::format("model {}{}, dp {} x tp {},{} batch {} ({}), {} steps, data {}",
-                     train::describe_model(c.model), device, c.parallel.dp, c.parallel.tp,
+  const std::string pp = c.parallel.pp > 1 ? fmt::format(" x pp {}", c.parallel.pp) : "";
+  return fmt::format("model {}{}, dp {}{} x tp {},{} batch {} ({}), {} steps, data {}",
+                     train::describe_model(c.model), device, c.parallel.dp, pp, c.parallel.tp,
                      failed.empty() ? " all healthy;" : failed, c.train.global_batch, train::to_string(c.parallel.batch_policy), c.train.steps,
                      c.data.path.empty() ? "built-in corpus" : c.data.path);
 }

@@ -137,34 +137,68 @@ E read_choice(const toml::node& node, const Where& at, const Choices<E>& choices
   fail(at, fmt::format("'{}' is not one of {}", word, list_of(choices)));
 }
 
-std::map<std::int64_t, std::vector<std::int64_t>> read_failed(const toml::node& node,
-                                                              const Where& at) {
+// A non-negative integer table key ("2"), or -1.
+std::int64_t index_key(std::string_view text) {
+  try {
+    std::size_t used = 0;
+    const std::int64_t value = std::stoll(std::string(text), &used);
+    return used == text.size() && value >= 0 ? value : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+void read_slots(const toml::node& node, const Where& at, const std::string& where,
+                std::vector<std::int64_t>& out) {
+  const toml::array* slots = node.as_array();
+  if (slots == nullptr) fail(at, fmt::format("{}: expected an array of slots, got {}", where, type_name(node)));
+  for (const toml::node& slot : *slots) {
+    if (!slot.is_integer()) fail(at, fmt::format("{}: slots must be integers", where));
+    out.push_back(slot.as_integer()->get());
+  }
+}
+
+// {replica = [slots]} (stage 0: the spelling of a job without a pipeline) or
+// {replica = {stage = [slots]}}.
+std::map<ReplicaStage, std::vector<std::int64_t>> read_failed(const toml::node& node, const Where& at) {
   const toml::table* table = node.as_table();
-  if (table == nullptr) fail(at, "expected a table replica = [slots], got " + type_name(node));
-  std::map<std::int64_t, std::vector<std::int64_t>> failed;
-  for (const auto& [key, slots_node] : *table) {
-    const std::string replica_text(key.str());
-    std::int64_t replica = -1;
-    try {
-      std::size_t used = 0;
-      replica = std::stoll(replica_text, &used);
-      if (used != replica_text.size()) replica = -1;
-    } catch (const std::exception&) {
-      replica = -1;
+  if (table == nullptr) {
+    fail(at, "expected a table replica = [slots] or replica = {stage = [slots]}, got " + type_name(node));
+  }
+  std::map<ReplicaStage, std::vector<std::int64_t>> failed;
+  for (const auto& [key, value] : *table) {
+    const std::int64_t replica = index_key(key.str());
+    if (replica < 0) fail(at, fmt::format("key '{}' is not a replica index", key.str()));
+    const toml::table* stages = value.as_table();
+    if (stages == nullptr) {
+      read_slots(value, at, fmt::format("replica {}", replica), failed[{replica, 0}]);
+      continue;
     }
-    if (replica < 0) fail(at, fmt::format("key '{}' is not a replica index", replica_text));
-    const toml::array* slots = slots_node.as_array();
-    if (slots == nullptr) {
-      fail(at, fmt::format("replica {}: expected an array of slots, got {}", replica,
-                           type_name(slots_node)));
-    }
-    std::vector<std::int64_t>& out = failed[replica];
-    for (const toml::node& slot : *slots) {
-      if (!slot.is_integer()) fail(at, fmt::format("replica {}: slots must be integers", replica));
-      out.push_back(slot.as_integer()->get());
+    for (const auto& [stage_key, slots] : *stages) {
+      const std::int64_t stage = index_key(stage_key.str());
+      if (stage < 0) fail(at, fmt::format("replica {}: key '{}' is not a stage index", replica, stage_key.str()));
+      read_slots(slots, at, fmt::format("replica {} stage {}", replica, stage), failed[{replica, stage}]);
     }
   }
   return failed;
+}
+
+// The TOML text of parallel.failed: replica = [slots] while every entry is of
+// stage 0, replica = {stage = [slots]} otherwise.
+std::string failed_text(const std::map<ReplicaStage, std::vector<std::int64_t>>& failed) {
+  const bool staged =
+      std::any_of(failed.begin(), failed.end(), [](const auto& entry) { return entry.first.stage != 0; });
+  std::map<std::int64_t, std::vector<std::string>> by_replica;
+  for (const auto& [at, slots] : failed) {
+    const std::string list = fmt::format("[{}]", fmt::join(slots, ", "));
+    by_replica[at.replica].push_back(staged ? fmt::format("{} = {}", at.stage, list) : list);
+  }
+  std::string text = "{";
+  for (const auto& [replica, parts] : by_replica) {
+    const std::string value = staged ? fmt::format("{{ {} }}", fmt::join(parts, ", ")) : parts.front();
+    text += fmt::format("{} {} = {}", text.size() > 1 ? "," : "", replica, value);
+  }
+  return text + (text.size() > 1 ? " }" : "}");
 }
 
 // ---- the schema -----------------------------------------------------------
@@ -220,18 +254,10 @@ KeyDef choice_key(std::string_view name, std::string_view meaning, const Choices
 
 KeyDef failed_key() {
   return {{"parallel.failed", "table",
-           "failed slots per replica for a degraded start, e.g. {0 = [2]}; default {} (none)"},
-          [](Config& c, const toml::node& n, const Where& at) {
-            c.parallel.failed = read_failed(n, at);
-          },
-          [](const Config& c) {
-            std::string text = "{";
-            for (const auto& [replica, slots] : c.parallel.failed) {
-              text += fmt::format("{} {} = [{}]", text.size() > 1 ? "," : "", replica,
-                                  fmt::join(slots, ", "));
-            }
-            return text + (text.size() > 1 ? " }" : "}");
-          }};
+           "failed slots per replica for a degraded start, e.g. {0 = [2]}; with parallel.pp > 1 per replica "
+           "and stage, {0 = {1 = [2]}} (a plain list names stage 0); default {} (none)"},
+          [](Config& c, const toml::node& n, const Where& at) { c.parallel.failed = read_failed(n, at); },
+          [](const Config& c) { return failed_text(c.parallel.failed); }};
 }
 
 KeyDef speeds_key() {
@@ -325,6 +351,10 @@ const std::vector<KeyDef>& schema() {
               NTP_FIELD(train.eval_batches)),
       int_key("parallel.tp", "base TP degree n: slots per replica", NTP_FIELD(parallel.tp)),
       int_key("parallel.dp", "DP replicas", NTP_FIELD(parallel.dp)),
+      int_key("parallel.pp",
+              "pipeline stages per replica, each a contiguous range of blocks on its own TP group of "
+              "parallel.tp slots; 1 = no pipeline",
+              NTP_FIELD(parallel.pp)),
       failed_key(),
       int_key("parallel.min_tp", "replicas with fewer active slots are dropped",
               NTP_FIELD(parallel.min_tp)),
@@ -556,18 +586,26 @@ void validate_parallel(const ParallelConfig& p, const OptimConfig& t) {
   require(p.min_tp >= 1 && p.min_tp <= p.tp, "parallel.min_tp",
           fmt::format("must be in [1, parallel.tp = {}]", p.tp));
   require(p.align >= 1, "parallel.align", "must be >= 1 (units per block; 1 = one unit)");
-  for (const auto& [replica, slots] : p.failed) {
+  require(p.pp >= 1, "parallel.pp", "must be >= 1 (pipeline stages per replica)");
+  for (const auto& [at, slots] : p.failed) {
+    const std::int64_t replica = at.replica;
     require(replica < p.dp, "parallel.failed",
             fmt::format("replica {} does not exist (parallel.dp = {})", replica, p.dp));
+    require(at.stage < p.pp, "parallel.failed",
+            fmt::format("replica {}: stage {} does not exist (parallel.pp = {})", replica, at.stage, p.pp));
+    const std::string where = p.pp > 1 ? fmt::format("replica {} stage {}", replica, at.stage)
+                                       : fmt::format("replica {}", replica);
     std::set<std::int64_t> seen;
     for (std::int64_t slot : slots) {
       require(slot >= 0 && slot < p.tp, "parallel.failed",
-              fmt::format("replica {}: slot {} is outside [0, parallel.tp = {})", replica, slot,
-                          p.tp));
-      require(seen.insert(slot).second, "parallel.failed",
-              fmt::format("replica {}: slot {} listed twice", replica, slot));
+              fmt::format("{}: slot {} is outside [0, parallel.tp = {})", where, slot, p.tp));
+      require(seen.insert(slot).second, "parallel.failed", fmt::format("{}: slot {} listed twice", where, slot));
     }
   }
+  // Slot speeds name a replica's slots without a stage; a pipeline's stages
+  // are measured and balanced per stage, which is not built yet.
+  require(p.pp == 1 || p.speeds.empty(), "parallel.speeds",
+          fmt::format("is not supported with parallel.pp = {} > 1 yet; leave it empty", p.pp));
   try {
     layout::validate_slot_speeds(p.speeds, static_cast<int>(p.dp), static_cast<int>(p.tp));
   } catch (const std::invalid_argument& e) {
@@ -783,15 +821,34 @@ std::string to_string(Balance balance) { return name_of(kBalances, balance); }
 std::string to_string(NanPolicy policy) { return name_of(kNanPolicies, policy); }
 std::string to_string(FallbackPolicy policy) { return name_of(kFallbacks, policy); }
 
-std::vector<std::int64_t> ParallelConfig::active_slots(std::int64_t replica) const {
+std::map<ReplicaStage, std::vector<std::int64_t>> failed_in_stage0(
+    const std::map<std::int64_t, std::vector<std::int64_t>>& by_replica) {
+  std::map<ReplicaStage, std::vector<std::int64_t>> failed;
+  for (const auto& [replica, slots] : by_replica) failed[{replica, 0}] = slots;
+  return failed;
+}
+
+const std::vector<std::int64_t>& ParallelConfig::failed_slots(std::int64_t replica, std::int64_t stage) const {
+  static const std::vector<std::int64_t> none;
+  const auto it = failed.find({replica, stage});
+  return it == failed.end() ? none : it->second;
+}
+
+std::vector<std::int64_t> ParallelConfig::active_slots(std::int64_t replica, std::int64_t stage) const {
+  const std::vector<std::int64_t>& lost = failed_slots(replica, stage);
   std::vector<std::int64_t> slots;
-  const auto it = failed.find(replica);
   for (std::int64_t s = 0; s < tp; ++s) {
-    if (it == failed.end() || std::find(it->second.begin(), it->second.end(), s) == it->second.end()) {
-      slots.push_back(s);
-    }
+    if (std::find(lost.begin(), lost.end(), s) == lost.end()) slots.push_back(s);
   }
   return slots;
+}
+
+std::int64_t ParallelConfig::least_active(std::int64_t replica) const {
+  std::int64_t least = tp;
+  for (std::int64_t stage = 0; stage < pp; ++stage) {
+    least = std::min(least, static_cast<std::int64_t>(active_slots(replica, stage).size()));
+  }
+  return least;
 }
 
 const std::vector<ConfigKey>& config_keys() {

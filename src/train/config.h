@@ -4,6 +4,7 @@
 // kConfigKeys and docs/config.md); unknown keys and bad values are rejected
 // with a ConfigError naming the key and where it came from, before any worker
 // process starts.
+#include <compare>
 #include <cstdint>
 #include <map>
 #include <stdexcept>
@@ -106,10 +107,27 @@ struct OptimConfig {  // the [train] table
   bool operator==(const OptimConfig&) const = default;
 };
 
+// One pipeline stage of one replica: the TP group a failed slot belongs to.
+struct ReplicaStage {
+  std::int64_t replica = 0;
+  std::int64_t stage = 0;
+  auto operator<=>(const ReplicaStage&) const = default;
+};
+
+// The failed slots of a job without a pipeline (replica -> slots) as
+// parallel.failed holds them: every one in stage 0.
+std::map<ReplicaStage, std::vector<std::int64_t>> failed_in_stage0(
+    const std::map<std::int64_t, std::vector<std::int64_t>>& by_replica);
+
 struct ParallelConfig {
-  std::int64_t tp = 1;  // base TP degree n (slots per replica)
+  std::int64_t tp = 1;  // base TP degree n (slots per stage of a replica)
   std::int64_t dp = 1;  // replicas
-  std::map<std::int64_t, std::vector<std::int64_t>> failed;  // replica -> failed slots
+  // Pipeline stages per replica: each holds a contiguous range of blocks and
+  // is its own TP group of tp slots (docs/pipeline.md).
+  std::int64_t pp = 1;
+  // (replica, stage) -> its failed slots, ascending; no entry = none. With
+  // pp = 1 every stage is 0 and the TOML spelling names replicas only.
+  std::map<ReplicaStage, std::vector<std::int64_t>> failed;
   std::int64_t min_tp = 1;  // replicas with fewer active slots are dropped
   BatchPolicy batch_policy = BatchPolicy::kProportional;
   // Neuron-like kinds (FFN neurons, vocabulary rows) are cut in blocks of up
@@ -124,13 +142,17 @@ struct ParallelConfig {
   layout::SlotSpeeds speeds;
   bool operator==(const ParallelConfig&) const = default;
 
-  // Active slots of replica r (all slots not listed in `failed`), ascending.
-  std::vector<std::int64_t> active_slots(std::int64_t replica) const;
-  // The min_tp rule, the one copy: replica r trains while it keeps min_tp
-  // active slots (train::JobPlan::trains).
-  bool trains(std::int64_t replica) const {
-    return static_cast<std::int64_t>(active_slots(replica).size()) >= min_tp;
-  }
+  // Active slots of stage `stage` of replica r (all slots not listed in
+  // `failed`), ascending.
+  std::vector<std::int64_t> active_slots(std::int64_t replica, std::int64_t stage = 0) const;
+  // The fewest active slots of any stage of replica r: its slowest stage,
+  // which every stage of a pipeline waits for.
+  std::int64_t least_active(std::int64_t replica) const;
+  // The min_tp rule, the one copy: replica r trains while every stage keeps
+  // min_tp active slots (train::JobPlan::trains).
+  bool trains(std::int64_t replica) const { return least_active(replica) >= min_tp; }
+  // Replica r's failed slots of `stage` (empty when none).
+  const std::vector<std::int64_t>& failed_slots(std::int64_t replica, std::int64_t stage = 0) const;
 };
 
 struct SyncConfig {

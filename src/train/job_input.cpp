@@ -1,6 +1,7 @@
 #include "train/job_input.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
@@ -55,6 +56,14 @@ void check_resume(const Config& config, const ModelSetup& setup, const DataIdent
 CheckedJob check_job(const Config& config, const std::filesystem::path& run_dir, int nnodes) {
   const JobInput input = read_job_input(config, run_dir);
   JobPlan plan = JobPlan::build(config, input.shape(), nnodes);
+  if (plan.pp() > 1) {
+    std::vector<std::string> stages;
+    for (const model::StageRange& stage : plan.stages()) stages.push_back(model::to_string(stage));
+    throw ConfigError(fmt::format(
+        "parallel.pp = {}: the job plan splits the {} blocks into stages of {}, but the trainer does not run a "
+        "pipeline yet (docs/pipeline.md); set parallel.pp = 1",
+        plan.pp(), plan.gpt().layers, fmt::join(stages, ", ")));
+  }
   if (!config.run.resume.empty()) check_resume(config, input.setup, input.identity.train);
   return {input.identity, std::move(plan)};
 }

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "layout/errors.h"
+#include "layout/stages.h"
 #include "layout/unit_costs.h"
 #include "train/model_setup.h"
 
@@ -46,14 +47,49 @@ std::string kind_name(const model::GptConfig& gpt, model::UnitKind kind) {
 }
 
 // The processes of the job's first configuration: the active slots of every
-// training replica, replica-major, slots ascending.
+// training replica, replica-major, then stage, then slot.
 std::vector<RankPlace> places_of(const ParallelConfig& p) {
   std::vector<RankPlace> places;
   for (std::int64_t r = 0; r < p.dp; ++r) {
     if (!p.trains(r)) continue;
-    for (std::int64_t slot : p.active_slots(r)) places.push_back({static_cast<int>(r), static_cast<int>(slot)});
+    for (std::int64_t stage = 0; stage < p.pp; ++stage) {
+      for (std::int64_t slot : p.active_slots(r, stage)) {
+        places.push_back({static_cast<int>(r), static_cast<int>(slot), static_cast<int>(stage)});
+      }
+    }
   }
   return places;
+}
+
+layout::UnitCosts costs_of(const model::GptConfig& g, std::int64_t seq_len) {
+  return layout::unit_costs({.d_model = g.d_model,
+                             .heads = g.heads,
+                             .kv_heads = g.head_units(),
+                             .ffn = g.ffn(),
+                             .gated_ffn = g.llama(),
+                             .vocab = g.padded_vocab,
+                             .seq_len = seq_len,
+                             .layers = g.layers});
+}
+
+// The blocks of each of parallel.pp stages: the split with the least
+// bottleneck, a block weighing its heads and neurons, the last stage also the
+// LM head (the embedding lookup costs next to nothing). From the whole model,
+// not from any TP degree: a stage keeps its blocks when a slot fails, so
+// recovery moves units within a stage only.
+std::vector<model::StageRange> stages_of(const ParallelConfig& p, const JobShape& shape) {
+  const model::GptConfig& g = shape.gpt;
+  const layout::UnitCosts costs = costs_of(g, shape.seq_len);
+  layout::StageSplitInput in;
+  in.layers = static_cast<int>(g.layers);
+  in.pp = static_cast<int>(p.pp);
+  in.block_cost = static_cast<double>(g.head_units()) * costs.head + static_cast<double>(g.ffn()) * costs.neuron;
+  in.head_cost = static_cast<double>(g.padded_vocab) * costs.vocab_row;
+  try {
+    return model::stage_ranges(layout::split_stages(in));
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
 }
 
 std::vector<HostPlacement> hosts_of(const std::vector<RankPlace>& places, std::int64_t dp, int nnodes) {
@@ -87,7 +123,7 @@ std::vector<HostPlacement> hosts_of(const std::vector<RankPlace>& places, std::i
 
 }  // namespace
 
-layout::JobConfig job_config(const ParallelConfig& p, model::UnitKind kind, std::int64_t units) {
+layout::JobConfig job_config(const ParallelConfig& p, model::UnitKind kind, std::int64_t units, int stage) {
   layout::JobConfig c;
   c.units = units;
   c.align = kind == model::UnitKind::kHead ? 1 : p.align;
@@ -95,10 +131,18 @@ layout::JobConfig job_config(const ParallelConfig& p, model::UnitKind kind, std:
   c.replicas = static_cast<int>(p.dp);
   c.min_tp = static_cast<int>(p.min_tp);
   if (p.balance == Balance::kWork) c.speeds = p.speeds;
-  for (const auto& [replica, slots] : p.failed) {
-    if (slots.empty()) continue;
-    std::vector<int>& out = c.failed[static_cast<int>(replica)];
-    for (std::int64_t slot : slots) out.push_back(static_cast<int>(slot));
+  for (std::int64_t r = 0; r < p.dp; ++r) {
+    const std::vector<std::int64_t>& lost = p.failed_slots(r, stage);
+    if (lost.empty()) continue;
+    std::vector<int>& out = c.failed[static_cast<int>(r)];
+    for (std::int64_t slot : lost) out.push_back(static_cast<int>(slot));
+  }
+  // A replica whose other stage fell below min_tp sits out in this one too.
+  for (std::int64_t r = 0; r < p.dp; ++r) {
+    if (p.trains(r) || static_cast<std::int64_t>(p.active_slots(r, stage).size()) < p.min_tp) continue;
+    std::vector<int>& out = c.failed[static_cast<int>(r)];
+    out.clear();
+    for (int slot = 0; slot < c.tp; ++slot) out.push_back(slot);
   }
   return c;
 }
@@ -119,31 +163,40 @@ JobPlan JobPlan::build(const Config& config, const JobShape& shape, int nnodes) 
   plan.parallel_ = config.parallel;
   plan.places_ = places_of(config.parallel);
   if (plan.places_.empty()) {
-    throw ConfigError(fmt::format("parallel.min_tp: every replica has fewer than parallel.min_tp = {} active slots",
-                                  config.parallel.min_tp));
+    throw ConfigError(fmt::format("parallel.min_tp: every replica has fewer than parallel.min_tp = {} active slots{}",
+                                  config.parallel.min_tp, config.parallel.pp > 1 ? " in some stage" : ""));
   }
-  for (const model::UnitKind kind : kKinds) {
-    try {
-      plan.layouts_[kind_index(kind)] = layout::plan_job(job_config(plan.parallel_, kind, units_of(shape.gpt, kind)));
-    } catch (const std::exception& e) {
-      throw ConfigError(fmt::format("parallel.tp: cannot lay out the model's {} {}: {}", units_of(shape.gpt, kind),
-                                    kind_name(shape.gpt, kind), e.what()));
-    }
+  plan.stages_ = stages_of(config.parallel, shape);
+  try {
+    plan.lay_out();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ConfigError(fmt::format("parallel.tp: {}", e.what()));
   }
-  plan.members_.resize(plan.places_.size());
-  for (std::size_t i = 0; i < plan.members_.size(); ++i) plan.members_[i] = static_cast<int>(i);
   plan.hosts_ = hosts_of(plan.places_, config.parallel.dp, nnodes);
   return plan;
 }
 
 void JobPlan::lay_out() {
-  for (const model::UnitKind kind : kKinds) {
-    layouts_[kind_index(kind)] = layout::plan_job(job_config(parallel_, kind, units_of(shape_.gpt, kind)));
+  layouts_.resize(stages_.size());
+  for (std::size_t stage = 0; stage < stages_.size(); ++stage) {
+    for (const model::UnitKind kind : kKinds) {
+      const std::int64_t units = units_of(shape_.gpt, kind);
+      try {
+        layouts_[stage][kind_index(kind)] =
+            layout::plan_job(job_config(parallel_, kind, units, static_cast<int>(stage)));
+      } catch (const std::exception& e) {
+        throw ConfigError(fmt::format("parallel.tp: cannot lay out the model's {} {}{}: {}", units,
+                                      kind_name(shape_.gpt, kind),
+                                      stages_.size() > 1 ? fmt::format(" in stage {}", stage) : "", e.what()));
+      }
+    }
   }
   members_.clear();
   for (std::size_t i = 0; i < places_.size(); ++i) {
     const RankPlace& p = places_[i];
-    const std::vector<std::int64_t> active = parallel_.active_slots(p.replica);
+    const std::vector<std::int64_t> active = parallel_.active_slots(p.replica, p.stage);
     if (trains(p.replica) && std::binary_search(active.begin(), active.end(), p.slot)) {
       members_.push_back(static_cast<int>(i));
     }
@@ -160,7 +213,8 @@ const RankPlace& JobPlan::place(int rank) const {
 int JobPlan::rank_of(RankPlace place) const {
   const auto it = std::find(places_.begin(), places_.end(), place);
   if (it == places_.end()) {
-    throw std::logic_error(fmt::format("replica {} slot {} has no process", place.replica, place.slot));
+    throw std::logic_error(fmt::format("replica {} stage {} slot {} has no process", place.replica, place.stage,
+                                       place.slot));
   }
   return static_cast<int>(it - places_.begin());
 }
@@ -169,28 +223,35 @@ bool JobPlan::is_member(int rank) const { return std::binary_search(members_.beg
 
 bool JobPlan::trains(std::int64_t replica) const { return parallel_.trains(replica); }
 
-const layout::JobLayout& JobPlan::layout(model::UnitKind kind) const { return layouts_[kind_index(kind)]; }
+const layout::JobLayout& JobPlan::layout(model::UnitKind kind, int stage) const {
+  if (stage < 0 || stage >= pp()) {
+    throw std::out_of_range(fmt::format("stage {}: the job has stages 0-{}", stage, pp() - 1));
+  }
+  return layouts_[static_cast<std::size_t>(stage)][kind_index(kind)];
+}
 
 RankView JobPlan::view(int rank) const {
   RankView v;
   v.place = place(rank);
   v.trains = is_member(rank);
   if (!v.trains) return v;
-  const auto slot_view = [&](model::UnitKind kind) { return layout(kind).slot_view(v.place.replica, v.place.slot); };
+  const int stage = v.place.stage;
+  const auto slot_view = [&](model::UnitKind kind) {
+    return layout(kind, stage).slot_view(v.place.replica, v.place.slot);
+  };
   v.views = {slot_view(model::UnitKind::kHead), slot_view(model::UnitKind::kNeuron), slot_view(model::UnitKind::kVocab)};
   v.shard = {v.views.heads.units, v.views.neurons.units, v.views.vocab.units};
-  for (std::int64_t slot : parallel_.active_slots(v.place.replica)) {
-    v.active.push_back(static_cast<int>(slot));
-    v.tp_group.push_back(rank_of({v.place.replica, static_cast<int>(slot), v.place.stage}));
-  }
+  v.tp_group = tp_group(v.place.replica, stage);
+  for (std::int64_t slot : parallel_.active_slots(v.place.replica, stage)) v.active.push_back(static_cast<int>(slot));
   v.sync_group = v.views.heads.sync_group;
   if (v.sync_group >= 0) {
     // DP groups come from the layout's core lists, never from physical slot ids.
-    for (const auto& [r, slot] : layout(model::UnitKind::kHead).sync_group_members(v.sync_group)) {
-      v.dp_group.push_back(rank_of({r, slot, v.place.stage}));
+    for (const auto& [r, slot] : layout(model::UnitKind::kHead, stage).sync_group_members(v.sync_group)) {
+      v.dp_group.push_back(rank_of({r, slot, stage}));
     }
   }
-  const layout::JobLayout& vocab = layout(model::UnitKind::kVocab);
+  link_stages(v);
+  const layout::JobLayout& vocab = layout(model::UnitKind::kVocab, stage);
   int training = 0;
   bool no_extra_slots = true;
   for (int r = 0; r < vocab.num_replicas(); ++r) {
@@ -200,6 +261,34 @@ RankView JobPlan::view(int rank) const {
   }
   v.vocab_split_ok = training > 1 && no_extra_slots && !shape_.gpt.llama();
   return v;
+}
+
+std::vector<int> JobPlan::tp_group(int replica, int stage) const {
+  std::vector<int> ranks;
+  for (std::int64_t slot : parallel_.active_slots(replica, stage)) {
+    ranks.push_back(rank_of({replica, static_cast<int>(slot), stage}));
+  }
+  return ranks;
+}
+
+void JobPlan::link_stages(RankView& v) const {
+  const int stage = v.place.stage;
+  v.layers = stages_[static_cast<std::size_t>(stage)];
+  const std::vector<int> mine = tp_group(v.place.replica, stage);
+  const int index = static_cast<int>(std::find(mine.begin(), mine.end(), rank_of(v.place)) - mine.begin());
+  const int k = static_cast<int>(mine.size());
+  if (stage > 0) {
+    const std::vector<int> before = tp_group(v.place.replica, stage - 1);
+    const int k_before = static_cast<int>(before.size());
+    v.activation_from = before[static_cast<std::size_t>(index % k_before)];
+    for (int i = index; i < k_before; i += k) v.gradient_to.push_back(before[static_cast<std::size_t>(i)]);
+  }
+  if (stage + 1 < pp()) {
+    const std::vector<int> after = tp_group(v.place.replica, stage + 1);
+    const int k_after = static_cast<int>(after.size());
+    v.gradient_from = after[static_cast<std::size_t>(index % k_after)];
+    for (int j = index; j < k_after; j += k) v.activation_to.push_back(after[static_cast<std::size_t>(j)]);
+  }
 }
 
 SampleSchedule JobPlan::schedule() const {
@@ -219,20 +308,17 @@ double JobPlan::work_of(int rank) const {
   if (!is_member(rank)) return 0;
   const RankPlace& p = place(rank);
   const model::GptConfig& g = gpt();
-  const layout::UnitCosts costs = layout::unit_costs({.d_model = g.d_model,
-                                                      .heads = g.heads,
-                                                      .kv_heads = g.head_units(),
-                                                      .ffn = g.ffn(),
-                                                      .gated_ffn = g.llama(),
-                                                      .vocab = g.padded_vocab,
-                                                      .seq_len = shape_.seq_len,
-                                                      .layers = g.layers});
+  const layout::UnitCosts costs = costs_of(g, shape_.seq_len);
   const auto units = [&](model::UnitKind kind) {
-    return static_cast<double>(layout(kind).units_of(p.replica, p.slot).size());
+    return static_cast<double>(layout(kind, p.stage).units_of(p.replica, p.slot).size());
   };
-  return static_cast<double>(g.layers) *
+  const model::StageRange& layers = stages_[static_cast<std::size_t>(p.stage)];
+  // The LM head is the vocabulary's compute; the embedding lookup on the
+  // first stage costs next to nothing.
+  const double head = layers.has_head(g) ? units(model::UnitKind::kVocab) * costs.vocab_row : 0.0;
+  return static_cast<double>(layers.layers()) *
              (units(model::UnitKind::kHead) * costs.head + units(model::UnitKind::kNeuron) * costs.neuron) +
-         units(model::UnitKind::kVocab) * costs.vocab_row;
+         head;
 }
 
 JobPlan JobPlan::at(const ParallelConfig& next, std::uint64_t epoch) const {
@@ -247,10 +333,11 @@ ParallelConfig JobPlan::next_parallel(const std::vector<int>& lost, const std::v
   ParallelConfig p = parallel_;
   const auto mark = [&](int rank, bool failed) {
     const RankPlace& at = place(rank);
-    std::vector<std::int64_t>& slots = p.failed[at.replica];
+    const ReplicaStage key{at.replica, at.stage};
+    std::vector<std::int64_t>& slots = p.failed[key];
     slots.erase(std::remove(slots.begin(), slots.end(), at.slot), slots.end());
     if (failed) slots.insert(std::upper_bound(slots.begin(), slots.end(), at.slot), at.slot);
-    if (slots.empty()) p.failed.erase(at.replica);
+    if (slots.empty()) p.failed.erase(key);
   };
   for (int rank : lost) mark(rank, true);
   for (int rank : joined) mark(rank, false);
@@ -261,9 +348,10 @@ JobPlan JobPlan::without(const std::vector<int>& lost) const { return at(next_pa
 
 JobPlan JobPlan::with(const std::vector<int>& joined) const { return at(next_parallel({}, joined), epoch_ + 1); }
 
-KindPlans transition(const JobPlan& from, const JobPlan& to, const std::vector<layout::SlotRef>& stale) {
+KindPlans transition(const JobPlan& from, const JobPlan& to, const std::vector<layout::SlotRef>& stale,
+                     int stage) {
   const auto plan = [&](model::UnitKind kind) {
-    layout::TransitionPlan p = layout::plan_transition(from.layout(kind), to.layout(kind), stale);
+    layout::TransitionPlan p = layout::plan_transition(from.layout(kind, stage), to.layout(kind, stage), stale);
     if (!p.recoverable()) {
       throw layout::UnitsLostError(fmt::format("no surviving holder at the resume step has these {}: {}",
                                                kind_name(from.gpt(), kind), p.lost_summary()));

@@ -8,6 +8,7 @@
 //
 //   Config + JobShape (model shape, T, samples) + nnodes
 //     └─ JobPlan::build ─▶ plan (epoch 0)
+//          stages: the blocks of each pipeline stage, fixed for the job
 //          places: global rank -> (replica, stage, slot), fixed for the job
 //          members: the ranks that train in this epoch (the min_tp rule)
 //          layouts of every unit kind, each rank's view, TP/DP group members
@@ -16,8 +17,10 @@
 //     transition(from, to, stale) ─▶ which holder sends which unit
 //
 // Global ranks are the active slots of every training replica of the job's
-// first configuration, replica-major, slots ascending; a later epoch keeps
-// them (a rank that leaves keeps its number and may rejoin under it).
+// first configuration, replica-major, then stage, then slot; a later epoch
+// keeps them (a rank that leaves keeps its number and may rejoin under it).
+// Every stage of a replica is its own TP group with its own failed slots and
+// layouts; the data-parallel groups join the same stage of every replica.
 // Pure: no I/O.
 #include <array>
 #include <cstdint>
@@ -27,6 +30,7 @@
 #include "layout/transition.h"
 #include "model/config.h"
 #include "model/shard.h"
+#include "model/stage.h"
 #include "tensor/context.h"
 #include "train/config.h"
 #include "train/grad_sync.h"
@@ -35,7 +39,8 @@
 
 namespace ntp::train {
 
-// A rank's place. `stage` is the pipeline stage (0: no pipeline yet).
+// A rank's place: its replica, its slot in the TP group of its pipeline
+// stage, and that stage (0 with parallel.pp = 1).
 struct RankPlace {
   int replica = 0;
   int slot = 0;
@@ -75,14 +80,28 @@ struct RankView {
   // vocabulary and there are several: wte's gradient may be synced in two
   // parts (OverlappedSync's split_embedding; a tied embedding only).
   bool vocab_split_ok = false;
+  // --- the pipeline (docs/pipeline.md, "Stages in the job plan")
+  model::StageRange layers;  // the blocks its stage holds
+  // Its point-to-point peers in the neighbouring stages of its replica (-1
+  // or empty at the ends, and with parallel.pp = 1). Every rank of a TP group
+  // holds the whole residual stream, so the rank at TP-group index j of stage
+  // s + 1 takes each activation from index j mod k_s of stage s, and index i
+  // of stage s takes the gradient of its output from index i mod k_{s+1} of
+  // stage s + 1 (k: a stage's active slots). With equal degrees these pair
+  // index j with index j; otherwise a rank may send one copy to several.
+  int activation_from = -1;
+  std::vector<int> activation_to;
+  int gradient_from = -1;
+  std::vector<int> gradient_to;
 };
 
 class JobPlan {
  public:
   // Throws ConfigError naming the key: train.global_batch larger than the
   // data's sequences, a unit kind the layouts cannot cut (parallel.tp), no
-  // replica with parallel.min_tp slots; std::invalid_argument naming --nnodes
-  // when the replicas do not split evenly over the hosts.
+  // replica with parallel.min_tp slots in every stage, more stages than
+  // blocks (parallel.pp); std::invalid_argument naming --nnodes when the
+  // replicas do not split evenly over the hosts.
   static JobPlan build(const Config& config, const JobShape& shape, int nnodes = 1);
 
   // The hosts of the job's first configuration before its data is read (the
@@ -97,6 +116,10 @@ class JobPlan {
   const ParallelConfig& parallel() const { return parallel_; }
   const JobShape& shape() const { return shape_; }
   const model::GptConfig& gpt() const { return shape_.gpt; }
+  int pp() const { return static_cast<int>(stages_.size()); }
+  // The blocks of every stage, in order (layout::split_stages over the
+  // model's unit costs: the LM head weighs on the last stage).
+  const std::vector<model::StageRange>& stages() const { return stages_; }
 
   // --- ranks
   const std::vector<RankPlace>& places() const { return places_; }  // global rank -> place
@@ -105,13 +128,18 @@ class JobPlan {
   int rank_of(RankPlace place) const;      // throws std::logic_error: no such process
   const std::vector<int>& members() const { return members_; }  // training now, ascending
   bool is_member(int rank) const;
-  // The min_tp rule, the one copy: a replica trains while it keeps
+  // The min_tp rule, the one copy: a replica trains while every stage keeps
   // parallel.min_tp active slots.
   bool trains(std::int64_t replica) const;
 
   // --- layouts and groups
-  const layout::JobLayout& layout(model::UnitKind kind) const;
+  // The layout of `kind` over the TP groups of stage `stage` of every
+  // replica (a replica that does not train has no active slot in it).
+  const layout::JobLayout& layout(model::UnitKind kind, int stage = 0) const;
   RankView view(int rank) const;
+  // The global ranks of the TP group of `stage` of `replica`: its active
+  // slots, ascending.
+  std::vector<int> tp_group(int replica, int stage = 0) const;
 
   // The compute of `rank`'s units in this epoch, FLOPs per token of a step
   // (layout/unit_costs.h): what its speed is measured against. 0 when it
@@ -143,6 +171,7 @@ class JobPlan {
  private:
   JobPlan() = default;
   void lay_out();  // the layouts and members of parallel_
+  void link_stages(RankView& v) const;  // v's stage and pipeline peers
 
   Config config_;
   JobShape shape_;
@@ -150,7 +179,8 @@ class JobPlan {
   std::uint64_t epoch_ = 0;
   std::vector<RankPlace> places_;
   std::vector<int> members_;
-  std::array<layout::JobLayout, 3> layouts_;  // heads, neurons, vocab
+  std::vector<model::StageRange> stages_;
+  std::vector<std::array<layout::JobLayout, 3>> layouts_;  // per stage: heads, neurons, vocab
   std::vector<HostPlacement> hosts_;
 };
 
@@ -159,12 +189,17 @@ class JobPlan {
 // Llama's SwiGLU neurons, vocabulary rows) are cut in blocks of
 // parallel.align (layout/shares.h); under parallel.balance = "work" each
 // slot's share follows its speed (parallel.speeds).
-layout::JobConfig job_config(const ParallelConfig& parallel, model::UnitKind kind, std::int64_t units);
+// With parallel.pp > 1, the TP groups of stage `stage`; a replica that does
+// not train (some stage below parallel.min_tp) has every slot failed there.
+layout::JobConfig job_config(const ParallelConfig& parallel, model::UnitKind kind, std::int64_t units,
+                             int stage = 0);
 
-// The transition plans of the three unit kinds from `from` to `to`; `stale`
-// slots never serve and receive all they hold (layout/transition.h). Throws
-// layout::UnitsLostError when no valid holder is left for some units.
-KindPlans transition(const JobPlan& from, const JobPlan& to, const std::vector<layout::SlotRef>& stale);
+// The transition plans of the three unit kinds of stage `stage` from `from`
+// to `to`; `stale` slots never serve and receive all they hold
+// (layout/transition.h). Throws layout::UnitsLostError when no valid holder
+// is left for some units.
+KindPlans transition(const JobPlan& from, const JobPlan& to, const std::vector<layout::SlotRef>& stale,
+                     int stage = 0);
 
 // "node 0: replica 0 (ranks 0-3); node 1: replica 1 (ranks 4-7)".
 std::string describe_placement(const std::vector<HostPlacement>& hosts);

@@ -21,7 +21,7 @@ std::string describe(PipelineOp op) {
          std::to_string(op.microbatch);
 }
 
-std::string describe(const StageMessage& message) {
+std::string describe_message(const StageMessage& message) {
   return "micro-batch " + std::to_string(message.microbatch) + "'s " +
          (message.kind == MessageKind::kActivation ? "activation" : "gradient") + " from stage " +
          std::to_string(message.from) + " to stage " + std::to_string(message.to);
@@ -87,36 +87,53 @@ std::vector<StageStep> plan_stage(const std::vector<PipelineOp>& ops, int stage,
 // j, then activation i, and both wait. The check below does not rely on this
 // argument: it runs the plan, so every schedule is checked as it is.
 
-// A message's identity within one stage's plan.
-using MessageKey = std::tuple<int, int, int, int>;
-MessageKey key_of(const StageMessage& m) { return {static_cast<int>(m.kind), m.microbatch, m.from, m.to}; }
+// One message between two ranks (indices into the ranks checked).
+struct RankMessage {
+  StageMessage message;
+  int from = -1;
+  int to = -1;
+};
 
-// Runs every stage's plan with rendezvous exchanges: a stage's current step
+// A message's identity within the pipeline.
+using MessageKey = std::tuple<int, int, int, int, int, int>;
+MessageKey key_of(const RankMessage& m) {
+  return {static_cast<int>(m.message.kind), m.message.microbatch, m.message.from, m.message.to, m.from, m.to};
+}
+
+// Runs every rank's plan with rendezvous exchanges: a rank's current step
 // completes once each of its messages was posted by the peer (a message is
-// posted when the exchange holding it starts). Passes advance every stage as
+// posted when the exchange holding it starts). Passes advance every rank as
 // far as it can; a pass without progress, with steps left, is a deadlock.
 class ExchangeRun {
  public:
-  explicit ExchangeRun(const std::vector<std::vector<StageStep>>& plan)
-      : plan_(plan), at_(plan.size(), 0), posted_at_(plan.size()) {
-    for (std::size_t s = 0; s < plan.size(); ++s)
-      for (std::size_t k = 0; k < plan[s].size(); ++k)
-        for (const auto& message : {plan[s][k].send, plan[s][k].recv})
-          if (message) posted_at_[s].emplace(key_of(*message), k);
+  ExchangeRun(const std::vector<std::vector<StageStep>>& plan, const std::vector<RankLinks>& ranks)
+      : plan_(plan), ranks_(ranks), at_(ranks.size(), 0), messages_(ranks.size()), posted_at_(ranks.size()) {
+    one_per_stage_ = ranks.size() == plan.size();
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      const int stage = ranks[r].stage;
+      if (stage < 0 || stage >= static_cast<int>(plan.size()))
+        throw std::invalid_argument("pipeline exchanges: rank " + std::to_string(r) + " is in stage " +
+                                    std::to_string(stage) + ", outside [0, " + std::to_string(plan.size()) + ")");
+      one_per_stage_ = one_per_stage_ && stage == static_cast<int>(r);
+      for (const StageStep& step : steps(r)) {
+        messages_[r].push_back(expand(step, static_cast<int>(r)));
+        for (const RankMessage& m : messages_[r].back()) posted_at_[r].emplace(key_of(m), messages_[r].size() - 1);
+      }
+    }
   }
 
   void run() {
     for (bool progressed = true; progressed;) {
       progressed = false;
-      for (std::size_t s = 0; s < plan_.size(); ++s)
-        while (at_[s] < plan_[s].size() && step_can_finish(s)) {
-          ++at_[s];
+      for (std::size_t r = 0; r < ranks_.size(); ++r)
+        while (at_[r] < steps(r).size() && step_can_finish(r)) {
+          ++at_[r];
           progressed = true;
         }
     }
     std::string stuck;
-    for (std::size_t s = 0; s < plan_.size(); ++s)
-      if (at_[s] < plan_[s].size()) stuck += " " + why_stuck(s) + ";";
+    for (std::size_t r = 0; r < ranks_.size(); ++r)
+      if (at_[r] < steps(r).size()) stuck += " " + why_stuck(r) + ";";
     if (!stuck.empty()) {
       stuck.pop_back();
       throw PipelineDeadlock("pipeline exchanges deadlock:" + stuck);
@@ -124,53 +141,87 @@ class ExchangeRun {
   }
 
  private:
-  static int peer_of(const StageMessage& message, std::size_t stage) {
-    return message.from == static_cast<int>(stage) ? message.to : message.from;
+  const std::vector<StageStep>& steps(std::size_t rank) const {
+    return plan_[static_cast<std::size_t>(ranks_[rank].stage)];
   }
 
-  // Where the peer posts `message`; nullopt when it never does (or is no stage).
-  std::optional<std::size_t> peer_posts_at(const StageMessage& message, std::size_t stage) const {
-    const int peer = peer_of(message, stage);
-    if (peer < 0 || peer >= static_cast<int>(plan_.size())) return std::nullopt;
+  // A step's messages between ranks: its send to every rank the links name,
+  // its receive from the one.
+  std::vector<RankMessage> expand(const StageStep& step, int rank) const {
+    const RankLinks& links = ranks_[static_cast<std::size_t>(rank)];
+    std::vector<RankMessage> out;
+    if (step.send) {
+      const bool activation = step.send->kind == MessageKind::kActivation;
+      for (int to : activation ? links.activation_to : links.gradient_to) out.push_back({*step.send, rank, to});
+    }
+    if (step.recv) {
+      const bool activation = step.recv->kind == MessageKind::kActivation;
+      out.push_back({*step.recv, activation ? links.activation_from : links.gradient_from, rank});
+    }
+    return out;
+  }
+
+  static int peer_of(const RankMessage& m, std::size_t rank) {
+    return m.from == static_cast<int>(rank) ? m.to : m.from;
+  }
+
+  // Where the peer posts `m`; nullopt when it never does (or is no rank).
+  std::optional<std::size_t> peer_posts_at(const RankMessage& m, std::size_t rank) const {
+    const int peer = peer_of(m, rank);
+    if (peer < 0 || peer >= static_cast<int>(ranks_.size())) return std::nullopt;
     const auto& posted = posted_at_[static_cast<std::size_t>(peer)];
-    const auto it = posted.find(key_of(message));
+    const auto it = posted.find(key_of(m));
     if (it == posted.end()) return std::nullopt;
     return it->second;
   }
 
-  bool peer_posted(const StageMessage& message, std::size_t stage) const {
-    const std::optional<std::size_t> at = peer_posts_at(message, stage);
-    return at && *at <= at_[static_cast<std::size_t>(peer_of(message, stage))];
+  bool peer_posted(const RankMessage& m, std::size_t rank) const {
+    const std::optional<std::size_t> at = peer_posts_at(m, rank);
+    return at && *at <= at_[static_cast<std::size_t>(peer_of(m, rank))];
   }
 
-  bool step_can_finish(std::size_t stage) const {
-    const StageStep& step = plan_[stage][at_[stage]];
-    for (const auto& message : {step.send, step.recv})
-      if (message && !peer_posted(*message, stage)) return false;
+  bool step_can_finish(std::size_t rank) const {
+    for (const RankMessage& m : messages_[rank][at_[rank]])
+      if (!peer_posted(m, rank)) return false;
     return true;
+  }
+
+  // "stage 1" with one rank per stage, else "rank 3 (stage 1)".
+  std::string name(int rank) const {
+    if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return "rank " + std::to_string(rank) + " (none)";
+    const std::string stage = "stage " + std::to_string(ranks_[static_cast<std::size_t>(rank)].stage);
+    return one_per_stage_ ? stage : "rank " + std::to_string(rank) + " (" + stage + ")";
+  }
+
+  std::string describe(const RankMessage& m) const {
+    const std::string text = describe_message(m.message);
+    return one_per_stage_ ? text : text + " (rank " + std::to_string(m.from) + " to rank " + std::to_string(m.to) + ")";
   }
 
   // "stage 0 waits at step 2 (before its backward of micro-batch 0) for
   // micro-batch 1's activation from stage 0 to stage 1, which stage 1 posts
   // at step 3 and is at step 1"
-  std::string why_stuck(std::size_t stage) const {
-    const StageStep& step = plan_[stage][at_[stage]];
-    for (const auto& message : {step.send, step.recv}) {
-      if (!message || peer_posted(*message, stage)) continue;
-      const int peer = peer_of(*message, stage);
-      const std::optional<std::size_t> at = peer_posts_at(*message, stage);
-      std::string out = "stage " + std::to_string(stage) + " waits at its " + describe_step(step, at_[stage]) +
-                        " for " + describe(*message) + ", which stage " + std::to_string(peer);
+  std::string why_stuck(std::size_t rank) const {
+    const StageStep& step = steps(rank)[at_[rank]];
+    for (const RankMessage& m : messages_[rank][at_[rank]]) {
+      if (peer_posted(m, rank)) continue;
+      const int peer = peer_of(m, rank);
+      const std::optional<std::size_t> at = peer_posts_at(m, rank);
+      std::string out = name(static_cast<int>(rank)) + " waits at its " + describe_step(step, at_[rank]) + " for " +
+                        describe(m) + ", which " + name(peer);
       if (!at) return out + " never posts";
       return out + " posts at step " + std::to_string(*at) + " and is at step " +
              std::to_string(at_[static_cast<std::size_t>(peer)]);
     }
-    return "stage " + std::to_string(stage) + " is stuck";  // unreachable: a stuck step waits for a message
+    return name(static_cast<int>(rank)) + " is stuck";  // unreachable: a stuck step waits for a message
   }
 
   const std::vector<std::vector<StageStep>>& plan_;
-  std::vector<std::size_t> at_;  // per stage: its current step (posted, not finished)
-  std::vector<std::map<MessageKey, std::size_t>> posted_at_;  // per stage: the step posting each message
+  const std::vector<RankLinks>& ranks_;
+  bool one_per_stage_ = false;
+  std::vector<std::size_t> at_;  // per rank: its current step (posted, not finished)
+  std::vector<std::vector<std::vector<RankMessage>>> messages_;  // per rank, per step
+  std::vector<std::map<MessageKey, std::size_t>> posted_at_;     // per rank: the step posting each message
 };
 
 // ---- Running a stage ----
@@ -179,7 +230,9 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void check_link(int rank, int stage, bool needed, const char* which, const StageLinks& links) {
+// A peer named in links.`which`: another rank of the group where the stage
+// has that neighbour (`needed`), -1 at the pipeline's end.
+void check_peer(int rank, int stage, bool needed, const std::string& which, const StageLinks& links) {
   const std::string where = "pipeline stage " + std::to_string(stage) + ": links." + which;
   if (!needed) {
     if (rank != -1) throw std::invalid_argument(where + " must be -1 at this end, got " + std::to_string(rank));
@@ -192,14 +245,26 @@ void check_link(int rank, int stage, bool needed, const char* which, const Stage
                                 std::to_string(links.group->size()) + "), got " + std::to_string(rank));
 }
 
+// One side of the links: the one peer it receives from, the peers it sends
+// to (none at the end; possibly none elsewhere, when another rank sends).
+void check_side(int from, const std::vector<int>& to, int stage, bool exists, const char* from_name,
+                const char* to_name, const StageLinks& links) {
+  check_peer(from, stage, exists, from_name, links);
+  if (!exists && !to.empty())
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage) + ": links." + to_name +
+                                " must be empty at this end, got " + std::to_string(to.size()) + " ranks");
+  for (std::size_t i = 0; i < to.size(); ++i)
+    check_peer(to[i], stage, true, std::string(to_name) + "[" + std::to_string(i) + "]", links);
+}
+
 void check_stage_args(const PipelineSchedule& schedule, int stage, const StageLinks& links,
                       const StageWork& work, std::uint32_t tag_base) {
   const int pp = schedule.pp();
   if (stage < 0 || stage >= pp)
     throw std::invalid_argument("pipeline stage " + std::to_string(stage) + " is outside [0, " +
                                 std::to_string(pp) + ")");
-  check_link(links.prev, stage, stage > 0, "prev", links);
-  check_link(links.next, stage, stage < pp - 1, "next", links);
+  check_side(links.activation_from, links.gradient_to, stage, stage > 0, "activation_from", "gradient_to", links);
+  check_side(links.gradient_from, links.activation_to, stage, stage < pp - 1, "gradient_from", "activation_to", links);
   if (!work.forward || !work.backward)
     throw std::invalid_argument("pipeline stage " + std::to_string(stage) + ": work.forward and work.backward must be set");
   const std::uint64_t last_tag = std::uint64_t{tag_base} + 2 * static_cast<std::uint64_t>(schedule.microbatches) - 1;
@@ -243,9 +308,12 @@ class StageRunner {
     return activation ? output_ : grad_input_;
   }
 
-  int peer_rank(const StageMessage& message) const {
-    const int peer = message.from == stage_ ? message.to : message.from;
-    return peer < stage_ ? links_.prev : links_.next;
+  // The peers of a message: the ranks a send goes to, the one a receive
+  // comes from.
+  std::vector<int> peers(const StageMessage& message) const {
+    const bool activation = message.kind == MessageKind::kActivation;
+    if (message.from == stage_) return activation ? links_.activation_to : links_.gradient_to;
+    return {activation ? links_.activation_from : links_.gradient_from};
   }
 
   // Both messages of a step are posted before either is waited on (the
@@ -253,9 +321,11 @@ class StageRunner {
   void exchange(const StageStep& step, std::size_t index) {
     std::vector<comm::P2POp> ops;
     if (step.send)
-      ops.push_back(comm::P2POp::send(buffer_of(*step.send), peer_rank(*step.send), message_tag(tag_base_, *step.send)));
+      for (int peer : peers(*step.send))
+        ops.push_back(comm::P2POp::send(buffer_of(*step.send), peer, message_tag(tag_base_, *step.send)));
     if (step.recv)
-      ops.push_back(comm::P2POp::recv(buffer_of(*step.recv), peer_rank(*step.recv), message_tag(tag_base_, *step.recv)));
+      for (int peer : peers(*step.recv))
+        ops.push_back(comm::P2POp::recv(buffer_of(*step.recv), peer, message_tag(tag_base_, *step.recv)));
     if (ops.empty()) return;
     try {
       links_.group->exchange(ops);
@@ -272,8 +342,12 @@ class StageRunner {
     std::string out = "pipeline stage " + std::to_string(stage_) + ", " + describe_step(step, index);
     const auto add = [&](const char* verb, const std::optional<StageMessage>& message) {
       if (!message) return;
-      out += std::string(", ") + verb + " " + describe(*message) + " (group rank " +
-             std::to_string(peer_rank(*message)) + ", tag " + std::to_string(message_tag(tag_base_, *message)) + ")";
+      const std::vector<int> to = peers(*message);
+      if (to.empty()) return;  // another rank of this stage sends it
+      std::string ranks;
+      for (int r : to) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      out += std::string(", ") + verb + " " + describe_message(*message) + " (group rank" + (to.size() > 1 ? "s " : " ") +
+             ranks + ", tag " + std::to_string(message_tag(tag_base_, *message)) + ")";
     };
     add("sending", step.send);
     add("receiving", step.recv);
@@ -329,7 +403,38 @@ std::vector<std::vector<StageStep>> plan_pipeline(const PipelineSchedule& schedu
   return plan;
 }
 
-void check_exchanges(const std::vector<std::vector<StageStep>>& plan) { ExchangeRun(plan).run(); }
+void check_exchanges(const std::vector<std::vector<StageStep>>& plan, const std::vector<RankLinks>& ranks) {
+  ExchangeRun(plan, ranks).run();
+}
+
+void check_exchanges(const std::vector<std::vector<StageStep>>& plan) {
+  const int pp = static_cast<int>(plan.size());
+  std::vector<RankLinks> ranks;
+  for (int s = 0; s < pp; ++s) {
+    RankLinks r;
+    r.stage = s;
+    if (s > 0) {
+      r.activation_from = s - 1;
+      r.gradient_to = {s - 1};
+    }
+    if (s < pp - 1) {
+      r.gradient_from = s + 1;
+      r.activation_to = {s + 1};
+    }
+    ranks.push_back(std::move(r));
+  }
+  check_exchanges(plan, ranks);
+}
+
+StageLinks StageLinks::paired(comm::Group* group, int prev, int next) {
+  StageLinks links;
+  links.group = group;
+  links.activation_from = prev;
+  if (prev >= 0) links.gradient_to = {prev};
+  links.gradient_from = next;
+  if (next >= 0) links.activation_to = {next};
+  return links;
+}
 
 StageTiming run_stage(const PipelineSchedule& schedule, int stage, const StageLinks& links,
                       const StageWork& work, std::uint32_t tag_base) {

@@ -76,14 +76,41 @@ std::vector<std::vector<StageStep>> plan_pipeline(const PipelineSchedule& schedu
 // message it waits for.
 void check_exchanges(const std::vector<std::vector<StageStep>>& plan);
 
+// One rank of a pipeline whose stages may each hold several ranks (a stage's
+// TP group: every rank of it computes the whole activation), with its links
+// as indices into the list of ranks checked; -1 / empty at the ends.
+struct RankLinks {
+  int stage = 0;
+  int activation_from = -1;        // the rank of stage - 1 whose output is its input
+  std::vector<int> gradient_to;    // the ranks of stage - 1 it sends its input's gradient to
+  int gradient_from = -1;          // the rank of stage + 1 whose input gradient is its output's
+  std::vector<int> activation_to;  // the ranks of stage + 1 it sends its output to
+};
+
+// The same check over ranks: rank r walks plan[ranks[r].stage], a step's send
+// going to every rank its links name and its receive coming from the one. A
+// receiver whose sender does not list it waits forever, so inconsistent
+// links are a PipelineDeadlock too, naming the rank, the message and "never
+// posts". With one rank per stage, paired, this is check_exchanges(plan).
+void check_exchanges(const std::vector<std::vector<StageStep>>& plan, const std::vector<RankLinks>& ranks);
+
 // ---- Running a stage (I/O) ----
 
-// Where this stage's neighbours are: their ranks in `group`, -1 at the ends.
-// `group` may be null when the pipeline has one stage.
+// Where this rank's messages go: ranks of `group`, -1 / empty at the ends
+// (RankLinks' fields; docs/pipeline.md, "Activations between TP degrees").
+// A rank receives each message from one peer and may send each of its own to
+// several, or to none (a rank of a wider stage whose copy another rank
+// sends). `group` may be null when the pipeline has one stage.
 struct StageLinks {
   comm::Group* group = nullptr;
-  int prev = -1;  // group rank of stage - 1
-  int next = -1;  // group rank of stage + 1
+  int activation_from = -1;
+  std::vector<int> gradient_to;
+  int gradient_from = -1;
+  std::vector<int> activation_to;
+
+  // One peer each way, the same for both directions: `prev` in stage - 1
+  // (-1 on stage 0), `next` in stage + 1 (-1 on the last stage).
+  static StageLinks paired(comm::Group* group, int prev, int next);
 };
 
 // This stage's compute, per micro-batch. The spans are valid during the call

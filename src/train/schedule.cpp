@@ -142,7 +142,7 @@ BatchSplitInput split_input(const ParallelConfig& parallel, std::int64_t global_
   in.base_tp = parallel.tp;
   in.min_tp = parallel.min_tp;
   for (std::int64_t r = 0; r < parallel.dp; ++r) {
-    in.active.push_back(static_cast<std::int64_t>(parallel.active_slots(r).size()));
+    in.active.push_back(parallel.least_active(r));  // a pipeline runs at its slowest stage
   }
   return in;
 }

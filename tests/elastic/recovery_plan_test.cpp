@@ -24,7 +24,7 @@ ParallelConfig job(std::int64_t dp, std::int64_t tp, std::map<std::int64_t, std:
   ParallelConfig p;
   p.dp = dp;
   p.tp = tp;
-  p.failed = std::move(failed);
+  p.failed = train::failed_in_stage0(failed);
   p.min_tp = min_tp;
   return p;
 }

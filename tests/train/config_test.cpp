@@ -89,7 +89,7 @@ TEST(Config, ParsesEveryKeyAndRoundTripsThroughResolvedToml) {
   EXPECT_DOUBLE_EQ(config.train.lr, 1e-3);
   EXPECT_DOUBLE_EQ(config.train.grad_clip, 0.0);
   EXPECT_EQ(config.parallel.batch_policy, BatchPolicy::kConstantGlobal);
-  EXPECT_EQ(config.parallel.failed.at(2), (std::vector<std::int64_t>{0, 3}));
+  EXPECT_EQ(config.parallel.failed.at({2, 0}), (std::vector<std::int64_t>{0, 3}));
   EXPECT_EQ(config.parallel.active_slots(0), (std::vector<std::int64_t>{0, 2, 3}));
   EXPECT_EQ(config.parallel.active_slots(1), (std::vector<std::int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(config.power.mode, power::PowerMode::simulated);
@@ -185,6 +185,8 @@ TEST(Config, BadValuesAreNamed) {
   expect_error([] { parsed("[parallel]\nfailed = [2]\n"); }, {"parallel.failed", "table"});
   expect_error([] { parsed("[parallel]\nfailed = { x = [2] }\n"); }, {"parallel.failed", "'x'"});
   expect_error([] { parsed("[parallel]\nfailed = { 0 = 2 }\n"); }, {"parallel.failed", "array"});
+  expect_error([] { parsed("[parallel]\nfailed = { 0 = { y = [1] } }\n"); }, {"parallel.failed", "'y'", "stage"});
+  expect_error([] { parsed("[parallel]\nfailed = { 0 = { 1 = 2 } }\n"); }, {"parallel.failed", "stage 1", "array"});
   expect_error([] { parsed("[train\nsteps = 2\n"); }, {"run.toml:1"});
 }
 
@@ -277,6 +279,11 @@ TEST(Config, CrossKeyValidationNamesTheKey) {
       {"[parallel]\ntp = 4\nfailed = { 0 = [4] }", "parallel.failed"},
       {"[parallel]\ntp = 4\nfailed = { 0 = [1, 1] }", "parallel.failed"},
       {"[parallel]\ntp = 2\nmin_tp = 2\nfailed = { 0 = [1] }", "parallel.failed"},
+      {"[parallel]\npp = 0", "parallel.pp"},
+      {"[parallel]\npp = 2\nfailed = { 0 = { 2 = [0] } }", "parallel.failed"},
+      {"[parallel]\npp = 2\ntp = 2\nfailed = { 0 = { 1 = [2] } }", "parallel.failed"},
+      {"[parallel]\npp = 2\ntp = 2\nmin_tp = 2\nfailed = { 0 = { 1 = [0] } }", "parallel.failed"},
+      {"[parallel]\npp = 2\ntp = 2\nspeeds = \"0:1,0.5\"", "parallel.speeds"},
       {"[parallel]\ndp = 3\n[train]\nglobal_batch = 2", "train.global_batch"},
       {"[sync]\nbucket_mb = 0", "sync.bucket_mb"},
       {"[deadline]\ncollective_s = 0", "deadline.collective_s"},
@@ -331,18 +338,37 @@ TEST(Config, OverridesParseAsToml) {
   apply_override(config, "data.order=sequential");
   apply_override(config, "parallel.batch_policy=\"fixed\"");
   apply_override(config, "run.dir=runs/a b");
-  EXPECT_EQ(config.parallel.failed.at(0), (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(config.parallel.failed.at({0, 0}), (std::vector<std::int64_t>{2}));
   EXPECT_DOUBLE_EQ(config.train.lr, 1e-2);
   EXPECT_EQ(config.data.order, DataOrder::kSequential);
   EXPECT_EQ(config.parallel.batch_policy, BatchPolicy::kFixed);
   EXPECT_EQ(config.run.dir, "runs/a b");
   // A later override replaces the whole table.
   apply_override(config, "parallel.failed={1=[0,3]}");
-  EXPECT_EQ(config.parallel.failed.count(0), 0u);
+  EXPECT_EQ(config.parallel.failed.count({0, 0}), 0u);
 
   expect_error([&] { apply_override(config, "train.stepz=3"); }, {"--set", "train.stepz"});
   expect_error([&] { apply_override(config, "train.steps=many"); }, {"--set", "train.steps"});
   expect_error([&] { apply_override(config, "train.steps"); }, {"--set", "key=value"});
+}
+
+TEST(Config, FailedSlotsNameTheirStageInAPipeline) {
+  const Config config = parsed("[parallel]\npp = 3\ntp = 4\ndp = 2\nfailed = { 0 = { 1 = [2], 2 = [0, 3] }, 1 = [1] }\n");
+  EXPECT_EQ(config.parallel.pp, 3);
+  EXPECT_EQ(config.parallel.failed_slots(0, 1), (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(config.parallel.failed_slots(0, 2), (std::vector<std::int64_t>{0, 3}));
+  EXPECT_EQ(config.parallel.failed_slots(0, 0), (std::vector<std::int64_t>{}));
+  EXPECT_EQ(config.parallel.failed_slots(1, 0), (std::vector<std::int64_t>{1}));  // a plain list: stage 0
+  EXPECT_EQ(config.parallel.active_slots(0, 2), (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(config.parallel.least_active(0), 2);  // the slowest stage
+  EXPECT_EQ(config.parallel.least_active(1), 3);
+  // The TOML written back reads as the same configuration, in both spellings.
+  const std::string text = to_toml(config);
+  EXPECT_NE(text.find("failed = { 0 = { 1 = [2], 2 = [0, 3] }, 1 = { 0 = [1] } }"), std::string::npos) << text;
+  EXPECT_EQ(parsed(text).parallel, config.parallel);
+  const Config flat = parsed("[parallel]\ntp = 4\ndp = 2\nfailed = { 1 = [1] }\n");
+  EXPECT_NE(to_toml(flat).find("failed = { 1 = [1] }"), std::string::npos) << to_toml(flat);
+  EXPECT_EQ(parsed(to_toml(flat)).parallel, flat.parallel);
 }
 
 TEST(Config, LoadConfigAppliesFileThenOverridesThenValidates) {

@@ -34,6 +34,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/comm/thread_ranks.h"
+#include "tests/model/model_test_util.h"
+#include "tests/train/replica_pipeline.h"
 
 namespace ntp::train {
 namespace {
@@ -165,7 +167,7 @@ std::vector<StageOutcome> run_pipeline(const PipelineSchedule& schedule, std::ch
     const auto start = std::chrono::steady_clock::now();
     try {
       if (!(replace && replace(stage, *group)))
-        out.timing = run_stage(schedule, stage, {group.get(), stage > 0 ? stage - 1 : -1, stage < pp - 1 ? stage + 1 : -1},
+        out.timing = run_stage(schedule, stage, StageLinks::paired(group.get(), stage > 0 ? stage - 1 : -1, stage < pp - 1 ? stage + 1 : -1),
                                work, /*tag_base=*/100);
     } catch (...) {
       out.error = std::current_exception();
@@ -198,7 +200,7 @@ TEST(PipelineExecutor, SingleStageRunsInOrderAndBadArgumentsAreRefused) {
   const PipelineSchedule two = one_f_one_b(2, 3);
   EXPECT_THROW(run_stage(two, 2, {}, work, 0), std::invalid_argument);      // no such stage
   EXPECT_THROW(run_stage(two, 1, {}, work, 0), std::invalid_argument);      // stage 1 without its prev
-  EXPECT_THROW(run_stage(one, 0, {nullptr, 0, -1}, work, 0), std::invalid_argument);  // a prev on stage 0
+  EXPECT_THROW(run_stage(one, 0, StageLinks::paired(nullptr, 0, -1), work, 0), std::invalid_argument);  // a prev on stage 0
   EXPECT_THROW(run_stage(one, 0, {}, work, 0xFFFFFFFFu - 3), std::invalid_argument);  // tags overflow
   PipelineSchedule backward_first = one;
   std::swap(backward_first.stages[0][0], backward_first.stages[0][1]);
@@ -429,6 +431,88 @@ TEST(PipelineExecutor, GradientsAndLossesMatchTheReferenceBitForBit) {
 
 // The comparison fails: a mismatched activation, a dropped accumulation and a
 // one-ulp change of one input are each caught.
+// Stages of unequal width, linked as the job plan links them (RankView's
+// peers): one replica of pp 3 x tp 3 with slots failed, every rank of a
+// stage computing the whole stage (as every rank of a TP group holds the
+// whole activation). Every rank ends with its stage's reference gradients
+// and the last stage's ranks with the reference losses, bit for bit.
+struct WideRun {
+  std::vector<int> stage_of;               // per rank
+  std::vector<std::vector<float>> grads;   // per rank
+  std::vector<std::vector<float>> losses;  // per rank (the last stage's)
+  std::vector<std::exception_ptr> errors;  // per rank
+};
+
+WideRun run_wide(const testing::ReplicaPipeline& pipe, int pp, const Data& data, std::chrono::milliseconds timeout) {
+  const int n = static_cast<int>(pipe.ranks.size());
+  comm::testing::TempStoreDir dir;
+  auto store = comm::open_store(dir.spec());
+  WideRun out{std::vector<int>(static_cast<size_t>(n)), std::vector<std::vector<float>>(static_cast<size_t>(n)),
+              std::vector<std::vector<float>>(static_cast<size_t>(n)), std::vector<std::exception_ptr>(static_cast<size_t>(n))};
+  comm::testing::rethrow_first(comm::testing::run_threads(n, [&](int rank) {
+    const RankLinks& l = pipe.links[static_cast<size_t>(rank)];
+    out.stage_of[static_cast<size_t>(rank)] = l.stage;
+    auto group = comm::create_group(store, comm::testing::group_options(n, rank, "pp", 1, timeout));
+    StageModel model(l.stage, pp, data);
+    StageLinks links{group.get(), l.activation_from, l.gradient_to, l.gradient_from, l.activation_to};
+    try {
+      run_stage(one_f_one_b(pp, static_cast<int>(data.x.size())), l.stage, links, model.work(), 0);
+    } catch (...) {
+      out.errors[static_cast<size_t>(rank)] = std::current_exception();
+    }
+    out.grads[static_cast<size_t>(rank)] = model.gradients();
+    out.losses[static_cast<size_t>(rank)] = model.losses();
+  }));
+  return out;
+}
+
+JobPlan wide_plan(std::map<ReplicaStage, std::vector<std::int64_t>> failed) {
+  Config c;
+  c.parallel.pp = 3;
+  c.parallel.tp = 3;
+  c.parallel.failed = std::move(failed);
+  c.train.global_batch = 1;
+  model::GptConfig gpt = model::testing::small_test_config();
+  gpt.layers = 3;
+  return JobPlan::build(c, {gpt, 8, 10});
+}
+
+TEST(PipelineExecutor, StagesOfUnequalWidthMatchTheReferenceOnEveryRank) {
+  // Widths 2, 1, 3 (fan-in, then fan-out) and 3, 1, 2.
+  for (const auto& failed : {std::map<ReplicaStage, std::vector<std::int64_t>>{{{0, 0}, {2}}, {{0, 1}, {1, 2}}},
+                             std::map<ReplicaStage, std::vector<std::int64_t>>{{{0, 1}, {0, 1}}, {{0, 2}, {1}}}}) {
+    const testing::ReplicaPipeline pipe = testing::replica_pipeline(wide_plan(failed), 0);
+    for (int m : {1, 4}) {
+      const Data data = make_data(3, m);
+      const Result reference = reference_run(3, data);
+      const WideRun run = run_wide(pipe, 3, data, 10s);
+      for (size_t r = 0; r < pipe.ranks.size(); ++r) {
+        if (run.errors[r]) std::rethrow_exception(run.errors[r]);
+        const int stage = run.stage_of[r];
+        EXPECT_EQ(first_difference(run.grads[r], reference.grads[static_cast<size_t>(stage)], "gradients"), "")
+            << "rank " << r << " stage " << stage << " m " << m;
+        if (stage == 2) {
+          EXPECT_EQ(first_difference(run.losses[r], reference.losses, "losses"), "") << "rank " << r;
+        }
+      }
+    }
+  }
+}
+
+// A receiver told to take its activation from a rank that does not send it
+// (a mis-wired link) fails by the deadline on every rank it waits on; nothing hangs.
+TEST(PipelineExecutor, AMisWiredLinkFailsByTheDeadlineInsteadOfHanging) {
+  testing::ReplicaPipeline pipe = testing::replica_pipeline(wide_plan({{{0, 0}, {2}}, {{0, 1}, {1, 2}}}), 0);
+  // Ranks 0, 1: stage 0; rank 2: stage 1 (takes index 0's copy); ranks 3-5: stage 2.
+  ASSERT_EQ(pipe.links[2].activation_from, 0);
+  pipe.links[2].activation_from = 1;
+  const auto start = std::chrono::steady_clock::now();
+  const WideRun run = run_wide(pipe, 3, make_data(3, 2), 1500ms);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r : {0, 2}) EXPECT_TRUE(run.errors[static_cast<size_t>(r)]) << "rank " << r << " did not fail";
+  EXPECT_LT(seconds, 8.0) << "the ranks waited past their deadlines";
+}
+
 TEST(PipelineExecutor, ComparisonCatchesBrokenVariants) {
   const int pp = 3, m = 3;
   const Data data = make_data(pp, m);
@@ -543,7 +627,7 @@ TEST(PipelineExecutor, MismatchedTagsFailInsteadOfMatchingTheWrongMicroBatch) {
       schedule, 1000ms, [&](int stage, comm::Group&) { return idle_work(64, {}, stage); },
       [&](int stage, comm::Group& group) {
         if (stage != 1) return false;
-        run_stage(schedule, 1, {&group, 0, -1}, idle_work(64, {}, 1), /*tag_base=*/100 + 2);
+        run_stage(schedule, 1, StageLinks::paired(&group, 0, -1), idle_work(64, {}, 1), /*tag_base=*/100 + 2);
         return true;
       });
   int timed_out = 0;

@@ -108,7 +108,7 @@ Outcome pipelined(const model::GptConfig& c, int pp, int m, const SlotOf& backwa
       const std::span<const float> d = s->backward_stage(grad_out);
       if (stage > 0) std::copy(d.begin(), d.end(), grad_in.begin());
     };
-    run_stage(schedule, stage, {group.get(), stage > 0 ? stage - 1 : -1, stage < pp - 1 ? stage + 1 : -1}, work,
+    run_stage(schedule, stage, StageLinks::paired(group.get(), stage > 0 ? stage - 1 : -1, stage < pp - 1 ? stage + 1 : -1), work,
               /*tag_base=*/100);
     collect(*s, stage, per_stage[static_cast<std::size_t>(stage)]);
   }));

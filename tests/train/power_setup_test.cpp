@@ -101,7 +101,7 @@ class PowerRunTest : public ::testing::Test {
     Config config;
     config.parallel.tp = 32;
     config.parallel.dp = 2;
-    config.parallel.failed = {{0, {30, 31}}};
+    config.parallel.failed = {{{0, 0}, {30, 31}}};
     config.power.mode = power::PowerMode::simulated;
     config.power.tdp_w = 1000.0;
     config.power.max_frac = 1.3;

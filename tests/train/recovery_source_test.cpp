@@ -22,7 +22,7 @@ class RecoverySource : public ::testing::Test {
     ParallelConfig p;
     p.dp = 3;
     p.tp = 2;
-    p.failed = std::move(failed);
+    p.failed = failed_in_stage0(failed);
     return p;
   }
   static SurvivorState at(int replica, int slot, std::uint64_t held_epoch, std::int64_t applied = 1) {

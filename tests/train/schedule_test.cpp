@@ -276,7 +276,7 @@ TEST(SplitInput, ReadsActiveSlotsFromTheConfig) {
   ParallelConfig parallel;
   parallel.tp = 4;
   parallel.dp = 3;
-  parallel.failed = {{0, {1}}, {2, {0, 3}}};
+  parallel.failed = {{{0, 0}, {1}}, {{2, 0}, {0, 3}}};
   const BatchSplitInput in = split_input(parallel, 12);
   EXPECT_EQ(in.active, (std::vector<std::int64_t>{3, 4, 2}));
   EXPECT_EQ(in.base_tp, 4);

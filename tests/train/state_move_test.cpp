@@ -58,7 +58,7 @@ void check_move(std::int64_t tp, int dead, bool corrupt = false, bool sparse = f
   config.train.global_batch = 1;
   const std::vector<RankPlace> places = JobPlan::build(config, {c, 8, 8}).places();
   ParallelConfig after = before;
-  after.failed[places[static_cast<std::size_t>(dead)].replica].push_back(places[static_cast<std::size_t>(dead)].slot);
+  after.failed[{places[static_cast<std::size_t>(dead)].replica, 0}].push_back(places[static_cast<std::size_t>(dead)].slot);
   KindPlans plans;
   const auto plan = [&](model::UnitKind kind, std::int64_t n) {
     return layout::plan_transition(layout::plan_job(job_config(before, kind, n)),
