@@ -543,12 +543,10 @@ void Model::backward_block(int l, const float* residual) {
 }
 
 double Model::local_grad_sq_norm() {
-  // A GPT-2 last stage's wte is the first stage's tensor too: counted there.
-  const bool tied_copy = !config().llama() && !stage().has_embedding();
   double total = 0.0;
   for (const TensorSpec& t : layout_->tensors()) {
     if (t.kind == UnitKind::kReplicated && !counts_replicated()) continue;
-    if (tied_copy && t.name == "wte") continue;
+    if (layout_->is_tied_copy(t)) continue;  // counted on the first stage
     total += tensor::sum_squares(ctx_.host(), grads_.data() + t.offset, t.count);
   }
   return total;

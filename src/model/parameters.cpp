@@ -151,12 +151,16 @@ void scatter_from_full(const ParameterLayout& full, std::span<const float> full_
   }
 }
 
+bool ParameterLayout::is_tied_copy(const TensorSpec& t) const {
+  return !config_.llama() && !stage_.has_embedding() && t.name == "wte";
+}
+
 void gather_into_full(const ParameterLayout& shard, std::span<const float> shard_values,
                       const ParameterLayout& full, std::span<float> full_values,
                       bool include_replicated) {
   check_pair(full, shard, full_values.size(), shard_values.size());
   for (const TensorSpec& t : shard.tensors()) {
-    if (t.kind == UnitKind::kReplicated && !include_replicated) continue;
+    if ((t.kind == UnitKind::kReplicated && !include_replicated) || shard.is_tied_copy(t)) continue;
     for_each_run(full[t.name], t, [&](auto dst, auto src, auto n) {
       std::copy_n(shard_values.begin() + src, n, full_values.begin() + dst);
     });

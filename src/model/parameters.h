@@ -81,6 +81,10 @@ class ParameterLayout {
   // The first and one-past-last tensor index of layer l (its tensors are
   // contiguous); throws std::out_of_range naming a layer outside the stage.
   std::pair<std::size_t, std::size_t> layer_range(int layer) const;
+  // GPT-2's wte on a stage without the embedding: the LM head's copy of the
+  // first stage's tensor. The first stage's is the tensor: the gradient norm,
+  // model.bin and checkpoints count it there, never here.
+  bool is_tied_copy(const TensorSpec& t) const;
 
  private:
   void add_gpt2();
@@ -106,8 +110,8 @@ void scatter_from_full(const ParameterLayout& full, std::span<const float> full_
                        const ParameterLayout& shard, std::span<float> shard_values);
 
 // Writes a shard's units into a full buffer (other units untouched);
-// replicated tensors are written only if `include_replicated`. Tensors are
-// matched by name, as above.
+// replicated tensors are written only if `include_replicated`, a tied copy
+// never. Tensors are matched by name, as above.
 void gather_into_full(const ParameterLayout& shard, std::span<const float> shard_values,
                       const ParameterLayout& full, std::span<float> full_values,
                       bool include_replicated);

@@ -65,7 +65,7 @@ NormPart grad_norm_part(const model::ParameterLayout& layout, std::span<const fl
   std::vector<double> squares;
   for (const model::TensorSpec& spec : layout.tensors()) {
     const bool replicated = spec.kind == model::UnitKind::kReplicated;
-    if (replicated && !count_replicated) continue;
+    if ((replicated && !count_replicated) || layout.is_tied_copy(spec)) continue;  // a tied copy: the first stage's
     const std::int64_t piece = replicated ? kReplicatedChunk : spec.unit_size;
     // Each piece is summed serially (the pool reads several at once), and
     // the fixed-point parts add exactly: the thread schedule cannot change

@@ -51,19 +51,30 @@ void check_resume(const Config& config, const ModelSetup& setup, const DataIdent
   }
 }
 
+// What a pipeline run (parallel.pp > 1) does not do yet, refused before
+// anything starts: each names its key and the way out (docs/pipeline.md).
+void check_pipeline(const Config& config, const JobPlan& plan) {
+  if (plan.pp() == 1) return;
+  std::vector<std::string> stages;
+  for (const model::StageRange& stage : plan.stages()) stages.push_back(model::to_string(stage));
+  const auto refuse = [&](const std::string& what) {
+    throw ConfigError(fmt::format("parallel.pp = {} (the {} blocks in stages of {}): {}", plan.pp(),
+                                  plan.gpt().layers, fmt::join(stages, ", "), what));
+  };
+  if (config.elastic.recover) refuse("elastic.recover: in-job recovery over pipeline stages is not built yet; set it false");
+  if (config.elastic.relayout) refuse("elastic.relayout: per-stage speeds are not built yet; set it false");
+  if (!config.run.resume.empty()) refuse("run.resume: checkpoints of pipeline stages are not built yet");
+  if (config.train.eval_every > 0) refuse("train.eval_every: validation over pipeline stages is not built yet; set it 0");
+  if (config.power.mode != power::PowerMode::off) refuse("power.mode: the power policy over stages is not built yet; set \"off\"");
+  if (config.model.device != tensor::Device::kCpu) refuse("model.device: pipeline stages run on the CPU only; set \"cpu\"");
+}
+
 }  // namespace
 
 CheckedJob check_job(const Config& config, const std::filesystem::path& run_dir, int nnodes) {
   const JobInput input = read_job_input(config, run_dir);
   JobPlan plan = JobPlan::build(config, input.shape(), nnodes);
-  if (plan.pp() > 1) {
-    std::vector<std::string> stages;
-    for (const model::StageRange& stage : plan.stages()) stages.push_back(model::to_string(stage));
-    throw ConfigError(fmt::format(
-        "parallel.pp = {}: the job plan splits the {} blocks into stages of {}, but the trainer does not run a "
-        "pipeline yet (docs/pipeline.md); set parallel.pp = 1",
-        plan.pp(), plan.gpt().layers, fmt::join(stages, ", ")));
-  }
+  check_pipeline(config, plan);
   if (!config.run.resume.empty()) check_resume(config, input.setup, input.identity.train);
   return {input.identity, std::move(plan)};
 }

@@ -6,7 +6,7 @@
 namespace ntp::train {
 namespace {
 
-constexpr std::array<std::pair<const char*, Mutation>, 9> kNames = {{
+constexpr std::array<std::pair<const char*, Mutation>, 11> kNames = {{
     {"ln_frozen", Mutation::kLnFrozen},
     {"update_x1.01", Mutation::kUpdateScaled},
     {"update_x1.03", Mutation::kUpdateScaled3},
@@ -16,6 +16,8 @@ constexpr std::array<std::pair<const char*, Mutation>, 9> kNames = {{
     {"replicated_unsynced", Mutation::kReplicatedUnsynced},
     {"unit_drift", Mutation::kUnitDrift},
     {"skip_roll_forward", Mutation::kSkipRollForward},
+    {"tied_unsummed", Mutation::kTiedUnsummed},
+    {"stale_activation", Mutation::kStaleActivation},
 }};
 
 }  // namespace

@@ -20,6 +20,13 @@
 //   skip_roll_forward    a stale rank (a repaired one rejoining, or one in an
 //                        older layout) keeps its outdated units instead of
 //                        receiving them (the recovery proof must stop it)
+//   tied_unsummed        with pipeline stages, the rank leaves out the sum of
+//                        the tied wte's two copies (each stage keeps its own
+//                        part of the gradient)
+//   stale_activation     with pipeline stages, the rank's stage runs each
+//                        micro-batch after the first on the previous one's
+//                        activation (what a message taken for the wrong
+//                        micro-batch would do)
 #include <string>
 
 namespace ntp::train {
@@ -35,6 +42,8 @@ enum class Mutation {
   kReplicatedUnsynced,
   kUnitDrift,
   kSkipRollForward,
+  kTiedUnsummed,
+  kStaleActivation,
 };
 
 // kNone for "" and for an unknown name.

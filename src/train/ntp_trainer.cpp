@@ -30,16 +30,28 @@
 #include "train/lr_schedule.h"
 #include "train/model_setup.h"
 #include "train/overlapped_sync.h"
+#include "train/pipeline_executor.h"
+#include "train/pipeline_schedule.h"
 #include "train/power_setup.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
 #include "train/step_hooks.h"
+#include "train/tied_embedding.h"
 #include "train/trace.h"
 #include "layout/errors.h"
 
 namespace ntp::train {
 namespace {
 
+// The tag of the tied embedding's exchange on the pipeline group: above every
+// micro-batch's tags ([0, 2m)), which the same group carries each step.
+constexpr std::uint32_t kTiedTag = 1u << 30;
+
+// The position of `rank` in `ranks` (ascending), -1 for -1: a group rank.
+int index_in(const std::vector<int>& ranks, int rank) {
+  if (rank < 0) return -1;
+  return static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin());
+}
 
 }  // namespace
 
@@ -89,10 +101,15 @@ struct NtpTrainer::Impl {
   GroupHandle tp;                        // the model's TP collectives (compute thread)
   std::unique_ptr<comm::Group> tp_sync;  // the same ranks, for the reshard (comm thread)
   std::unique_ptr<comm::Group> dp;
+  // With pipeline stages: the replica's ranks of every stage (ascending), for
+  // the activations between stages, the tied embedding and model.bin.
+  std::unique_ptr<comm::Group> pipe;
+  std::vector<int> pipe_ranks;
+  std::vector<TiedRows> tied;  // the tied wte's rows this rank sums with the other end
   std::unique_ptr<tensor::Context> ctx;
   std::unique_ptr<model::Model> model;
   std::unique_ptr<model::AdamW> optimizer;
-  std::unique_ptr<model::ParameterLayout> full;
+  std::unique_ptr<model::ParameterLayout> full;  // every unit of this rank's stage
   std::unique_ptr<OverlappedSync> sync;
   std::unique_ptr<CheckpointSaver> saver;
   std::vector<std::int64_t> shares;
@@ -134,18 +151,22 @@ NtpTrainer::NtpTrainer(JobPlan plan, JobInput input, const std::filesystem::path
   store_ = comm::open_store(options_.store);
   tensor::set_huge_pages(config.model.huge_pages);
   x.ctx = std::make_unique<tensor::Context>(plan_.threads(options.rank));
-  x.model = std::make_unique<model::Model>(x.setup.gpt, x.layout.shard, *x.ctx, &x.tp);
+  const model::StageRange& layers = plan_.stages()[static_cast<std::size_t>(me_.stage)];
+  x.model = plan_.pp() > 1 ? std::make_unique<model::Model>(x.setup.gpt, x.layout.shard, *x.ctx, &x.tp, layers)
+                           : std::make_unique<model::Model>(x.setup.gpt, x.layout.shard, *x.ctx, &x.tp);
   const double init_start = unix_time_s();
   init_model(config.model, static_cast<std::uint64_t>(config.train.seed), *x.model);
   const double init_s = unix_time_s() - init_start;
   x.optimizer = std::make_unique<model::AdamW>(adamw_config(config.train), x.model->layout());
-  if (hooks_.mutation() == Mutation::kLnFrozen) x.optimizer->freeze_for_test("h0.ln1_w");
-  x.full = std::make_unique<model::ParameterLayout>(x.setup.gpt, model::Shard::full(x.setup.gpt));
+  if (hooks_.mutation() == Mutation::kLnFrozen && layers.holds_layer(0)) x.optimizer->freeze_for_test("h0.ln1_w");
+  x.full = std::make_unique<model::ParameterLayout>(x.setup.gpt, model::Shard::full(x.setup.gpt), layers);
   x.saver = std::make_unique<CheckpointSaver>(config_, x.run);
   if (!config.run.resume.empty()) load_checkpoint(config.run.resume);
   x.run.event("rank_ready", {{"rank", options.rank},
                              {"replica", me_.replica},
                              {"slot", me_.slot},
+                             {"stage", me_.stage},
+                             {"layers", model::to_string(layers)},
                              {"pid", static_cast<int>(::getpid())},
                              {"heads", x.layout.shard.heads.to_string()},
                              {"neurons", x.layout.shard.neurons.to_string()},
@@ -198,13 +219,23 @@ void NtpTrainer::connect(int writer) {
     return o;
   };
   const std::vector<int>& replica = x.layout.tp_group;
+  // With stages, each stage's TP group and each stage's sync group j are
+  // groups of their own: the stage joins their names.
+  const bool staged = plan_.pp() > 1;
+  const std::string at = staged ? fmt::format("r{}s{}", me_.replica, me_.stage) : fmt::format("r{}", me_.replica);
+  const std::string core = staged ? fmt::format("s{}core{}", me_.stage, x.layout.sync_group)
+                                  : fmt::format("core{}", x.layout.sync_group);
+  x.pipe_ranks.clear();
+  if (staged) {
+    for (int r : plan_.members())
+      if (plan_.place(r).replica == me_.replica) x.pipe_ranks.push_back(r);
+  }
   std::vector<std::future<std::unique_ptr<comm::Group>>> made;
   made.push_back(make(sparse(options(plan_.members(), "world", true))));
-  made.push_back(make(options(replica, fmt::format("tp/r{}", me_.replica), false)));
-  made.push_back(make(options(replica, fmt::format("tpsync/r{}", me_.replica), false)));
-  if (x.layout.sync_group >= 0) {
-    made.push_back(make(sparse(options(x.layout.dp_group, fmt::format("dp/core{}", x.layout.sync_group), false))));
-  }
+  made.push_back(make(options(replica, "tp/" + at, false)));
+  made.push_back(make(options(replica, "tpsync/" + at, false)));
+  if (staged) made.push_back(make(options(x.pipe_ranks, fmt::format("pp/r{}", me_.replica), true)));
+  if (x.layout.sync_group >= 0) made.push_back(make(sparse(options(x.layout.dp_group, "dp/" + core, false))));
   std::vector<std::unique_ptr<comm::Group>> groups;
   std::exception_ptr first_error;
   for (auto& future : made) {
@@ -219,8 +250,13 @@ void NtpTrainer::connect(int writer) {
   x.world = std::move(groups[0]);
   x.tp.reset(std::move(groups[1]));
   x.tp_sync = std::move(groups[2]);
-  if (groups.size() > 3) x.dp = std::move(groups[3]);
-  const SyncOptions sync{config_.sync.bucket_mb, config_.sync.split_embedding && x.layout.vocab_split_ok,
+  std::size_t next = 3;
+  if (staged) x.pipe = std::move(groups[next++]);
+  if (groups.size() > next) x.dp = std::move(groups[next]);
+  x.tied = tied_embedding_rows(plan_, options_.rank);
+  // A stage's wte is either the embedding's or the LM head's, never both:
+  // the split of its sync (the LM head's part early) needs both in one model.
+  const SyncOptions sync{config_.sync.bucket_mb, config_.sync.split_embedding && x.layout.vocab_split_ok && !staged,
                          config_.sync.pipeline};
   x.sync = std::make_unique<OverlappedSync>(x.model->layout(), *x.full, x.layout.views, x.layout.active,
                                             *x.tp_sync, x.dp.get(), sync);
@@ -230,10 +266,11 @@ void NtpTrainer::connect(int writer) {
 
 void NtpTrainer::drop_groups() {
   Impl& x = *impl_;
-  for (comm::Group* g : {x.world.get(), x.tp.get(), x.tp_sync.get(), x.dp.get()}) {
+  for (comm::Group* g : {x.world.get(), x.tp.get(), x.tp_sync.get(), x.dp.get(), x.pipe.get()}) {
     if (g != nullptr) g->abort("a member failed");
   }
   x.sync.reset();  // joins the communication thread: abort ended its call
+  x.pipe.reset();
   x.dp.reset();
   x.tp_sync.reset();
   x.tp.reset(nullptr);
@@ -274,6 +311,7 @@ StepMetrics NtpTrainer::step(std::int64_t s) {
 
 NtpTrainer::LocalWork NtpTrainer::run_micro_batches(std::int64_t s, const std::vector<std::int64_t>& mine,
                                                     bool traced) {
+  if (plan_.pp() > 1) return run_pipeline(s, mine, traced);
   Impl& x = *impl_;
   const std::int64_t T = x.setup.seq_len;
   x.model->zero_grad();
@@ -320,6 +358,102 @@ NtpTrainer::LocalWork NtpTrainer::run_micro_batches(std::int64_t s, const std::v
   return work;
 }
 
+// The 1F1B pipeline (docs/pipeline.md): the replica's micro-batches run
+// through its stages, this rank computing its stage's part of each; the
+// activations and their gradients go between stages over the pipeline group
+// (run_stage). The last micro-batch's backward, the last op of every stage,
+// drives the stage's gradient sync; then the tied wte's two copies add their
+// parts. Micro-batch i keeps its activations in slot i mod pp: forwards and
+// backwards each run in micro-batch order, so at most pp consecutive ones are
+// in flight.
+NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector<std::int64_t>& mine, bool traced) {
+  Impl& x = *impl_;
+  const std::int64_t T = x.setup.seq_len;
+  const std::int64_t C = x.setup.gpt.d_model;
+  const int pp = plan_.pp();
+  const int stage = me_.stage;
+  const bool last = stage == pp - 1;
+  x.model->zero_grad();
+  x.model->set_loss_scale(1.0f / static_cast<float>(hooks_.loss_scale_samples(
+                                     config_.train.global_batch, static_cast<std::int64_t>(mine.size())) *
+                                 T));
+  LocalWork work;
+  const std::vector<std::int64_t> micros =
+      micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch);
+  std::vector<std::int64_t> first(micros.size(), 0);  // each micro-batch's first sample in `mine`
+  for (std::size_t k = 1; k < micros.size(); ++k) first[k] = first[k - 1] + micros[k - 1];
+  const int m = static_cast<int>(micros.size());
+  const std::int64_t most = *std::max_element(micros.begin(), micros.end());
+  x.sync->begin(x.model->grad_buffer(), s);
+  model::BackwardHooks drive_sync;
+  drive_sync.grads_ready = [&x](std::size_t a, std::size_t b) { x.sync->grads_ready(a, b); };
+  std::vector<std::int32_t> inputs, targets;
+  const auto batch_of = [&](int i) {
+    const auto k = static_cast<std::size_t>(i);
+    inputs.resize(static_cast<std::size_t>(micros[k] * T));
+    targets.resize(inputs.size());
+    for (std::int64_t j = 0; j < micros[k]; ++j) {
+      x.data.sample(mine[static_cast<std::size_t>(first[k] + j)], T, inputs.data() + j * T, targets.data() + j * T);
+    }
+    return model::Batch{inputs.data(), targets.data(), micros[k], T};
+  };
+  const auto elems = [&](int i) { return static_cast<std::size_t>(micros[static_cast<std::size_t>(i)] * T * C); };
+  std::vector<float> previous, stale;  // test.mutation stale_activation: the inputs it swaps
+  StageWork stage_work;
+  stage_work.in_elems = stage_work.out_elems = static_cast<std::size_t>(most * T * C);
+  stage_work.forward = [&](int i, std::span<const float> in, std::span<float> out) {
+    hooks_.fault(s, StepPhase::kForward);
+    const double t0 = unix_time_s();
+    x.model->select_slot(i % pp);
+    const model::Batch batch = batch_of(i);
+    std::span<const float> input = stage > 0 ? in.first(elems(i)) : std::span<const float>{};
+    if (hooks_.mutation() == Mutation::kStaleActivation && stage > 0) {
+      stale.swap(previous);
+      previous.assign(input.begin(), input.end());
+      if (i > 0 && stale.size() == input.size()) input = stale;
+    }
+    work.busy_s += timed_pass([&] {
+      const model::StageForward f = x.model->forward_stage(batch, input);
+      if (last) work.loss_sum += f.loss.sum;
+      else std::copy(f.output.begin(), f.output.end(), out.begin());
+      hooks_.slow_compute(micros[static_cast<std::size_t>(i)], [&] { return x.power->speedup(me_.replica); });
+    });
+    work.forward_s += unix_time_s() - t0;
+    if (traced) x.compute.add({"forward", Track::kCompute, t0, unix_time_s() - t0, s});
+  };
+  stage_work.backward = [&](int i, std::span<const float> grad_out, std::span<float> grad_in) {
+    hooks_.fault(s, StepPhase::kBackward);
+    const double t0 = unix_time_s();
+    x.model->select_slot(i % pp);
+    work.busy_s += timed_pass([&] {
+      const std::span<const float> d =
+          x.model->backward_stage(last ? std::span<const float>{} : grad_out.first(elems(i)),
+                                  i + 1 == m ? drive_sync : model::BackwardHooks{});
+      std::copy(d.begin(), d.end(), grad_in.begin());
+    });
+    if (traced) x.compute.add({"backward", Track::kCompute, t0, unix_time_s() - t0, s});
+  };
+  const RankView& v = x.layout;
+  std::vector<int> gradient_to, activation_to;
+  for (int r : v.gradient_to) gradient_to.push_back(index_in(x.pipe_ranks, r));
+  for (int r : v.activation_to) activation_to.push_back(index_in(x.pipe_ranks, r));
+  const StageLinks links{x.pipe.get(), index_in(x.pipe_ranks, v.activation_from), gradient_to,
+                         index_in(x.pipe_ranks, v.gradient_from), activation_to};
+  run_stage(one_f_one_b(pp, m), stage, links, stage_work, /*tag_base=*/0);
+  hooks_.fault(s, StepPhase::kSync);
+  work.sync = x.sync->finish();
+  if (!x.tied.empty() && hooks_.mutation() != Mutation::kTiedUnsummed) {
+    const model::TensorSpec& wte = x.model->layout()["wte"];
+    sum_tied_embedding(x.model->grads().subspan(static_cast<std::size_t>(wte.offset), static_cast<std::size_t>(wte.count)),
+                       wte.units, wte.unit_size, x.tied, *x.pipe,
+                       [&x](int rank) { return index_in(x.pipe_ranks, rank); }, kTiedTag);
+  }
+  if (traced) {
+    for (const TraceSpan& span : work.sync.spans) x.comm_trace.add(span);
+  }
+  return work;
+}
+
 // Runs one forward or backward pass; returns its busy seconds (without the
 // TP all-reduces), stretched F times for a rank made slow (SLOW=F).
 template <class Pass>
@@ -336,7 +470,8 @@ double NtpTrainer::timed_pass(Pass&& pass) {
 NtpTrainer::Commit NtpTrainer::commit(std::int64_t s, double start, const LocalWork& work) {
   Impl& x = *impl_;
   CommitRecord mine;
-  mine.loss_sum = x.tp.rank() == 0 ? work.loss_sum : 0.0;
+  // Every TP rank of the last stage holds its replica's loss; one counts it.
+  mine.loss_sum = x.tp.rank() == 0 && me_.stage == plan_.pp() - 1 ? work.loss_sum : 0.0;
   mine.reshard_bytes = work.sync.bytes.reshard;
   mine.allreduce_bytes = work.sync.bytes.allreduce;
   mine.exposed_sync_s = work.sync.exposed_s;
@@ -444,6 +579,11 @@ void NtpTrainer::checkpoint_after(std::int64_t s, const Commit& committed) {
   Impl& x = *impl_;
   const CommitTotals& t = committed.totals;
   const bool last = t.stop || s + 1 == config_.train.steps;
+  if (plan_.pp() > 1) {
+    // A checkpoint's parts hold whole-model layouts: stages are not saved yet.
+    if (last && is_writer()) event("checkpoint_skipped", {{"step", s + 1}, {"reason", "parallel.pp > 1"}});
+    return;
+  }
   if (!last && (t.checkpoint_due || x.saver->step_due(s + 1)) && t.save_busy) {
     // A rank of the writer's replica is still writing the previous save:
     // every rank skips this one alike (the vote is in the commit record).
@@ -669,12 +809,15 @@ void NtpTrainer::finish() {
       break;
     }
   }
-  // The writer's replica holds every unit once: sum its ranks' pieces into a full buffer.
-  std::vector<float> values(static_cast<std::size_t>(x.full->size()), 0.0f);
+  // The writer's replica holds every unit once (a tied copy aside): sum its
+  // ranks' pieces into a full buffer, over every stage.
+  const model::ParameterLayout whole(x.setup.gpt, model::Shard::full(x.setup.gpt));
+  std::vector<float> values(static_cast<std::size_t>(whole.size()), 0.0f);
   const RankPlace writer_place = plan_.place(writer_rank_);
   if (me_.replica == writer_place.replica) {
-    model::gather_into_full(x.model->layout(), x.model->params(), *x.full, values, x.tp.rank() == 0);
-    x.tp.all_reduce(values.data(), values.size());
+    model::gather_into_full(x.model->layout(), x.model->params(), whole, values, x.tp.rank() == 0);
+    if (x.pipe) x.pipe->all_reduce(values.data(), values.size());
+    else x.tp.all_reduce(values.data(), values.size());
   }
   if (is_writer()) {
     // A writer lost while it wrote model.bin left its temporary file (the
@@ -688,6 +831,7 @@ void NtpTrainer::finish() {
   hashes["rank"] = options_.rank;
   hashes["replica"] = me_.replica;
   hashes["slot"] = me_.slot;
+  hashes["stage"] = me_.stage;
   hashes["step"] = applied_;
   hashes["epoch"] = plan_.epoch();
   std::filesystem::create_directories(x.run.path() / "hashes");

@@ -166,6 +166,8 @@ class NtpTrainer final : public RecoveryExecutor {
   // micro-batch; the last backward drives the overlapped gradient sync, which
   // this waits for.
   LocalWork run_micro_batches(std::int64_t s, const std::vector<std::int64_t>& mine, bool traced);
+  // The same with pipeline stages: 1F1B over the replica's stages.
+  LocalWork run_pipeline(std::int64_t s, const std::vector<std::int64_t>& mine, bool traced);
   template <class Pass>
   double timed_pass(Pass&& pass);
   // The commit point: one all-gather of every rank's record (pending_commit_

@@ -233,6 +233,7 @@ namespace {
 struct HashFile {
   std::string name;  // "hashes/rank-3.json"
   std::int64_t rank = -1, replica = -1, slot = -1, step = -1, epoch = -1;
+  std::int64_t stage = 0;  // pipeline stage (files without one: 0)
   StateHashes hashes;
 };
 
@@ -273,6 +274,7 @@ CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t ste
       f.rank = j.at("rank").get<std::int64_t>();
       f.replica = j.at("replica").get<std::int64_t>();
       f.slot = j.at("slot").get<std::int64_t>();
+      f.stage = j.value("stage", std::int64_t{0});
       f.step = j.at("step").get<std::int64_t>();
       f.epoch = j.at("epoch").get<std::int64_t>();
       f.hashes = StateHashes::from_json(j);
@@ -302,9 +304,22 @@ CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t ste
                                          f.step, steps - 1));
     }
   }
-  std::map<std::uint64_t, std::vector<std::int64_t>> replicated;
-  for (const HashFile& f : files) replicated[f.hashes.replicated].push_back(f.rank);
-  if (replicated.size() > 1) out.failures.push_back("replicated tensors differ: " + disagreement(replicated));
+  // Each pipeline stage holds its own blocks: units and replicated tensors
+  // are compared within a stage. GPT-2's last stage holds a copy of the
+  // first stage's wte (its vocabulary units hold nothing else), which must
+  // stay equal to it: those compare with the first stage's.
+  std::int64_t stages = 1;
+  for (const HashFile& f : files) stages = std::max(stages, f.stage + 1);
+  const auto in_stage = [&](std::int64_t stage) { return stages > 1 ? fmt::format("stage {} ", stage) : std::string(); };
+  const auto compared_with = [&](std::size_t kind, std::int64_t stage) {
+    const bool tied_copy = !config.llama() && kShardedKinds[kind] == model::UnitKind::kVocab && stage == stages - 1;
+    return tied_copy ? std::int64_t{0} : stage;
+  };
+  std::map<std::int64_t, std::map<std::uint64_t, std::vector<std::int64_t>>> replicated;  // stage -> hash -> ranks
+  for (const HashFile& f : files) replicated[f.stage][f.hashes.replicated].push_back(f.rank);
+  for (const auto& [stage, by_hash] : replicated) {
+    if (by_hash.size() > 1) out.failures.push_back(in_stage(stage) + "replicated tensors differ: " + disagreement(by_hash));
+  }
 
   const std::array<std::int64_t, 3> unit_count = {config.head_units(), config.ffn(), config.padded_vocab};
   std::map<std::int64_t, std::vector<std::int64_t>> replica_ranks;
@@ -314,37 +329,46 @@ CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t ste
   std::vector<std::string> incomplete;
   for (std::size_t k = 0; k < kShardedKinds.size(); ++k) {
     const char* kind = kind_key(kShardedKinds[k]);
-    std::map<std::int64_t, std::map<std::uint64_t, std::vector<std::int64_t>>> holders;  // unit -> hash -> ranks
-    std::map<std::int64_t, std::map<std::int64_t, std::vector<std::int64_t>>> per_replica;  // replica -> unit -> ranks
+    // (stage compared in, unit) -> hash -> ranks
+    std::map<std::pair<std::int64_t, std::int64_t>, std::map<std::uint64_t, std::vector<std::int64_t>>> holders;
+    // (replica, stage) -> unit -> ranks
+    std::map<std::pair<std::int64_t, std::int64_t>, std::map<std::int64_t, std::vector<std::int64_t>>> per_stage;
     for (const HashFile& f : files) {
       for (const auto& [unit, hash] : f.hashes.units[k]) {
         if (unit < 0 || unit >= unit_count[k]) {
           out.failures.push_back(fmt::format("{}: {} unit {} outside 0..{}", f.name, kind, unit, unit_count[k] - 1));
           continue;
         }
-        holders[unit][hash].push_back(f.rank);
-        per_replica[f.replica][unit].push_back(f.rank);
+        holders[{compared_with(k, f.stage), unit}][hash].push_back(f.rank);
+        per_stage[{f.replica, f.stage}][unit].push_back(f.rank);
       }
     }
-    for (const auto& [unit, by_hash] : holders) {
-      if (by_hash.size() > 1) out.failures.push_back(fmt::format("{} unit {}: holders differ: {}", kind, unit, disagreement(by_hash)));
+    for (const auto& [at, by_hash] : holders) {
+      if (by_hash.size() > 1) {
+        out.failures.push_back(
+            fmt::format("{}{} unit {}: holders differ: {}", in_stage(at.first), kind, at.second, disagreement(by_hash)));
+      }
     }
     for (const auto& [replica, ranks] : replica_ranks) {
-      const auto& units = per_replica[replica];
-      std::vector<std::int64_t> missing;
-      for (std::int64_t u = 0; u < unit_count[k]; ++u) {
-        const auto it = units.find(u);
-        if (it == units.end()) {
-          missing.push_back(u);
-        } else if (it->second.size() > 1) {
-          out.failures.push_back(fmt::format("replica {}: {} unit {} held by {}", replica, kind, u, ranks_text(it->second)));
+      for (std::int64_t stage = 0; stage < stages; ++stage) {
+        const auto& units = per_stage[{replica, stage}];
+        std::vector<std::int64_t> missing;
+        for (std::int64_t u = 0; u < unit_count[k]; ++u) {
+          const auto it = units.find(u);
+          if (it == units.end()) {
+            missing.push_back(u);
+          } else if (it->second.size() > 1) {
+            out.failures.push_back(fmt::format("replica {}: {}{} unit {} held by {}", replica, in_stage(stage), kind, u,
+                                               ranks_text(it->second)));
+          }
         }
-      }
-      if (!missing.empty()) {
-        complete.erase(replica);
-        incomplete.push_back(fmt::format("replica {} ({}): {} of {} {} units in no hash file (first: {}); a rank "
-                                         "of the replica did not finish?",
-                                         replica, ranks_text(ranks), missing.size(), unit_count[k], kind, missing[0]));
+        if (!missing.empty()) {
+          complete.erase(replica);
+          incomplete.push_back(fmt::format("replica {} ({}): {} of {} {}{} units in no hash file (first: {}); a rank "
+                                           "of the replica did not finish?",
+                                           replica, ranks_text(ranks), missing.size(), unit_count[k], in_stage(stage),
+                                           kind, missing[0]));
+        }
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "model/parameters.h"
@@ -352,6 +353,61 @@ TEST_F(VerifyHolders, AReplicaWithoutOneRanksFileIsIncompleteNotWrong) {
   fs::remove(path(1));
   c = check();
   EXPECT_TRUE(mentions(c.failures, "no replica has a hash for every unit"));
+}
+
+// Pipeline stages: ranks 4-7 hold stage 1 of the same two replicas (pp 2),
+// with other blocks, so other unit and replicated hashes; GPT-2's last stage
+// holds a copy of the first stage's wte, so its vocabulary hashes are stage
+// 0's. Units compare within a stage, the tied copy with the first stage.
+TEST_F(VerifyHolders, StagesCompareWithinAStageAndTheTiedCopyWithTheFirst) {
+  for (int rank = 0; rank < 4; ++rank) {
+    nlohmann::json j = read(rank);
+    j["stage"] = 0;
+    rewrite(rank, j);
+    for (const char* kind : {"heads", "neurons"}) {
+      for (auto& unit : j[kind]) unit[1] = fmt::format("{:016x}", 7000 + unit[0].get<std::int64_t>());
+    }
+    j["replicated"] = "0000000000000063";
+    j["rank"] = rank + 4;
+    j["stage"] = 1;
+    rewrite(rank + 4, j);
+  }
+  CheckResult c = check();
+  EXPECT_TRUE(c.pass()) << c.failures[0];
+  // Read without their stage, stage 1's files disagree with stage 0's.
+  for (int rank = 4; rank < 8; ++rank) {
+    nlohmann::json j = read(rank);
+    j.erase("stage");
+    rewrite(rank, j);
+  }
+  c = check();
+  EXPECT_TRUE(mentions(c.failures, "replicated tensors differ")) << c.failures.size();
+  EXPECT_TRUE(mentions(c.failures, "heads unit 0: holders differ"));
+  for (int rank = 4; rank < 8; ++rank) {
+    nlohmann::json j = read(rank);
+    j["stage"] = 1;
+    rewrite(rank, j);
+  }
+  // The tied copy one ulp away from the first stage's wte.
+  nlohmann::json copy = read(5);  // replica 0, slot 1 of stage 1
+  copy["vocab"][0][1] = "00000000deadbeef";
+  rewrite(5, copy);
+  c = check();
+  ASSERT_FALSE(c.pass());
+  EXPECT_TRUE(mentions(c.failures, "stage 0 vocab unit 32: holders differ: ranks 1, 2, 6 hold")) << c.failures[0];
+  EXPECT_TRUE(mentions(c.failures, "rank 5 holds 00000000deadbeef")) << c.failures[0];
+  // Llama's last stage holds its own LM head: compared within stage 1 only.
+  model::GptConfig llama = model::testing::llama_test_config();
+  llama.heads = config_.heads;
+  llama.kv_heads = config_.heads;
+  llama.ffn_hidden = config_.ffn();
+  const CheckResult own = check_holders(dir_, 3, llama);
+  EXPECT_TRUE(mentions(own.failures, "stage 1 vocab unit 32: holders differ: rank 6 holds 00000000000007f0; rank 5 holds")) << own.failures[0];
+  EXPECT_FALSE(mentions(own.failures, "stage 0 vocab unit"));
+  // A stage-1 rank missing leaves its replica incomplete in that stage.
+  fs::remove(path(7));
+  c = check();
+  EXPECT_NE(c.note.find("stage 1"), std::string::npos) << c.note;
 }
 
 // ---------------------------------------------------------------- verdict ---

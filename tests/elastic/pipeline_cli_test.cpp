@@ -1,0 +1,137 @@
+// Pipeline stages through `ntp train`, from the outside: DP x PP x
+// nonuniform TP jobs (GPT-2 with its tied embedding, Llama) that verify,
+// stages of unequal TP degrees, a layer count that no stage count divides;
+// the two pipeline mutations rejected by --verify; what a pipeline does not
+// do yet refused before anything starts; a stage's worker killed or stopped
+// by signal ends the run with an error, within the deadlines, not a hang.
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "run_files.h"
+#include "test_dir.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kSmall =
+    " --set model.seq_len=32 --set train.micro_batch=2 --set train.global_batch=8 --set run.trace_steps=0"
+    " --set deadline.collective_s=10 --set deadline.rendezvous_s=30";
+
+struct Result {
+  int code = -1;
+  std::string output;
+};
+
+Result ntp(const std::string& args, const std::string& env = "") {
+  const ntp::testing::CliRun r = ntp::testing::run_cli(env + " timeout -s KILL 150 " + std::string(NTP_BINARY), args);
+  return {r.exit_code, r.out + r.err};
+}
+
+bool verified(const Result& r) { return r.output.find("verify: pass") != std::string::npos; }
+
+class PipelineCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = ntp::test::fresh_test_dir("ntp_pipeline_cli"); }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  fs::path dir_;
+};
+
+struct Shape {
+  const char* name;
+  std::string sets;
+};
+
+// Each shape trains 3 steps and passes --verify: the losses, gradient norms
+// and every update match the one-process replay, every holder of a unit in
+// a stage holds the same state, and GPT-2's two wte copies stay equal.
+TEST_F(PipelineCliTest, PipelinedJobsVerify) {
+  const std::vector<Shape> shapes = {
+      {"gpt2_pp2", " --set parallel.pp=2"},
+      {"gpt2_dp2_pp2_tp2_stage1_degraded",
+       " --set parallel.dp=2 --set parallel.pp=2 --set parallel.tp=2 --set 'parallel.failed={1={1=[1]}}'"},
+      // 5 blocks over 3 stages; stage 0 at TP 1 feeds stage 1 at TP 2, and
+      // stage 2 at TP 3 sums the tied wte with stage 0's single rank.
+      {"gpt2_pp3_tp3_unequal",
+       " --set model.layers=5 --set parallel.pp=3 --set parallel.tp=3 --set 'parallel.failed={0={0=[1,2],1=[0]}}'"},
+      {"gpt2_dp2_pp4", " --set model.layers=5 --set parallel.dp=2 --set parallel.pp=4"},
+      {"llama_dp2_pp2_tp2",
+       " --set model.family=llama --set model.preset=llama-tiny --set model.layers=3 --set model.heads=8"
+       " --set model.kv_heads=4 --set parallel.dp=2 --set parallel.pp=2 --set parallel.tp=2"
+       " --set 'parallel.failed={0={0=[1]}}'"},
+  };
+  const Result example = ntp("train --config " + std::string(NTP_SOURCE_DIR) + "/examples/train/pp.toml --run-dir " +
+                             (dir_ / "example").string() + " --set train.steps=3 --set model.seq_len=32 --verify");
+  EXPECT_EQ(example.code, 0) << example.output;
+  EXPECT_TRUE(verified(example)) << example.output;
+  for (const Shape& shape : shapes) {
+    const Result r = ntp("train --run-dir " + (dir_ / shape.name).string() + " --set train.steps=3" + kSmall +
+                         shape.sets + " --verify");
+    EXPECT_EQ(r.code, 0) << shape.name << "\n" << r.output;
+    EXPECT_TRUE(verified(r)) << shape.name << "\n" << r.output;
+  }
+}
+
+// Each pipeline mistake is rejected by --verify: the tied wte's copies not
+// summed (each stage keeps its own part of the gradient), and a stage that
+// runs a micro-batch on the previous one's activation.
+TEST_F(PipelineCliTest, VerifyRejectsEachPipelineMutation) {
+  for (const char* mutation : {"tied_unsummed", "stale_activation"}) {
+    const Result r = ntp("train --run-dir " + (dir_ / mutation).string() + " --set train.steps=3" + kSmall +
+                             " --set parallel.dp=2 --set parallel.pp=2 --set 'test.mutation=\"" + mutation + "\"'" +
+                             " --verify",
+                         "NTP_TEST_MUTATIONS=1");
+    EXPECT_EQ(r.code, 1) << mutation << "\n" << r.output;
+    EXPECT_NE(r.output.find("verify: FAIL"), std::string::npos) << mutation << "\n" << r.output;
+  }
+}
+
+TEST_F(PipelineCliTest, WhatAPipelineDoesNotDoYetIsRefusedNamingTheKey) {
+  for (const auto& [set, key] : std::vector<std::pair<std::string, std::string>>{
+           {"elastic.recover=true", "elastic.recover"},
+           {"run.resume='\"" + (dir_ / "checkpoints" / "step-1").string() + "\"'", "run.resume"},
+           {"power.mode='\"simulated\"'", "power.mode"}}) {
+    const Result r = ntp("train --run-dir " + (dir_ / "refused").string() + kSmall + " --set parallel.pp=2 --set " + set);
+    EXPECT_EQ(r.code, 2) << set << "\n" << r.output;
+    EXPECT_NE(r.output.find("parallel.pp = 2 (the 2 blocks in stages of layers [0, 1), layers [1, 2)): " + key),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "refused")) << "nothing may be created for a refused configuration";
+  }
+}
+
+// SIGKILL and SIGSTOP to a worker of each end stage, inside a step: without
+// in-job recovery the run ends with an error naming the failure, well
+// before the test's limit (the deadlines: 10 s per collective, the
+// heartbeat's 1.5 s), and leaves no worker behind.
+TEST_F(PipelineCliTest, AStageWorkerKilledOrStoppedEndsTheRunInsteadOfHanging) {
+  fs::create_directories(dir_);
+  for (const auto& [rank, sig] : std::vector<std::pair<int, int>>{{0, SIGKILL}, {3, SIGSTOP}}) {
+    const fs::path run = dir_ / ("rank" + std::to_string(rank));
+    const std::vector<std::string> args = {
+        "timeout", "-s", "KILL", "120", std::string(NTP_BINARY), "train", "--run-dir", run.string(), "--set", "train.steps=400", "--set",
+        "model.seq_len=32", "--set", "train.micro_batch=2", "--set", "train.global_batch=8", "--set",
+        "run.trace_steps=0", "--set", "deadline.collective_s=10", "--set", "deadline.rendezvous_s=30", "--set",
+        "deadline.heartbeat_s=1.5", "--set", "parallel.dp=2", "--set", "parallel.pp=2"};
+    const auto start = std::chrono::steady_clock::now();
+    const ntp::testing::SignalledRun r =
+        ntp::testing::signal_mid_run(args, run, run.string() + ".out", rank, sig, /*rows=*/3);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GT(r.sent_at, 0) << "the run ended before the signal";
+    EXPECT_NE(r.code, 0) << "rank " << rank;
+    EXPECT_LT(seconds, 90) << "rank " << rank << ": the run took too long to end";
+    EXPECT_TRUE(ntp::testing::processes_naming(run.string()).empty()) << "a worker was left behind";
+  }
+}
+
+}  // namespace
