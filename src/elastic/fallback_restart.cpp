@@ -70,7 +70,10 @@ void prepare_restart(const train::RunDir& run, const std::filesystem::path& chec
   for (const std::filesystem::path& later : train::complete_checkpoints(root)) {
     if (later.filename() == checkpoint_dir.filename()) continue;
     if (train::checkpoint_step(later) > step) {  // by name: a damaged one cannot be opened
-      std::filesystem::rename(later, later.string() + ".discarded");
+      // A run resumed from the same step before discarded one already: keep both.
+      std::filesystem::path discarded = later.string() + ".discarded";
+      for (int k = 2; std::filesystem::exists(discarded); ++k) discarded = later.string() + ".discarded-" + std::to_string(k);
+      std::filesystem::rename(later, discarded);
     }
   }
   train::prune_checkpoints(root, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max());

@@ -31,7 +31,8 @@ std::string last_stop_reason(const train::RunDir& run, double since);
 // every byte of the checkpoint is checked once; rows of steps >= N, the hash
 // files, trace fragments and store of the previous workers and abandoned
 // partial saves go; complete checkpoints past N (a future that is now
-// redone) are renamed step-M.discarded, not deleted.
+// redone) are renamed step-M.discarded (step-M.discarded-2, ... when a
+// resume from an earlier step discarded one before), not deleted.
 void prepare_restart(const train::RunDir& run, const std::filesystem::path& checkpoint_dir);
 
 // The configuration the workers restart with when in-job recovery is

@@ -31,7 +31,7 @@ struct PartLayout {
 PartLayout part_layout(const model::ParameterLayout& layout, bool replicated) {
   PartLayout out;
   for (const model::TensorSpec& spec : layout.tensors()) {
-    const bool included = spec.kind != model::UnitKind::kReplicated || replicated;
+    const bool included = (spec.kind != model::UnitKind::kReplicated || replicated) && !layout.is_tied_copy(spec);
     out.offset.push_back(included ? out.floats : -1);
     if (included) out.floats += spec.count;
   }
@@ -115,32 +115,64 @@ void read_at(int fd, const std::filesystem::path& path, std::uint64_t offset, vo
   }
 }
 
-// Each kind's units must be held by exactly one part, and the replicated
-// tensors by exactly one.
+// The layout of a part's tensors.
+model::ParameterLayout layout_of(const PartRecord& p, const model::GptConfig& gpt) {
+  return p.layers ? model::ParameterLayout(gpt, p.shard, *p.layers) : model::ParameterLayout(gpt, p.shard);
+}
+
+// A part's stage: none for the whole model, so that a checkpoint without
+// stages reads as it always did.
+std::optional<model::StageRange> stage_of(const model::ParameterLayout& layout) {
+  if (layout.stage().is_whole(layout.config())) return std::nullopt;
+  return layout.stage();
+}
+
+// Every tensor of the model must be held by the parts: each unit of a sharded
+// tensor by exactly one part, a replicated tensor by exactly one part. A part
+// holds the tensors of its stage (all of them without stages) less a tied copy.
 void check_coverage(const std::vector<PartRecord>& parts, const model::GptConfig& gpt,
                     const std::filesystem::path& manifest) {
-  const std::pair<model::UnitKind, std::int64_t> kinds[] = {{model::UnitKind::kHead, gpt.head_units()},
-                                                            {model::UnitKind::kNeuron, gpt.ffn()},
-                                                            {model::UnitKind::kVocab, gpt.padded_vocab}};
-  for (const auto& [kind, count] : kinds) {
-    layout::IntervalSet seen;
-    for (const PartRecord& p : parts) {
-      const layout::IntervalSet& held = p.shard.of(kind);
-      if (!seen.intersect(held).empty()) {
-        throw CheckpointError(fmt::format("{}: {} units {} are held by two parts (one is {})", manifest.string(),
-                                          model::to_string(kind), seen.intersect(held).to_string(), p.file));
+  const model::ParameterLayout whole(gpt, model::Shard::full(gpt));
+  std::vector<layout::IntervalSet> seen(whole.tensors().size());
+  std::vector<int> replicated(whole.tensors().size(), 0);
+  for (const PartRecord& p : parts) {
+    if (p.layers) {
+      try {
+        p.layers->validate(gpt);
+      } catch (const std::invalid_argument& e) {
+        throw CheckpointError(fmt::format("{}: part {}: {}", manifest.string(), p.file, e.what()));
       }
-      seen.add(held);
     }
-    if (seen != layout::IntervalSet::range(0, count)) {
-      throw CheckpointError(fmt::format("{}: the parts hold {} units {}, the model has [0,{})", manifest.string(),
-                                        model::to_string(kind), seen.to_string(), count));
+    const model::ParameterLayout part = layout_of(p, gpt);
+    const PartLayout at = part_layout(part, p.replicated);
+    for (std::size_t t = 0; t < part.tensors().size(); ++t) {
+      if (at.offset[t] < 0) continue;
+      const model::TensorSpec& spec = part.tensors()[t];
+      const std::size_t w = whole.index_of(spec.name);
+      if (spec.kind == model::UnitKind::kReplicated) {
+        ++replicated[w];
+        continue;
+      }
+      if (!seen[w].intersect(spec.units).empty()) {
+        throw CheckpointError(fmt::format("{}: {} units {} of {} are held by two parts (one is {})", manifest.string(),
+                                          model::to_string(spec.kind), seen[w].intersect(spec.units).to_string(),
+                                          spec.name, p.file));
+      }
+      seen[w].add(spec.units);
     }
   }
-  const auto replicated = std::count_if(parts.begin(), parts.end(), [](const PartRecord& p) { return p.replicated; });
-  if (replicated != 1) {
-    throw CheckpointError(fmt::format("{}: {} parts carry the replicated tensors, expected 1", manifest.string(),
-                                      replicated));
+  for (std::size_t w = 0; w < whole.tensors().size(); ++w) {
+    const model::TensorSpec& spec = whole.tensors()[w];
+    if (spec.kind == model::UnitKind::kReplicated) {
+      if (replicated[w] != 1) {
+        throw CheckpointError(fmt::format("{}: {} parts carry the replicated tensor {}, expected 1", manifest.string(),
+                                          replicated[w], spec.name));
+      }
+    } else if (seen[w] != spec.units) {
+      throw CheckpointError(fmt::format("{}: the parts hold {} units {} of {}, the model has {}", manifest.string(),
+                                        model::to_string(spec.kind), seen[w].to_string(), spec.name,
+                                        spec.units.to_string()));
+    }
   }
 }
 
@@ -152,6 +184,7 @@ CheckpointPart snapshot_part(const model::ParameterLayout& layout, std::span<con
   CheckpointPart part;
   part.values = std::move(reuse);
   part.shard = layout.shard();
+  part.layers = stage_of(layout);
   part.replicated = replicated;
   const PartLayout at = part_layout(layout, replicated);
   part.values.resize(static_cast<std::size_t>(3 * at.floats));
@@ -169,13 +202,15 @@ CheckpointPart snapshot_part(const model::ParameterLayout& layout, std::span<con
 }
 
 nlohmann::json PartRecord::to_json() const {
-  return {{"file", file},
-          {"bytes", bytes},
-          {"checksum", fmt::format("{:016x}", checksum)},
-          {"heads", intervals_json(shard.heads)},
-          {"neurons", intervals_json(shard.neurons)},
-          {"vocab", intervals_json(shard.vocab)},
-          {"replicated", replicated}};
+  nlohmann::json j = {{"file", file},
+                      {"bytes", bytes},
+                      {"checksum", fmt::format("{:016x}", checksum)},
+                      {"heads", intervals_json(shard.heads)},
+                      {"neurons", intervals_json(shard.neurons)},
+                      {"vocab", intervals_json(shard.vocab)},
+                      {"replicated", replicated}};
+  if (layers) j["layers"] = {layers->first_layer, layers->end_layer};
+  return j;
 }
 
 PartRecord PartRecord::from_json(const nlohmann::json& j, const std::string& where) {
@@ -190,6 +225,8 @@ PartRecord PartRecord::from_json(const nlohmann::json& j, const std::string& whe
     p.shard = {intervals_from_json(j.at("heads")), intervals_from_json(j.at("neurons")),
                intervals_from_json(j.at("vocab"))};
     p.replicated = j.at("replicated").get<bool>();
+    // Manifests from before pipeline stages: every part holds the whole model.
+    if (j.contains("layers")) p.layers = model::StageRange{j.at("layers").at(0).get<int>(), j.at("layers").at(1).get<int>()};
     return p;
   } catch (const CheckpointError&) {
     throw;
@@ -202,6 +239,7 @@ CheckpointPart part_view(const model::ParameterLayout& layout, std::span<const f
                          std::span<const float> m, std::span<const float> v, bool replicated) {
   CheckpointPart part;
   part.shard = layout.shard();
+  part.layers = stage_of(layout);
   part.replicated = replicated;
   const PartLayout at = part_layout(layout, replicated);
   for (const std::span<const float>& state : {params, m, v}) {
@@ -236,6 +274,7 @@ PartRecord write_part(const std::filesystem::path& dir, int rank, const Checkpoi
   record.file = fmt::format("rank-{}.bin", rank);
   record.bytes = part.bytes();
   record.shard = part.shard;
+  record.layers = part.layers;
   record.replicated = part.replicated;
   const std::vector<std::span<const float>> runs = part.runs();
   // Summed on another core while this one writes: both only read the part.
@@ -404,7 +443,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
       throw CheckpointError(fmt::format("{}: {} bytes, the manifest records {} (truncated or replaced)", file.string(),
                                         size, p.bytes));
     }
-    const model::ParameterLayout layout(c.info_.model, p.shard);
+    const model::ParameterLayout layout = layout_of(p, c.info_.model);
     const std::uint64_t expected = 3 * sizeof(float) * static_cast<std::uint64_t>(part_layout(layout, p.replicated).floats);
     if (p.bytes != expected) {
       throw CheckpointError(fmt::format("{}: the manifest records {} bytes, its units need {}", file.string(), p.bytes,
@@ -473,15 +512,18 @@ void Checkpoint::load(const model::ParameterLayout& layout, std::span<float> par
                       std::span<float> v) const {
   const std::span<float> states[3] = {params, m, v};
   for (const PartRecord& p : parts_) {
-    const model::ParameterLayout part(info_.model, p.shard);
+    const model::ParameterLayout part = layout_of(p, info_.model);
     const PartLayout at = part_layout(part, p.replicated);
     const std::filesystem::path file = dir_ / p.file;
     const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) io_fail(file, "cannot open");
     try {
-      for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
-        const model::TensorSpec& want = layout.tensors()[t];
-        const model::TensorSpec& have = part.tensors()[t];
+      for (const model::TensorSpec& want : layout.tensors()) {
+        // Tensors by name: the part and `layout` may be different stages.
+        const model::TensorSpec* held = part.find(want.name);
+        if (held == nullptr) continue;
+        const std::size_t t = part.index_of(want.name);
+        const model::TensorSpec& have = *held;
         if (at.offset[t] < 0) continue;
         // The run of `want`'s elements this part holds: all of a replicated
         // tensor, or the intersection of the unit sets, interval by interval.

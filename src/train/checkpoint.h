@@ -14,8 +14,12 @@
 // held interval one contiguous run).
 //
 // A part's bytes: the parameters, then AdamW's first moment, then its second,
-// each as the tensors of ParameterLayout(model, part shard) in layout order
-// (replicated tensors only in the part that carries them), little-endian fp32.
+// each as the tensors of ParameterLayout(model, part shard, part layers) in
+// layout order (replicated tensors only in the part that carries them, a
+// tied wte copy never), little-endian fp32. With pipeline stages a part holds
+// its stage's tensors: every tensor's units are held exactly once over the
+// parts that hold the tensor, so a checkpoint of any stage split reads back
+// into any other (tensors are matched by name).
 //
 // Writing is split so the trainer stalls only for the host copy:
 // snapshot_part() copies (the stall), write_part() and complete_checkpoint()
@@ -36,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/parameters.h"
+#include "model/stage.h"
 #include "train/dataset.h"
 
 namespace ntp::train {
@@ -50,6 +55,7 @@ class CheckpointError : public std::runtime_error {
 // buffers themselves (part_view) for a save after which nothing changes them.
 struct CheckpointPart {
   model::Shard shard;
+  std::optional<model::StageRange> layers;  // a pipeline stage's blocks; none: the whole model
   bool replicated = false;    // carries the replicated tensors
   std::vector<float> values;  // the copy: params | m | v, each in the part layout
   // Without a copy: the runs of the rank's buffers that make those bytes, in order.
@@ -74,6 +80,10 @@ struct PartRecord {
   std::uint64_t bytes = 0;
   std::uint64_t checksum = 0;
   model::Shard shard;
+  // The blocks of the pipeline stage the part holds; none ("layers" absent
+  // from the manifest): the whole model. A stage holds only its own tensors,
+  // a last stage's tied wte copy never: the first stage's part holds wte.
+  std::optional<model::StageRange> layers;
   bool replicated = false;
   nlohmann::json to_json() const;
   static PartRecord from_json(const nlohmann::json& j, const std::string& where);

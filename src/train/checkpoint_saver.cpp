@@ -62,6 +62,7 @@ CheckpointInfo checkpoint_info(const Config& config, const model::GptConfig& mod
                    {"tp", parallel.tp},
                    {"epoch", epoch},
                    {"tp_active", split_input(parallel, config.train.global_batch).active}};
+  if (parallel.pp > 1) info.saved_by["pp"] = parallel.pp;
   return info;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/schedule.h"
@@ -63,10 +64,13 @@ void check_pipeline(const Config& config, const JobPlan& plan) {
   };
   if (config.elastic.recover) refuse("elastic.recover: in-job recovery over pipeline stages is not built yet; set it false");
   if (config.elastic.relayout) refuse("elastic.relayout: per-stage speeds are not built yet; set it false");
-  if (!config.run.resume.empty()) refuse("run.resume: checkpoints of pipeline stages are not built yet");
   if (config.train.eval_every > 0) refuse("train.eval_every: validation over pipeline stages is not built yet; set it 0");
   if (config.power.mode != power::PowerMode::off) refuse("power.mode: the power policy over stages is not built yet; set \"off\"");
   if (config.model.device != tensor::Device::kCpu) refuse("model.device: pipeline stages run on the CPU only; set \"cpu\"");
+  // Each stage keeps up to pp micro-batches' activations in flight, one slot each.
+  if (plan.pp() > model::Model::kMaxSlots) {
+    refuse(fmt::format("parallel.pp: at most {} stages (activation slots per model)", model::Model::kMaxSlots));
+  }
 }
 
 }  // namespace

@@ -186,6 +186,8 @@ void JobPlan::lay_out() {
       try {
         layouts_[stage][kind_index(kind)] =
             layout::plan_job(job_config(parallel_, kind, units, static_cast<int>(stage)));
+      } catch (const layout::InfeasibleError&) {
+        throw;  // a later epoch in which no replica can train: the recovery planner's case
       } catch (const std::exception& e) {
         throw ConfigError(fmt::format("parallel.tp: cannot lay out the model's {} {}{}: {}", units,
                                       kind_name(shape_.gpt, kind),

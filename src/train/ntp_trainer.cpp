@@ -50,7 +50,11 @@ constexpr std::uint32_t kTiedTag = 1u << 30;
 // The position of `rank` in `ranks` (ascending), -1 for -1: a group rank.
 int index_in(const std::vector<int>& ranks, int rank) {
   if (rank < 0) return -1;
-  return static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  const auto it = std::lower_bound(ranks.begin(), ranks.end(), rank);
+  if (it == ranks.end() || *it != rank) {
+    throw std::logic_error(fmt::format("rank {} is not in the pipeline group {}", rank, fmt::join(ranks, ",")));
+  }
+  return static_cast<int>(it - ranks.begin());
 }
 
 }  // namespace
@@ -142,7 +146,9 @@ NtpTrainer::NtpTrainer(JobPlan plan, JobInput input, const std::filesystem::path
   writer_rank_ = plan_.members().front();
   impl_ = std::make_unique<Impl>(
       plan_, std::move(input), run_dir,
-      fmt::format("rank {}: replica {} slot {}", options.rank, me_.replica, me_.slot), options.rank);
+      plan_.pp() > 1 ? fmt::format("rank {}: replica {} stage {} slot {}", options.rank, me_.replica, me_.stage, me_.slot)
+                     : fmt::format("rank {}: replica {} slot {}", options.rank, me_.replica, me_.slot),
+      options.rank);
   Impl& x = *impl_;
   check_job_data(run_dir, x.input.identity);  // a rank started (again) mid-run reads the file again
   x.power = std::make_unique<RankPowerRun>(config, x.run, PowerRank{options.rank, me_.replica, me_.slot},
@@ -363,9 +369,10 @@ NtpTrainer::LocalWork NtpTrainer::run_micro_batches(std::int64_t s, const std::v
 // activations and their gradients go between stages over the pipeline group
 // (run_stage). The last micro-batch's backward, the last op of every stage,
 // drives the stage's gradient sync; then the tied wte's two copies add their
-// parts. Micro-batch i keeps its activations in slot i mod pp: forwards and
-// backwards each run in micro-batch order, so at most pp consecutive ones are
-// in flight.
+// parts. Micro-batch i keeps its activations in slot i mod (pp - stage):
+// forwards and backwards each run in micro-batch order, and 1F1B holds at
+// most pp - stage of them at once on stage `stage` (the last stage one), so
+// the micro-batches in flight are consecutive and their slots distinct.
 NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector<std::int64_t>& mine, bool traced) {
   Impl& x = *impl_;
   const std::int64_t T = x.setup.seq_len;
@@ -373,6 +380,7 @@ NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector
   const int pp = plan_.pp();
   const int stage = me_.stage;
   const bool last = stage == pp - 1;
+  const int slots = pp - stage;
   x.model->zero_grad();
   x.model->set_loss_scale(1.0f / static_cast<float>(hooks_.loss_scale_samples(
                                      config_.train.global_batch, static_cast<std::int64_t>(mine.size())) *
@@ -404,7 +412,7 @@ NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector
   stage_work.forward = [&](int i, std::span<const float> in, std::span<float> out) {
     hooks_.fault(s, StepPhase::kForward);
     const double t0 = unix_time_s();
-    x.model->select_slot(i % pp);
+    x.model->select_slot(i % slots);
     const model::Batch batch = batch_of(i);
     std::span<const float> input = stage > 0 ? in.first(elems(i)) : std::span<const float>{};
     if (hooks_.mutation() == Mutation::kStaleActivation && stage > 0) {
@@ -424,7 +432,7 @@ NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector
   stage_work.backward = [&](int i, std::span<const float> grad_out, std::span<float> grad_in) {
     hooks_.fault(s, StepPhase::kBackward);
     const double t0 = unix_time_s();
-    x.model->select_slot(i % pp);
+    x.model->select_slot(i % slots);
     work.busy_s += timed_pass([&] {
       const std::span<const float> d =
           x.model->backward_stage(last ? std::span<const float>{} : grad_out.first(elems(i)),
@@ -442,10 +450,17 @@ NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector
   run_stage(one_f_one_b(pp, m), stage, links, stage_work, /*tag_base=*/0);
   hooks_.fault(s, StepPhase::kSync);
   work.sync = x.sync->finish();
-  if (!x.tied.empty() && hooks_.mutation() != Mutation::kTiedUnsummed) {
+  if (!x.tied.empty()) {
     const model::TensorSpec& wte = x.model->layout()["wte"];
-    sum_tied_embedding(x.model->grads().subspan(static_cast<std::size_t>(wte.offset), static_cast<std::size_t>(wte.count)),
-                       wte.units, wte.unit_size, x.tied, *x.pipe,
+    std::span<float> grad =
+        x.model->grads().subspan(static_cast<std::size_t>(wte.offset), static_cast<std::size_t>(wte.count));
+    // The mutation exchanges as usual (its peers must not wait) but adds into a copy.
+    std::vector<float> unsummed;
+    if (hooks_.mutation() == Mutation::kTiedUnsummed) {
+      unsummed.assign(grad.begin(), grad.end());
+      grad = unsummed;
+    }
+    sum_tied_embedding(grad, wte.units, wte.unit_size, x.tied, *x.pipe,
                        [&x](int rank) { return index_in(x.pipe_ranks, rank); }, kTiedTag);
   }
   if (traced) {
@@ -579,11 +594,6 @@ void NtpTrainer::checkpoint_after(std::int64_t s, const Commit& committed) {
   Impl& x = *impl_;
   const CommitTotals& t = committed.totals;
   const bool last = t.stop || s + 1 == config_.train.steps;
-  if (plan_.pp() > 1) {
-    // A checkpoint's parts hold whole-model layouts: stages are not saved yet.
-    if (last && is_writer()) event("checkpoint_skipped", {{"step", s + 1}, {"reason", "parallel.pp > 1"}});
-    return;
-  }
   if (!last && (t.checkpoint_due || x.saver->step_due(s + 1)) && t.save_busy) {
     // A rank of the writer's replica is still writing the previous save:
     // every rank skips this one alike (the vote is in the commit record).
@@ -615,7 +625,8 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done, bool last) {
   job.epoch = plan_.epoch();
   job.rank = options_.rank;
   job.assemble = is_writer();
-  // One replica holds every unit once: its ranks write, TP rank 0 also the replicated tensors.
+  // One replica holds every unit once: its ranks write (every stage), each TP group's rank 0 also its
+  // stage's replicated tensors.
   for (int r : plan_.members()) {
     if (plan_.place(r).replica == writer_replica) job.writers.push_back(r);
   }

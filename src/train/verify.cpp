@@ -253,7 +253,7 @@ std::string disagreement(const std::map<std::uint64_t, std::vector<std::int64_t>
 }  // namespace
 
 CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t steps,
-                          const model::GptConfig& config) {
+                          const model::GptConfig& config, std::int64_t pp) {
   CheckResult out;
   const std::filesystem::path dir = run_dir / "hashes";
   if (!std::filesystem::is_directory(dir)) {
@@ -308,8 +308,14 @@ CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t ste
   // are compared within a stage. GPT-2's last stage holds a copy of the
   // first stage's wte (its vocabulary units hold nothing else), which must
   // stay equal to it: those compare with the first stage's.
-  std::int64_t stages = 1;
-  for (const HashFile& f : files) stages = std::max(stages, f.stage + 1);
+  const std::int64_t stages = pp;
+  for (const HashFile& f : files) {
+    if (f.stage < 0 || f.stage >= pp) {
+      out.failures.push_back(fmt::format("{}: rank {} names stage {}, the run has {} (parallel.pp)", f.name, f.rank,
+                                         f.stage, pp));
+    }
+  }
+  std::erase_if(files, [&](const HashFile& f) { return f.stage < 0 || f.stage >= pp; });
   const auto in_stage = [&](std::int64_t stage) { return stages > 1 ? fmt::format("stage {} ", stage) : std::string(); };
   const auto compared_with = [&](std::size_t kind, std::int64_t stage) {
     const bool tied_copy = !config.llama() && kShardedKinds[kind] == model::UnitKind::kVocab && stage == stages - 1;
@@ -708,7 +714,7 @@ VerifyResult verify_run(const std::filesystem::path& run_dir, const std::optiona
   const double zero_grad_bound =
       zero_gradient_update_bound(applied_lrs, config.train.beta1, config.train.beta2);
   result.updates = compare_updates(full, initial, trained.params, reference.params(), tolerance, zero_grad_bound);
-  result.holders = check_holders(run_dir, steps, reference.setup().gpt);
+  result.holders = check_holders(run_dir, steps, reference.setup().gpt, config.parallel.pp);
 
   // The most specific first (output lists may be cut short): the samples,
   // the per-step scalars, the holders, then the tensors.

@@ -145,9 +145,11 @@ CheckResult check_samples(const std::vector<std::vector<std::int64_t>>& expected
 
 // hashes/rank-<r>.json of `run_dir` (state_hash.h): same step (= steps − 1)
 // everywhere, every unit's holders identical across replicas, one replicated
-// hash, every unit held exactly once per replica. Not checked without hashes/.
+// hash, every unit held exactly once per replica; with `pp` pipeline stages,
+// all of it per stage, and a file of a stage outside [0, pp) fails. Not
+// checked without hashes/.
 CheckResult check_holders(const std::filesystem::path& run_dir, std::int64_t steps,
-                          const model::GptConfig& config);
+                          const model::GptConfig& config, std::int64_t pp = 1);
 
 struct VerifyResult {
   bool pass = false;

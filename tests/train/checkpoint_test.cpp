@@ -13,8 +13,13 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <tuple>
 
 #include <gtest/gtest.h>
+
+#include "model/stage.h"
+
+#include "tests/model/model_test_util.h"
 
 namespace {
 
@@ -78,6 +83,20 @@ RankState rank_state(const ParameterLayout& full, const FullState& state, const 
   return out;
 }
 
+// The manifest of the parts `writers` wrote into `partial`: the checkpoint after `step` steps.
+fs::path complete(const fs::path& root, const fs::path& partial, const ntp::model::GptConfig& c,
+                  const std::vector<int>& writers, std::int64_t step) {
+  ntp::train::CheckpointInfo info;
+  info.step = step;
+  info.optimizer_steps = step;
+  info.model = c;
+  info.seq_len = c.max_seq;
+  info.order = "shuffled";
+  const fs::path final = ntp::train::final_dir(root, step);
+  ntp::train::complete_checkpoint(partial, final, info, writers, "# config\n", std::chrono::seconds(5));
+  return final;
+}
+
 // Writes a checkpoint of `state` as the parts of `split` (rank = index).
 fs::path save(const fs::path& root, const ntp::model::GptConfig& c, const FullState& state,
               const std::vector<Shard>& split, std::int64_t step) {
@@ -91,15 +110,22 @@ fs::path save(const fs::path& root, const ntp::model::GptConfig& c, const FullSt
     ntp::train::write_part(partial, static_cast<int>(r), ntp::train::snapshot_part(layout, x.p, x.m, x.v, r == 0));
     writers.push_back(static_cast<int>(r));
   }
-  ntp::train::CheckpointInfo info;
-  info.step = step;
-  info.optimizer_steps = step;
-  info.model = c;
-  info.seq_len = c.max_seq;
-  info.order = "shuffled";
-  const fs::path final = ntp::train::final_dir(root, step);
-  ntp::train::complete_checkpoint(partial, final, info, writers, "# config\n", std::chrono::seconds(5));
-  return final;
+  return complete(root, partial, c, writers, step);
+}
+
+// Loads `checkpoint` into `layout` and compares every parameter and moment
+// with `state`'s values there, bit for bit: "" when all equal, else which differ.
+std::string read_back(const Checkpoint& checkpoint, const ParameterLayout& full, const FullState& state,
+                      const ParameterLayout& layout) {
+  std::vector<float> want(static_cast<std::size_t>(layout.size()));
+  std::vector<float> p(want.size(), -1), m(want.size(), -1), v(want.size(), -1);
+  checkpoint.load(layout, p, m, v);
+  for (const auto& [have, source, name] : {std::tuple{&p, &state.params, "parameters"},
+                                           {&m, &state.m, "first moment"}, {&v, &state.v, "second moment"}}) {
+    ntp::model::scatter_from_full(full, *source, layout, want);
+    if (std::memcmp(have->data(), want.data(), want.size() * sizeof(float)) != 0) return std::string(name) + " differ";
+  }
+  return "";
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -187,15 +213,62 @@ TEST_F(CheckpointTest, AnyLayoutReadsBackEveryValueBitForBit) {
     checkpoint.verify_checksums();
     EXPECT_EQ(checkpoint.info().step, 10 + trial);
     for (const Shard& target : random_split(c, 1 + (trial + 2) % 5, rng)) {
-      const ParameterLayout layout(c, target);
-      std::vector<float> want(static_cast<std::size_t>(layout.size()));
-      std::vector<float> p(want.size(), -1), m(want.size(), -1), v(want.size(), -1);
-      checkpoint.load(layout, p, m, v);
-      for (const auto& [have, source] : {std::pair{&p, &state.params}, {&m, &state.m}, {&v, &state.v}}) {
-        ntp::model::scatter_from_full(full, *source, layout, want);
-        ASSERT_EQ(0, std::memcmp(have->data(), want.data(), want.size() * sizeof(float)))
-            << "trial " << trial << ": " << writers << " parts read at " << target.heads.to_string();
+      ASSERT_EQ(read_back(checkpoint, full, state, ParameterLayout(c, target)), "")
+          << "trial " << trial << ": " << writers << " parts read at " << target.heads.to_string();
+    }
+  }
+}
+
+// Writes a checkpoint of `state` as pipeline stages: each stage of `stages`
+// split into `per_stage` random parts, the first of each carrying its
+// stage's replicated tensors (a last GPT-2 stage's wte copy is never written).
+fs::path save_staged(const fs::path& root, const ntp::model::GptConfig& c, const FullState& state,
+                     const std::vector<ntp::model::StageRange>& stages, int per_stage, std::mt19937_64& rng,
+                     std::int64_t step, int skip_stage = -1) {
+  const ParameterLayout full(c, Shard::full(c));
+  const fs::path partial = ntp::train::partial_dir(root, step, 0);
+  fs::create_directories(partial);
+  std::vector<int> writers;
+  int rank = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const std::vector<Shard> split = random_split(c, per_stage, rng);
+    for (std::size_t k = 0; k < split.size(); ++k, ++rank) {
+      if (static_cast<int>(s) == skip_stage) continue;
+      const ParameterLayout layout(c, split[k], stages[s]);
+      const RankState x = rank_state(full, state, layout);
+      ntp::train::write_part(partial, rank, ntp::train::snapshot_part(layout, x.p, x.m, x.v, k == 0));
+      writers.push_back(rank);
+    }
+  }
+  return complete(root, partial, c, writers, step);
+}
+
+// Parts of pipeline stages (pp 2 and 3 over 4 blocks, GPT-2 with its tied
+// wte and Llama) read back into the whole model and into another stage
+// split, every value bit for bit: a last stage's wte copy comes from the
+// first stage's part. A checkpoint without one stage's parts is rejected,
+// naming a tensor of that stage.
+TEST_F(CheckpointTest, StagedPartsReadBackAtAnyStageSplitBitForBit) {
+  ntp::model::GptConfig llama = ntp::model::testing::llama_test_config();
+  std::int64_t step = 1;  // each save its own step: a step saved before is kept, not replaced
+  for (ntp::model::GptConfig c : {small_model(), llama}) {
+    c.layers = 4;
+    const ParameterLayout full(c, Shard::full(c));
+    std::mt19937_64 rng(11);
+    for (int pp : {2, 3}) {
+      const FullState state = random_state(full, 200 + static_cast<std::uint64_t>(pp));
+      const fs::path dir = save_staged(root_, c, state, ntp::model::split_layers(4, pp), 2, rng, step++);
+      const Checkpoint checkpoint = Checkpoint::open(dir);
+      checkpoint.verify_checksums();
+      for (int target_pp : {1, 2, 4}) {
+        for (const ntp::model::StageRange& stage : ntp::model::split_layers(4, target_pp)) {
+          ASSERT_EQ(read_back(checkpoint, full, state, ParameterLayout(c, random_split(c, 1, rng)[0], stage)), "")
+              << ntp::model::to_string(c.family) << ": pp " << pp << " read at pp " << target_pp << ", "
+              << ntp::model::to_string(stage);
+        }
       }
+      expect_error([&] { Checkpoint::open(save_staged(root_, c, state, ntp::model::split_layers(4, pp), 2, rng, step++, 1)); },
+                   "h2.");
     }
   }
 }

@@ -372,7 +372,7 @@ TEST_F(VerifyHolders, StagesCompareWithinAStageAndTheTiedCopyWithTheFirst) {
     j["stage"] = 1;
     rewrite(rank + 4, j);
   }
-  CheckResult c = check();
+  CheckResult c = check_holders(dir_, 3, config_, 2);
   EXPECT_TRUE(c.pass()) << c.failures[0];
   // Read without their stage, stage 1's files disagree with stage 0's.
   for (int rank = 4; rank < 8; ++rank) {
@@ -380,7 +380,7 @@ TEST_F(VerifyHolders, StagesCompareWithinAStageAndTheTiedCopyWithTheFirst) {
     j.erase("stage");
     rewrite(rank, j);
   }
-  c = check();
+  c = check_holders(dir_, 3, config_, 2);
   EXPECT_TRUE(mentions(c.failures, "replicated tensors differ")) << c.failures.size();
   EXPECT_TRUE(mentions(c.failures, "heads unit 0: holders differ"));
   for (int rank = 4; rank < 8; ++rank) {
@@ -392,7 +392,7 @@ TEST_F(VerifyHolders, StagesCompareWithinAStageAndTheTiedCopyWithTheFirst) {
   nlohmann::json copy = read(5);  // replica 0, slot 1 of stage 1
   copy["vocab"][0][1] = "00000000deadbeef";
   rewrite(5, copy);
-  c = check();
+  c = check_holders(dir_, 3, config_, 2);
   ASSERT_FALSE(c.pass());
   EXPECT_TRUE(mentions(c.failures, "stage 0 vocab unit 32: holders differ: ranks 1, 2, 6 hold")) << c.failures[0];
   EXPECT_TRUE(mentions(c.failures, "rank 5 holds 00000000deadbeef")) << c.failures[0];
@@ -401,12 +401,20 @@ TEST_F(VerifyHolders, StagesCompareWithinAStageAndTheTiedCopyWithTheFirst) {
   llama.heads = config_.heads;
   llama.kv_heads = config_.heads;
   llama.ffn_hidden = config_.ffn();
-  const CheckResult own = check_holders(dir_, 3, llama);
+  const CheckResult own = check_holders(dir_, 3, llama, 2);
   EXPECT_TRUE(mentions(own.failures, "stage 1 vocab unit 32: holders differ: rank 6 holds 00000000000007f0; rank 5 holds")) << own.failures[0];
   EXPECT_FALSE(mentions(own.failures, "stage 0 vocab unit"));
+  // A file of a stage the run does not have (pp 2: stages 0 and 1) fails.
+  nlohmann::json third = read(4);
+  third["stage"] = 2;
+  rewrite(4, third);
+  c = check_holders(dir_, 3, config_, 2);
+  EXPECT_TRUE(mentions(c.failures, "rank-4.json: rank 4 names stage 2, the run has 2 (parallel.pp)"));
+  third["stage"] = 1;
+  rewrite(4, third);
   // A stage-1 rank missing leaves its replica incomplete in that stage.
   fs::remove(path(7));
-  c = check();
+  c = check_holders(dir_, 3, config_, 2);
   EXPECT_NE(c.note.find("stage 1"), std::string::npos) << c.note;
 }
 
