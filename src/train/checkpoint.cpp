@@ -127,23 +127,29 @@ std::optional<model::StageRange> stage_of(const model::ParameterLayout& layout) 
   return layout.stage();
 }
 
+// A layout the manifest describes; its errors (units or blocks outside the
+// model) as CheckpointError naming the manifest and `what`, so that a damaged
+// checkpoint is skipped for an older one like any other.
+template <class Make>
+model::ParameterLayout described(Make&& make, const std::filesystem::path& manifest, const std::string& what) {
+  try {
+    return make();
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("{}: {}: {}", manifest.string(), what, e.what()));
+  }
+}
+
 // Every tensor of the model must be held by the parts: each unit of a sharded
 // tensor by exactly one part, a replicated tensor by exactly one part. A part
 // holds the tensors of its stage (all of them without stages) less a tied copy.
 void check_coverage(const std::vector<PartRecord>& parts, const model::GptConfig& gpt,
                     const std::filesystem::path& manifest) {
-  const model::ParameterLayout whole(gpt, model::Shard::full(gpt));
+  const model::ParameterLayout whole =
+      described([&] { return model::ParameterLayout(gpt, model::Shard::full(gpt)); }, manifest, "model");
   std::vector<layout::IntervalSet> seen(whole.tensors().size());
   std::vector<int> replicated(whole.tensors().size(), 0);
   for (const PartRecord& p : parts) {
-    if (p.layers) {
-      try {
-        p.layers->validate(gpt);
-      } catch (const std::invalid_argument& e) {
-        throw CheckpointError(fmt::format("{}: part {}: {}", manifest.string(), p.file, e.what()));
-      }
-    }
-    const model::ParameterLayout part = layout_of(p, gpt);
+    const model::ParameterLayout part = described([&] { return layout_of(p, gpt); }, manifest, "part " + p.file);
     const PartLayout at = part_layout(part, p.replicated);
     for (std::size_t t = 0; t < part.tensors().size(); ++t) {
       if (at.offset[t] < 0) continue;
@@ -226,7 +232,17 @@ PartRecord PartRecord::from_json(const nlohmann::json& j, const std::string& whe
                intervals_from_json(j.at("vocab"))};
     p.replicated = j.at("replicated").get<bool>();
     // Manifests from before pipeline stages: every part holds the whole model.
-    if (j.contains("layers")) p.layers = model::StageRange{j.at("layers").at(0).get<int>(), j.at("layers").at(1).get<int>()};
+    if (j.contains("layers")) {
+      const nlohmann::json& layers = j.at("layers");
+      const auto block = [](const nlohmann::json& v) {
+        return v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() <= (1 << 30);
+      };
+      if (!layers.is_array() || layers.size() != 2 || !block(layers[0]) || !block(layers[1])) {
+        throw CheckpointError(fmt::format("{}: part {}: \"layers\" must be [first, end) block indices, got {}", where,
+                                          p.file, layers.dump()));
+      }
+      p.layers = model::StageRange{layers[0].get<int>(), layers[1].get<int>()};
+    }
     return p;
   } catch (const CheckpointError&) {
     throw;
@@ -522,7 +538,7 @@ void Checkpoint::load(const model::ParameterLayout& layout, std::span<float> par
         // Tensors by name: the part and `layout` may be different stages.
         const model::TensorSpec* held = part.find(want.name);
         if (held == nullptr) continue;
-        const std::size_t t = part.index_of(want.name);
+        const auto t = static_cast<std::size_t>(held - part.tensors().data());
         const model::TensorSpec& have = *held;
         if (at.offset[t] < 0) continue;
         // The run of `want`'s elements this part holds: all of a replicated

@@ -398,6 +398,17 @@ TEST_F(CheckpointTest, AManifestThatLosesOrDoublesUnitsIsRejected) {
   nlohmann::json two_replicated = good;
   two_replicated["parts"][1]["replicated"] = true;
   EXPECT_THROW(rewrite_and_open(two_replicated), CheckpointError);
+  // Units outside the model are a damaged checkpoint too (CheckpointError, so
+  // that a resume skips it for an older one), naming the part.
+  nlohmann::json outside = good;
+  outside["parts"][0]["heads"] = {{0, c.heads + 5}};
+  expect_error([&] { rewrite_and_open(outside); }, "part rank-0.bin");
+  // A stage's blocks must be two integer block indices inside the model.
+  for (const char* layers : {"[0, 1.5]", "[0]", "[-1, 1]", "[1, 1]", "[0, 9]", "\"0-1\""}) {
+    nlohmann::json staged = good;
+    staged["parts"][0]["layers"] = nlohmann::json::parse(layers);
+    expect_error([&] { rewrite_and_open(staged); }, "rank-0.bin");
+  }
   rewrite_and_open(good);  // the untouched manifest still opens
 }
 
