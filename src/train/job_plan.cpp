@@ -276,6 +276,10 @@ std::vector<int> JobPlan::tp_group(int replica, int stage) const {
 void JobPlan::link_stages(RankView& v) const {
   const int stage = v.place.stage;
   v.layers = stages_[static_cast<std::size_t>(stage)];
+  if (pp() > 1) {
+    for (int r : members_)
+      if (place(r).replica == v.place.replica) v.pipeline_group.push_back(r);
+  }
   const std::vector<int> mine = tp_group(v.place.replica, stage);
   const int index = static_cast<int>(std::find(mine.begin(), mine.end(), rank_of(v.place)) - mine.begin());
   const int k = static_cast<int>(mine.size());

@@ -82,6 +82,10 @@ struct RankView {
   bool vocab_split_ok = false;
   // --- the pipeline (docs/pipeline.md, "Stages in the job plan")
   model::StageRange layers;  // the blocks its stage holds
+  // With parallel.pp > 1: its replica's training ranks of every stage,
+  // ascending (the pipeline group: activations, the tied embedding). Empty
+  // with one stage.
+  std::vector<int> pipeline_group;
   // Its point-to-point peers in the neighbouring stages of its replica (-1
   // or empty at the ends, and with parallel.pp = 1). Every rank of a TP group
   // holds the whole residual stream, so the rank at TP-group index j of stage

@@ -107,8 +107,7 @@ struct NtpTrainer::Impl {
   std::unique_ptr<comm::Group> dp;
   // With pipeline stages: the replica's ranks of every stage (ascending), for
   // the activations between stages, the tied embedding and model.bin.
-  std::unique_ptr<comm::Group> pipe;
-  std::vector<int> pipe_ranks;
+  std::unique_ptr<comm::Group> pipe;  // over layout.pipeline_group
   std::vector<TiedRows> tied;  // the tied wte's rows this rank sums with the other end
   std::unique_ptr<tensor::Context> ctx;
   std::unique_ptr<model::Model> model;
@@ -231,16 +230,11 @@ void NtpTrainer::connect(int writer) {
   const std::string at = staged ? fmt::format("r{}s{}", me_.replica, me_.stage) : fmt::format("r{}", me_.replica);
   const std::string core = staged ? fmt::format("s{}core{}", me_.stage, x.layout.sync_group)
                                   : fmt::format("core{}", x.layout.sync_group);
-  x.pipe_ranks.clear();
-  if (staged) {
-    for (int r : plan_.members())
-      if (plan_.place(r).replica == me_.replica) x.pipe_ranks.push_back(r);
-  }
   std::vector<std::future<std::unique_ptr<comm::Group>>> made;
   made.push_back(make(sparse(options(plan_.members(), "world", true))));
   made.push_back(make(options(replica, "tp/" + at, false)));
   made.push_back(make(options(replica, "tpsync/" + at, false)));
-  if (staged) made.push_back(make(options(x.pipe_ranks, fmt::format("pp/r{}", me_.replica), true)));
+  if (staged) made.push_back(make(options(x.layout.pipeline_group, fmt::format("pp/r{}", me_.replica), true)));
   if (x.layout.sync_group >= 0) made.push_back(make(sparse(options(x.layout.dp_group, "dp/" + core, false))));
   std::vector<std::unique_ptr<comm::Group>> groups;
   std::exception_ptr first_error;
@@ -443,10 +437,10 @@ NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector
   };
   const RankView& v = x.layout;
   std::vector<int> gradient_to, activation_to;
-  for (int r : v.gradient_to) gradient_to.push_back(index_in(x.pipe_ranks, r));
-  for (int r : v.activation_to) activation_to.push_back(index_in(x.pipe_ranks, r));
-  const StageLinks links{x.pipe.get(), index_in(x.pipe_ranks, v.activation_from), gradient_to,
-                         index_in(x.pipe_ranks, v.gradient_from), activation_to};
+  for (int r : v.gradient_to) gradient_to.push_back(index_in(x.layout.pipeline_group, r));
+  for (int r : v.activation_to) activation_to.push_back(index_in(x.layout.pipeline_group, r));
+  const StageLinks links{x.pipe.get(), index_in(x.layout.pipeline_group, v.activation_from), gradient_to,
+                         index_in(x.layout.pipeline_group, v.gradient_from), activation_to};
   run_stage(one_f_one_b(pp, m), stage, links, stage_work, /*tag_base=*/0);
   hooks_.fault(s, StepPhase::kSync);
   work.sync = x.sync->finish();
@@ -461,7 +455,7 @@ NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector
       grad = unsummed;
     }
     sum_tied_embedding(grad, wte.units, wte.unit_size, x.tied, *x.pipe,
-                       [&x](int rank) { return index_in(x.pipe_ranks, rank); }, kTiedTag);
+                       [&x](int rank) { return index_in(x.layout.pipeline_group, rank); }, kTiedTag);
   }
   if (traced) {
     for (const TraceSpan& span : work.sync.spans) x.comm_trace.add(span);

@@ -72,6 +72,12 @@ std::string check_links(const Plan& plan, int rank, const RankView& v) {
   const RankPlace& at = plan.place(rank);
   const int pp = static_cast<int>(plan.parallel().pp);
   if (v.layers != plan.stages()[static_cast<std::size_t>(at.stage)]) return fmt::format("rank {}: other blocks", rank);
+  // The pipeline group: the replica's training ranks of every stage, ascending (none with one stage).
+  std::vector<int> replica_ranks;
+  for (int r = 0; r < plan.world_size() && pp > 1; ++r) {
+    if (plan.is_member(r) && plan.place(r).replica == at.replica) replica_ranks.push_back(r);
+  }
+  if (v.pipeline_group != replica_ranks) return fmt::format("rank {}: its pipeline group is not its replica", rank);
   // A neighbour stage's direction: `from` names one sender there, `to` the
   // ranks this one sends to there; each must be of that stage and replica.
   const auto side = [&](int stage, int from, const std::vector<int>& to, const char* what) -> std::string {
@@ -512,6 +518,7 @@ enum class Break {
   kShiftedPairs,            // equal degrees paired index j with j + 1
   kDpGroupOtherStage,       // a DP group joining another stage's rank
   kOtherBlocks,             // a rank computing another stage's blocks
+  kPipelineGroupShort,      // a pipeline group missing one of its replica's ranks
 };
 
 struct BrokenPlan {
@@ -537,6 +544,7 @@ struct BrokenPlan {
       v.dp_group.back() = plan.tp_group(plan.place(v.dp_group.back()).replica, 1).front();
     }
     if (what == Break::kOtherBlocks && plan.place(rank).stage == 1) v.layers = plan.stages()[0];
+    if (what == Break::kPipelineGroupShort && rank == 0 && !v.pipeline_group.empty()) v.pipeline_group.pop_back();
     return v;
   }
   // Every link moved one TP-group index on (mod k): consistent on both ends,
@@ -580,7 +588,8 @@ TEST(JobPlan, TheCheckerRejectsEveryBrokenPlan) {
   const JobPlan staged = JobPlan::build(staged_config(2, 3, 2, {{{1, 1}, {0}}}), shape_of(with_layers(model::testing::small_test_config(), 5)));
   ASSERT_EQ(check_plan(BrokenPlan{staged, Break::kNone}), "");
   for (const Break b : {Break::kActivationFromOwnStage, Break::kGradientNotSent, Break::kActivationToTwice,
-                        Break::kShiftedPairs, Break::kDpGroupOtherStage, Break::kOtherBlocks}) {
+                        Break::kShiftedPairs, Break::kDpGroupOtherStage, Break::kOtherBlocks,
+                        Break::kPipelineGroupShort}) {
     EXPECT_NE(check_plan(BrokenPlan{staged, b}), "") << static_cast<int>(b);
   }
 }

@@ -1,7 +1,7 @@
 #pragma once
 // One replica of a job plan as the pipeline executor sees it: its training
 // ranks in rank order and their links (RankView's activation/gradient peers)
-// as indices into that list, the form check_exchanges takes. With one
+// as indices into that list (its pipeline group), the form check_exchanges takes. With one
 // replica whose ranks all train, the indices are the global ranks.
 #include <algorithm>
 #include <vector>
@@ -18,8 +18,7 @@ struct ReplicaPipeline {
 
 inline ReplicaPipeline replica_pipeline(const JobPlan& plan, int replica) {
   ReplicaPipeline p;
-  for (int rank : plan.members())
-    if (plan.place(rank).replica == replica) p.ranks.push_back(rank);
+  p.ranks = plan.view(plan.tp_group(replica, 0).front()).pipeline_group;
   const auto local = [&](int rank) {
     if (rank < 0) return -1;
     return static_cast<int>(std::find(p.ranks.begin(), p.ranks.end(), rank) - p.ranks.begin());
