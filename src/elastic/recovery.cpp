@@ -268,16 +268,14 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   if (!plan.source) std::rethrow_exception(plan.units_lost);
 
   const PhaseMeter transfer(*store);
-  const train::StateMoveOrder order{&next, &plan.source->plans, survivors, plan.is_stale(options_.rank),
-                                    plan.stale.empty() ? std::nullopt : plan.fresh, newest};
+  const train::StateMoveOrder order{&next, &plan.source->stages, survivors, plan.is_stale(options_.rank),
+                                    plan.refreshes, newest};
   comm::GroupOptions exchange_options = train::group_options(config, options_, epoch, survivors, "recover");
-  if (!order.replicated_source && agreed.joined.empty()) {
-    // Only the pairs that trade units, besides the ring for the proof and the
-    // barrier: at 144 ranks a full mesh is 10,296 connections. Rolling stale
-    // or joining ranks forward broadcasts, which needs the full mesh.
-    exchange_options.sparse = true;
-    exchange_options.links = trainer_.exchange_links(order);
-  }
+  // Only the pairs that trade units or refresh a stale rank, besides the ring
+  // for the proof and the barrier: at 144 ranks a full mesh is 10,296
+  // connections.
+  exchange_options.sparse = true;
+  exchange_options.links = trainer_.exchange_links(order);
   std::unique_ptr<comm::Group> exchange = comm::create_group(store, exchange_options);
   const train::StateMoveStats moved = trainer_.move_state(order, *exchange);
   trainer_.adopt(next);
@@ -312,32 +310,36 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
 }
 
 void Recovery::prove_agreement(comm::Group& group, const std::vector<int>& survivors) {
-  // Per rank: its replica (-1 if it no longer trains), the digest of each
-  // unit kind and the hash of its replicated tensors.
+  // Per rank: its replica (-1 if it no longer trains), its pipeline stage,
+  // the digest of each unit kind and the hash of its replicated tensors.
+  // A replica's digests add up over its stages; replicated tensors are
+  // compared within a stage (each stage has its own).
   const train::StateHashes hashes = trainer_.state_hashes();
   const std::array<std::uint64_t, 3> digests = hashes.digests();
   const train::JobPlan& plan = trainer_.plan();
   const bool trains = plan.is_member(options_.rank);
   std::vector<std::int64_t> mine = {trains ? plan.place(options_.rank).replica : -1,
+                                    plan.place(options_.rank).stage,
                                     static_cast<std::int64_t>(digests[0]), static_cast<std::int64_t>(digests[1]),
                                     static_cast<std::int64_t>(digests[2]),
                                     static_cast<std::int64_t>(hashes.replicated)};
   std::vector<std::int64_t> all(mine.size() * survivors.size());
   group.all_gather(comm::ConstView(mine.data(), mine.size()), comm::View(all.data(), all.size()));
   std::map<std::int64_t, std::array<std::uint64_t, 3>> per_replica;
-  std::optional<std::uint64_t> replicated;
+  std::map<std::int64_t, std::uint64_t> replicated;  // per stage
   for (std::size_t i = 0; i < survivors.size(); ++i) {
     const std::int64_t* rec = all.data() + i * mine.size();
     if (rec[0] < 0) continue;
     std::array<std::uint64_t, 3>& sum = per_replica[rec[0]];
-    for (int k = 0; k < 3; ++k) sum[static_cast<std::size_t>(k)] += static_cast<std::uint64_t>(rec[1 + k]);
-    const auto rep = static_cast<std::uint64_t>(rec[4]);
-    if (replicated && *replicated != rep) {
-      throw RecoveryError(fmt::format("after recovery, rank {}'s replicated tensors differ from the other "
+    for (int k = 0; k < 3; ++k) sum[static_cast<std::size_t>(k)] += static_cast<std::uint64_t>(rec[2 + k]);
+    const auto rep = static_cast<std::uint64_t>(rec[5]);
+    const auto [first_copy, inserted] = replicated.try_emplace(rec[1], rep);
+    if (!inserted && first_copy->second != rep) {
+      const std::string stage = plan.pp() > 1 ? fmt::format(" of stage {}", rec[1]) : "";
+      throw RecoveryError(fmt::format("after recovery, rank {}'s replicated tensors{} differ from the other "
                                       "copies (state hash): the replicas do not agree",
-                                      survivors[i]));
+                                      survivors[i], stage));
     }
-    replicated = rep;
   }
   const auto& [first_replica, first] = *per_replica.begin();
   for (const auto& [replica, sums] : per_replica) {

@@ -71,21 +71,26 @@ RecoveryPlan plan_recovery(const RecoveryInput& in) {
       plan.completes_commit.push_back(survivors[i].rank);
     }
   }
-  const std::vector<layout::SlotRef> stale_slots = plan.source ? plan.source->stale : std::vector<layout::SlotRef>{};
+  const std::vector<train::RankPlace> stale_places = plan.source ? plan.source->stale : std::vector<train::RankPlace>{};
+  std::map<int, int> fresh;  // stage -> its first survivor that is not stale
   for (const Survivor& s : survivors) {
     const train::RankPlace place = place_of(in, s.rank);
-    const bool is_stale =
-        std::find(stale_slots.begin(), stale_slots.end(), layout::SlotRef{place.replica, place.slot}) !=
-        stale_slots.end();
-    if (is_stale) plan.stale.push_back(s.rank);
-    if (!is_stale && !plan.fresh) plan.fresh = s.rank;
+    if (std::find(stale_places.begin(), stale_places.end(), place) != stale_places.end()) {
+      plan.stale.push_back(s.rank);
+    } else {
+      fresh.try_emplace(place.stage, s.rank);
+    }
+  }
+  plan.members = plan.next->members();
+  for (int rank : plan.stale) {
+    const auto sender = fresh.find(place_of(in, rank).stage);
+    if (sender != fresh.end() && contains(plan.members, rank)) plan.refreshes.emplace_back(sender->second, rank);
   }
   // Growing for a rank that was lost while it asked changes nothing either,
   // but is no error: the members go on in a new epoch.
   plan.changes_nothing = in.failure && in.agreed.lost.empty() && plan.stale.empty() &&
                          in.agreed.joined.empty() && plan.completes_commit.empty() &&
                          plan.next->parallel().speeds == in.last.parallel().speeds;
-  plan.members = plan.next->members();
   if (!plan.members.empty()) plan.writer = plan.members.front();
   for (const Survivor& s : survivors) {
     if (s.applied == plan.newest && contains(plan.members, s.rank)) {
@@ -120,21 +125,50 @@ std::string behind_rule(const RecoveryPlan& plan, const Survivor& s) {
 
 std::string check_sources(const RecoveryInput& in, const RecoveryPlan& plan) {
   if (!plan.source) return plan.units_lost ? "" : "no source and no lost units";
-  std::vector<layout::SlotRef> serving;
+  std::vector<train::RankPlace> serving;
   for (const Survivor& s : in.agreed.survivors) {
     // A rank that completes the commit locally holds the newest step too.
     const bool holds = s.applied == plan.newest || contains(plan.completes_commit, s.rank);
     if (plan.is_stale(s.rank) || !holds) continue;
-    const train::RankPlace p = place_of(in, s.rank);
-    serving.push_back({p.replica, p.slot});
+    serving.push_back(place_of(in, s.rank));
   }
-  for (const layout::TransitionPlan* kind : kind_plans(plan.source->plans)) {
-    if (!kind->recoverable()) return "a source plan loses units: " + kind->lost_summary();
-    for (const layout::Move& m : kind->moves) {
-      if (std::find(serving.begin(), serving.end(), m.from) == serving.end()) {
-        return fmt::format("units {} come from replica {} slot {}, which does not hold step {} (stale, behind or lost)",
-                           m.units.to_string(), m.from.replica, m.from.slot, plan.newest);
+  if (plan.source->stages.size() != static_cast<std::size_t>(in.last.pp())) {
+    return fmt::format("the source plans {} stages of the job's {}", plan.source->stages.size(), in.last.pp());
+  }
+  for (std::size_t stage = 0; stage < plan.source->stages.size(); ++stage) {
+    for (const layout::TransitionPlan* kind : kind_plans(plan.source->stages[stage])) {
+      if (!kind->recoverable()) return "a source plan loses units: " + kind->lost_summary();
+      for (const layout::Move& m : kind->moves) {
+        const train::RankPlace from{m.from.replica, m.from.slot, static_cast<int>(stage)};
+        if (std::find(serving.begin(), serving.end(), from) == serving.end()) {
+          return fmt::format("units {} of stage {} come from replica {} slot {}, which does not hold step {} (stale, "
+                             "behind or lost)",
+                             m.units.to_string(), stage, m.from.replica, m.from.slot, plan.newest);
+        }
       }
+    }
+  }
+  return "";
+}
+
+// Every stale rank that trains next is refreshed once, by a rank of its own
+// stage that is not stale; "" when that holds.
+std::string check_refreshes(const RecoveryInput& in, const RecoveryPlan& plan) {
+  std::vector<int> refreshed;
+  for (const auto& [sender, rank] : plan.refreshes) {
+    if (plan.is_stale(sender)) return fmt::format("rank {} is stale but serves the replicated tensors", sender);
+    if (!plan.is_stale(rank)) return fmt::format("rank {} is refreshed but not stale", rank);
+    if (place_of(in, sender).stage != place_of(in, rank).stage) {
+      return fmt::format("rank {} of stage {} is refreshed by rank {} of stage {}", rank, place_of(in, rank).stage,
+                         sender, place_of(in, sender).stage);
+    }
+    refreshed.push_back(rank);
+  }
+  std::sort(refreshed.begin(), refreshed.end());
+  if (std::adjacent_find(refreshed.begin(), refreshed.end()) != refreshed.end()) return "a stale rank is refreshed twice";
+  for (int rank : plan.stale) {
+    if (contains(plan.members, rank) && !contains(refreshed, rank)) {
+      return fmt::format("stale rank {} trains next but nobody refreshes it", rank);
     }
   }
   return "";
@@ -162,16 +196,16 @@ std::string check_recovery_plan(const RecoveryInput& in, const RecoveryPlan& pla
   }
   if (plan.source) {
     std::vector<int> stale;
-    for (const layout::SlotRef& slot : plan.source->stale) {
+    for (const train::RankPlace& place : plan.source->stale) {
       for (const Survivor& s : in.agreed.survivors) {
-        if (place_of(in, s.rank) == train::RankPlace{slot.replica, slot.slot}) stale.push_back(s.rank);
+        if (place_of(in, s.rank) == place) stale.push_back(s.rank);
       }
     }
     std::sort(stale.begin(), stale.end());
     if (stale != plan.stale) return fmt::format("stale ranks {} differ from the source plan's {}", plan.stale, stale);
   }
   if (const std::string why = check_sources(in, plan); !why.empty()) return why;
-  if (plan.fresh && plan.is_stale(*plan.fresh)) return fmt::format("rank {} is stale but serves the replicated tensors", *plan.fresh);
+  if (const std::string why = check_refreshes(in, plan); !why.empty()) return why;
   if (!plan.members.empty() && !contains(plan.members, plan.writer)) {
     return fmt::format("writer {} does not train next", plan.writer);
   }

@@ -18,7 +18,8 @@
 //     leave no unit without a serving holder (train/recovery_source.h);
 //     a survivor behind `newest`, or holding another epoch's layout with other
 //     units, is stale: it serves nothing and receives all it holds, unless it
-//     entered the commit of `newest` and completes it locally;
+//     entered the commit of `newest` and completes it locally; each pipeline
+//     stage is planned on its own, from the same stage of the other replicas;
 //   - the writer is the first survivor that applied `newest` and trains in
 //     `next` (it holds the resume step's figures), else the first member.
 #include <cstdint>
@@ -26,6 +27,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "elastic/membership.h"
@@ -62,7 +64,10 @@ struct RecoveryPlan {
   std::uint64_t from_epoch = 0;                 // the layout the state is taken from
   std::vector<int> completes_commit;            // ranks that apply newest locally
   std::vector<int> stale;                       // ranks refreshed whole, ascending
-  std::optional<int> fresh;                     // the first survivor that is not stale
+  // (sender, stale rank) for every stale rank that trains next: the first
+  // survivor of its pipeline stage that is not stale sends it the stage's
+  // replicated tensors and the applied step.
+  std::vector<std::pair<int, int>> refreshes;
   std::vector<int> members;                     // the ranks that train in `next`, ascending
   int writer = -1;                              // -1 when nobody trains
   // A failed collective that lost no rank, left none behind, asked for no

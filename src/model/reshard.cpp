@@ -58,7 +58,7 @@ tensor::Buffer reshard_state(StateKind state, const ParameterLayout& from,
 void reshard(Model& model, AdamW* optimizer, const Shard& next, const UnitFetch& fetch,
              bool keep_local) {
   const ParameterLayout from = model.layout();
-  const ParameterLayout to(from.config(), next);
+  const ParameterLayout to(from.config(), next, from.stage());  // the same blocks, another shard
   if (model.tp_group() == nullptr && !(next == Shard::full(from.config())))
     throw std::invalid_argument("reshard: a partial shard needs a TP group");
   if (optimizer != nullptr) {

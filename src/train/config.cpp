@@ -662,7 +662,8 @@ namespace {
 std::int64_t job_rank_count(const ParallelConfig& p) {
   std::int64_t n = 0;
   for (std::int64_t r = 0; r < p.dp; ++r) {
-    if (p.trains(r)) n += static_cast<std::int64_t>(p.active_slots(r).size());
+    if (!p.trains(r)) continue;
+    for (std::int64_t stage = 0; stage < p.pp; ++stage) n += static_cast<std::int64_t>(p.active_slots(r, stage).size());
   }
   return n;
 }

@@ -62,7 +62,6 @@ void check_pipeline(const Config& config, const JobPlan& plan) {
     throw ConfigError(fmt::format("parallel.pp = {} (the {} blocks in stages of {}): {}", plan.pp(),
                                   plan.gpt().layers, fmt::join(stages, ", "), what));
   };
-  if (config.elastic.recover) refuse("elastic.recover: in-job recovery over pipeline stages is not built yet; set it false");
   if (config.elastic.relayout) refuse("elastic.relayout: per-stage speeds are not built yet; set it false");
   if (config.train.eval_every > 0) refuse("train.eval_every: validation over pipeline stages is not built yet; set it 0");
   if (config.power.mode != power::PowerMode::off) refuse("power.mode: the power policy over stages is not built yet; set \"off\"");

@@ -359,8 +359,9 @@ KindPlans transition(const JobPlan& from, const JobPlan& to, const std::vector<l
   const auto plan = [&](model::UnitKind kind) {
     layout::TransitionPlan p = layout::plan_transition(from.layout(kind, stage), to.layout(kind, stage), stale);
     if (!p.recoverable()) {
-      throw layout::UnitsLostError(fmt::format("no surviving holder at the resume step has these {}: {}",
-                                               kind_name(from.gpt(), kind), p.lost_summary()));
+      const std::string where = from.pp() > 1 ? fmt::format(" of pipeline stage {}", stage) : "";
+      throw layout::UnitsLostError(fmt::format("no surviving holder at the resume step has these {}{}: {}",
+                                               kind_name(from.gpt(), kind), where, p.lost_summary()));
     }
     return p;
   };

@@ -52,7 +52,7 @@ int index_in(const std::vector<int>& ranks, int rank) {
   if (rank < 0) return -1;
   const auto it = std::lower_bound(ranks.begin(), ranks.end(), rank);
   if (it == ranks.end() || *it != rank) {
-    throw std::logic_error(fmt::format("rank {} is not in the pipeline group {}", rank, fmt::join(ranks, ",")));
+    throw std::logic_error(fmt::format("rank {} is not in the group {}", rank, fmt::join(ranks, ",")));
   }
   return static_cast<int>(it - ranks.begin());
 }
@@ -748,58 +748,49 @@ StateHashes NtpTrainer::state_hashes() const {
 StateMoveStats NtpTrainer::move_state(const StateMoveOrder& order, comm::Group& exchange) {
   Impl& x = *impl_;
   const std::vector<int>& survivors = order.survivors;
-  const std::optional<int>& replicated_source = order.replicated_source;
-  const bool stale = order.stale;
   wait_for_checkpoint_copy(applied_ + 1);  // the move rewrites the state a save may be copying
-  if (replicated_source) {
-    // Replicated tensors and the optimizer's step count of a holder at the
-    // resume step, for the ranks rolled forward (every survivor takes part).
-    std::vector<float> values;
-    const std::span<const float> states[3] = {x.model->params(), x.optimizer->m().span(),
-                                              x.optimizer->v().span()};
-    for (const std::span<const float>& state : states) {
-      for (const model::TensorSpec& spec : x.model->layout().tensors()) {
-        if (spec.kind != model::UnitKind::kReplicated) continue;
-        values.insert(values.end(), state.begin() + spec.offset, state.begin() + spec.offset + spec.count);
-      }
-    }
-    const int root = static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), *replicated_source) -
-                                      survivors.begin());
-    exchange.broadcast(comm::View(values.data(), values.size()), root);
-    if (stale) {
-      std::size_t at = 0;
-      const std::span<float> targets[3] = {x.model->params(), x.optimizer->m().span(), x.optimizer->v().span()};
-      for (const std::span<float>& state : targets) {
-        for (const model::TensorSpec& spec : x.model->layout().tensors()) {
-          if (spec.kind != model::UnitKind::kReplicated) continue;
-          std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(at), spec.count, state.begin() + spec.offset);
-          at += static_cast<std::size_t>(spec.count);
-        }
-      }
-      x.optimizer->set_steps(order.resume_applied + 1);
-      applied_ = order.resume_applied;
-      pending_commit_ = -1;
-    }
-  }
   StateMoveRank mover;
   mover.from = layout::SlotRef{me_.replica, me_.slot};
   const RankView next = order.next->view(options_.rank);
   if (next.trains) mover.to = layout::SlotRef{me_.replica, me_.slot};
-  mover.stale = stale && hooks_.mutation() != Mutation::kSkipRollForward;
-  mover.group_rank_of = exchange_rank_of(survivors);
-  return train::move_state(*x.model, *x.optimizer, next.shard, *order.plans, mover, exchange);
+  mover.stale = order.stale && hooks_.mutation() != Mutation::kSkipRollForward;
+  mover.group_rank_of = exchange_rank_of(survivors, me_.stage);
+  // A stale rank is rolled forward: its stage's replicated tensors and the
+  // optimizer's step count of a holder at the resume step.
+  for (const auto& [sender, rank] : order.refreshes) {
+    if (sender == options_.rank) mover.replicated_to.push_back(index_in(survivors, rank));
+    if (rank == options_.rank) mover.replicated_from = index_in(survivors, sender);
+  }
+  const StateMoveStats stats = train::move_state(*x.model, *x.optimizer, next.shard,
+                                                 order.plans->at(static_cast<std::size_t>(me_.stage)), mover, exchange);
+  if (mover.replicated_from && mover.stale) {
+    x.optimizer->set_steps(order.resume_applied + 1);
+    applied_ = order.resume_applied;
+    pending_commit_ = -1;
+  }
+  return stats;
 }
 
 std::vector<std::pair<int, int>> NtpTrainer::exchange_links(const StateMoveOrder& order) const {
-  return move_links(*order.plans, exchange_rank_of(order.survivors));
+  std::vector<std::pair<int, int>> links;
+  for (int stage = 0; stage < static_cast<int>(order.plans->size()); ++stage) {
+    const auto stage_links =
+        move_links(order.plans->at(static_cast<std::size_t>(stage)), exchange_rank_of(order.survivors, stage));
+    links.insert(links.end(), stage_links.begin(), stage_links.end());
+  }
+  for (const auto& [sender, rank] : order.refreshes) {
+    links.emplace_back(index_in(order.survivors, sender), index_in(order.survivors, rank));
+  }
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  return links;
 }
 
-// The exchange group's rank of the process of a slot: its place in the
-// ascending survivors.
-std::function<int(layout::SlotRef)> NtpTrainer::exchange_rank_of(const std::vector<int>& survivors) const {
-  return [this, &survivors](layout::SlotRef slot) {
-    const int global = plan_.rank_of({slot.replica, slot.slot});
-    return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), global) - survivors.begin());
+// The exchange group's rank of the process of a slot of `stage`: its place
+// in the ascending survivors.
+std::function<int(layout::SlotRef)> NtpTrainer::exchange_rank_of(const std::vector<int>& survivors, int stage) const {
+  return [this, &survivors, stage](layout::SlotRef slot) {
+    return index_in(survivors, plan_.rank_of({slot.replica, slot.slot, stage}));
   };
 }
 

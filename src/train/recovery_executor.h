@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,12 +42,12 @@ struct CommitState {
 // `stale`) over a group of every survivor.
 struct StateMoveOrder {
   const JobPlan* next = nullptr;
-  const KindPlans* plans = nullptr;
+  const std::vector<KindPlans>* plans = nullptr;  // of each pipeline stage
   std::vector<int> survivors;  // the exchange group's ranks, ascending
   bool stale = false;
-  // The rank that sends the replicated tensors and the applied step to the
-  // stale ranks (every survivor takes part); none when nobody is stale.
-  std::optional<int> replicated_source;
+  // (sender, stale rank), global ranks: the sender, of the stale rank's
+  // stage, sends it the stage's replicated tensors and the applied step.
+  std::vector<std::pair<int, int>> refreshes;
   std::int64_t resume_applied = -1;  // the newest applied step
 };
 

@@ -8,13 +8,13 @@
 namespace ntp::train {
 namespace {
 
-// The units of every kind the slot at `place` holds under `plan` (none where
-// its replica does not train).
+// The units of every kind the slot at `place` holds under `plan`, in its
+// stage (none where its replica does not train).
 std::vector<layout::IntervalSet> slot_units(const JobPlan& plan, RankPlace place) {
   std::vector<layout::IntervalSet> out;
   if (!plan.trains(place.replica)) return out;
   for (const model::UnitKind kind : {model::UnitKind::kHead, model::UnitKind::kNeuron, model::UnitKind::kVocab}) {
-    out.push_back(plan.layout(kind).slot_view(place.replica, place.slot).units);
+    out.push_back(plan.layout(kind, place.stage).slot_view(place.replica, place.slot).units);
   }
   return out;
 }
@@ -43,10 +43,16 @@ RecoverySource choose_recovery_source(const std::map<std::uint64_t, const JobPla
       const bool serves = s.applied == newest &&
                           (s.held_epoch == from ||
                            slot_units(*plans.at(s.held_epoch), s.place) == slot_units(*plans.at(from), s.place));
-      if (!serves && !completes_locally(s, newest, from)) out.stale.push_back({s.place.replica, s.place.slot});
+      if (!serves && !completes_locally(s, newest, from)) out.stale.push_back(s.place);
     }
     try {
-      out.plans = transition(*plans.at(from), next, out.stale);
+      for (int stage = 0; stage < next.pp(); ++stage) {
+        std::vector<layout::SlotRef> stale;
+        for (const RankPlace& p : out.stale) {
+          if (p.stage == stage) stale.push_back({p.replica, p.slot});
+        }
+        out.stages.push_back(transition(*plans.at(from), next, stale, stage));
+      }
       return out;
     } catch (const layout::UnitsLostError&) {
       if (!first_loss) first_loss = std::current_exception();

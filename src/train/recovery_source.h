@@ -11,6 +11,11 @@
 // gives its slot the same units (a healthy replica's slots keep theirs when
 // another replica changes). The newest such epoch from which no unit is lost
 // is chosen; every survivor, given the same agreement, chooses alike.
+//
+// With pipeline stages each stage is recovered on its own: a slot's units
+// are its stage's, a lost rank's units come from the same stage of a peer
+// replica, and the other stages' plans move nothing unless they too lost or
+// left behind a rank.
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -28,9 +33,9 @@ struct SurvivorState {
 };
 
 struct RecoverySource {
-  std::uint64_t epoch = 0;             // the layout the state is taken from
-  std::vector<layout::SlotRef> stale;  // slots refreshed whole (they never serve)
-  KindPlans plans;
+  std::uint64_t epoch = 0;        // the layout the state is taken from
+  std::vector<RankPlace> stale;   // slots refreshed whole (they never serve)
+  std::vector<KindPlans> stages;  // the transition plans of each pipeline stage
 };
 
 // Whether a survivor one step short completes that step locally under the

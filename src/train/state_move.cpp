@@ -21,6 +21,8 @@ constexpr std::array<model::StateKind, 3> kStates = {model::StateKind::kParams, 
                                                      model::StateKind::kAdamV};
 constexpr std::uint32_t kTagsPerKind = 1u << 20;
 constexpr std::uint32_t kChecksumTag = 1u << 30;
+// The replicated tensors' message: after every kind's moves.
+constexpr std::uint32_t kReplicatedTag = 3 * kTagsPerKind;
 constexpr std::array<const char*, 3> kKindNames = {"heads", "FFN neurons", "vocabulary rows"};
 
 const layout::TransitionPlan& plan_of(const KindPlans& plans, std::size_t kind) {
@@ -98,6 +100,40 @@ void fetch_from(const std::vector<Message>& received, model::StateKind state,
   }
 }
 
+// The replicated tensors' parameters and both moments, tensor-major per
+// state, in layout order: the same order on every rank of a model stage.
+std::vector<const model::TensorSpec*> replicated_specs(const model::ParameterLayout& layout) {
+  std::vector<const model::TensorSpec*> specs;
+  for (const model::TensorSpec& spec : layout.tensors()) {
+    if (spec.kind == model::UnitKind::kReplicated) specs.push_back(&spec);
+  }
+  return specs;
+}
+
+std::size_t replicated_size(const model::ParameterLayout& layout) {
+  std::size_t n = 0;
+  for (const model::TensorSpec* spec : replicated_specs(layout)) n += static_cast<std::size_t>(spec->count);
+  return kStates.size() * n;
+}
+
+void pack_replicated(const model::ParameterLayout& layout, const std::array<std::span<const float>, 3>& state,
+                     float* dst) {
+  for (const std::span<const float>& values : state) {
+    for (const model::TensorSpec* spec : replicated_specs(layout)) {
+      dst = std::copy_n(values.begin() + spec->offset, spec->count, dst);
+    }
+  }
+}
+
+void unpack_replicated(const model::ParameterLayout& layout, const float* src, const std::array<std::span<float>, 3>& state) {
+  for (const std::span<float>& values : state) {
+    for (const model::TensorSpec* spec : replicated_specs(layout)) {
+      std::copy_n(src, spec->count, values.begin() + spec->offset);
+      src += spec->count;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<int, int>> move_links(const KindPlans& plans,
@@ -132,7 +168,7 @@ StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const mo
     }
   }
   sent.reserve(n_sent);
-  received.reserve(n_received);
+  received.reserve(n_received + 1);  // and the replicated tensors
   for (std::size_t k = 0; k < kKinds.size(); ++k) {
     const std::vector<layout::Move>& moves = plan_of(plans, k).moves;
     for (std::size_t i = 0; i < moves.size(); ++i) {
@@ -162,11 +198,36 @@ StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const mo
       }
     }
   }
+  Message replicated_out;
+  if (!rank.replicated_to.empty()) {
+    replicated_out.values = tensor::Buffer(replicated_size(layout));
+    pack_replicated(layout, state, replicated_out.values.data());
+    replicated_out.checksum = checksum_of(replicated_out.values);
+    for (int dst : rank.replicated_to) {
+      ops.push_back(comm::P2POp::send(comm::ConstView(replicated_out.values.data(), replicated_out.values.size()), dst,
+                                      kReplicatedTag));
+      ops.push_back(comm::P2POp::send(comm::ConstView(&replicated_out.checksum, 1), dst, kReplicatedTag | kChecksumTag));
+      stats.bytes_out += static_cast<std::int64_t>(replicated_out.values.size() * sizeof(float));
+    }
+  }
+  if (rank.replicated_from) {
+    received.push_back({});
+    Message& msg = received.back();
+    msg.values = tensor::Buffer(replicated_size(layout));
+    msg.what = fmt::format("the replicated tensors from exchange rank {}", *rank.replicated_from);
+    ops.push_back(comm::P2POp::recv(msg.values.span(), *rank.replicated_from, kReplicatedTag));
+    ops.push_back(comm::P2POp::recv(comm::View(&msg.checksum, 1), *rank.replicated_from, kReplicatedTag | kChecksumTag));
+    stats.bytes_in += static_cast<std::int64_t>(msg.values.size() * sizeof(float));
+  }
   group.exchange(ops);
   for (const Message& msg : received) {
     if (checksum_of(msg.values) != msg.checksum) {
       throw std::runtime_error("state move: the state of " + msg.what + " arrived corrupted (checksum)");
     }
+  }
+  if (rank.replicated_from) {
+    unpack_replicated(layout, received.back().values.data(), {model.params(), optimizer.m().span(), optimizer.v().span()});
+    received.pop_back();  // fetch_from reads the moves' messages only
   }
   if (!rank.to) return stats;
   model::reshard(model, &optimizer, next, [&received](model::StateKind s, const model::TensorSpec& spec,

@@ -40,6 +40,11 @@ struct StateMoveRank {
   // Its state is outdated: every unit of the new shard arrives from a peer
   // (the plan sends them all), none is kept.
   bool stale = false;
+  // The replicated tensors (parameters and both moments): the group rank a
+  // stale rank receives them from, and the group ranks this rank sends its
+  // own to (ranks of the same model stage: the same tensors).
+  std::optional<int> replicated_from;
+  std::vector<int> replicated_to;
 };
 
 // The pairs of group ranks (sender, receiver) that move_state trades
@@ -50,6 +55,8 @@ std::vector<std::pair<int, int>> move_links(const KindPlans& plans,
 
 // Every member of `group` calls it with the same plans. Without `rank.to`
 // the rank only serves its units and the model is left as it is.
+// Replicated tensors travel in the same exchange and are written before the
+// shard is adopted.
 StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const model::Shard& next,
                           const KindPlans& plans, const StateMoveRank& rank, comm::Group& group);
 

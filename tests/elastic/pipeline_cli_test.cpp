@@ -146,7 +146,7 @@ TEST_F(PipelineCliTest, WhatAPipelineDoesNotDoYetIsRefusedNamingTheKey) {
   const fs::path val = dir_ / "val.txt";
   ntp::testing::write_text_data(val, "validation");
   for (const auto& [set, key] : std::vector<std::pair<std::string, std::string>>{
-           {"elastic.recover=true", "elastic.recover"},
+           {"elastic.relayout=true --set elastic.recover=true", "elastic.relayout"},
            {"train.eval_every=1 --set data.val_path='\"" + val.string() + "\"'", "train.eval_every"},
            {"power.mode='\"simulated\"'", "power.mode"}}) {
     const Result r = ntp("train --run-dir " + (dir_ / "refused").string() + kSmall + " --set parallel.pp=2 --set " + set);

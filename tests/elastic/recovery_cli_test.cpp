@@ -181,6 +181,44 @@ TEST_F(RecoveryCliTest, ChaosOfFiveFailuresRecoversOrStopsCleanly) {
 
 // A crash (SIGSEGV, as a faulty driver would raise) is recovered like any
 // death, and the dead rank's log says what killed it and where.
+// Pipeline stages (docs/pipeline.md): dp 2 x pp 2 x tp 2 over 2 blocks has
+// ranks 0-1 (replica 0, stage 0), 2-3 (replica 0, stage 1), 4-5 and 6-7 (replica
+// 1); dp 2 x pp 3 x tp 2 over 3 blocks puts replica 0's stages at ranks 0-1,
+// 2-3, 4-5 and replica 1's at 6-7, 8-9, 10-11. A lost rank's units come from
+// the same stage of the other replica; its stage runs at TP 1 and the other
+// stages keep their state.
+const std::string kPp2 = "--set model.layers=2 --set parallel.dp=2 --set parallel.pp=2 --set parallel.tp=2 ";
+const std::string kPp3 = "--set model.layers=3 --set parallel.dp=2 --set parallel.pp=3 --set parallel.tp=2 ";
+
+INSTANTIATE_TEST_SUITE_P(
+    Pipeline, RecoveryFaultTest,
+    ::testing::Values(
+        FaultCase{"first_stage_killed_in_forward", kPp2 + "--set 'test.failures=\"4@2:forward\"'"},
+        FaultCase{"first_stage_stopped_in_backward", kPp2 + "--set 'test.failures=\"1@2:backward:STOP\"'"},
+        FaultCase{"first_stage_killed_in_commit", kPp2 + "--set 'test.failures=\"5@2:commit\"'"},
+        FaultCase{"middle_stage_killed_in_forward", kPp3 + "--set 'test.failures=\"9@2:forward\"'"},
+        FaultCase{"middle_stage_stopped_in_commit", kPp3 + "--set 'test.failures=\"8@2:commit:STOP\"'"},
+        // Stage 1 of replica 0 and stage 2 of replica 1 in the same step.
+        FaultCase{"middle_and_last_stage_of_two_replicas", kPp3 + "--set 'test.failures=\"3@2:backward; 10@2:forward\"'"},
+        FaultCase{"last_stage_killed_in_backward", kPp2 + "--set 'test.failures=\"2@2:backward\"'"},
+        FaultCase{"last_stage_stopped_in_forward", kPp2 + "--set 'test.failures=\"6@2:forward:STOP\"'"},
+        FaultCase{"last_stage_stopped_in_commit", kPp2 + "--set 'test.failures=\"2@2:commit:STOP\"'"},
+        FaultCase{"last_stage_killed_in_sync", kPp2 + "--set 'test.failures=\"3@2:sync\"'"},
+        FaultCase{"last_stage_killed_in_optimizer", kPp2 + "--set 'test.failures=\"7@2:optimizer\"'"},
+        FaultCase{"writer_killed_in_commit", kPp2 + "--set 'test.failures=\"0@2:commit\"'"},
+        // Rank 2 (stage 1) misses the commit the others applied and is rolled
+        // forward from stage 1 of replica 1 while rank 4 (stage 0) dies.
+        FaultCase{"behind_in_one_stage_and_a_death_in_another",
+                  kPp2 + "--set 'test.failures=\"2@2:commit:LAG; 4@2:commit\"'"},
+        FaultCase{"death_in_another_stage_during_recovery",
+                  kPp2 + "--set 'test.failures=\"6@2:forward; 1@2:recovery\"'"},
+        // Both ranks of replica 1's stage 1: the replica sits out, replica 0 trains on.
+        FaultCase{"a_whole_stage_of_a_replica_lost", kPp2 + "--set 'test.failures=\"6@3:forward; 7@3:forward\"'"},
+        FaultCase{"llama_last_stage_killed_in_backward",
+                  kPp2 + "--set model.family=llama --set model.preset=llama-tiny --set model.heads=8"
+                         " --set model.kv_heads=4 --set 'test.failures=\"6@2:backward\"'"}),
+    [](const ::testing::TestParamInfo<FaultCase>& param_info) { return std::string(param_info.param.name); });
+
 TEST_F(RecoveryCliTest, ACrashedRankIsRecoveredAndItsLogHoldsABacktrace) {
   const TrainRun run = train(dir_, "--set train.steps=6 --set parallel.dp=2 --set parallel.tp=2"
                                    " --set 'test.failures=\"2@2:backward:SEGV\"'");
@@ -583,6 +621,54 @@ TEST_F(RecoveryCliTest, ContradictoryDeadlinesAreRejectedBeforeAnyWorkerStarts) 
   const TrainRun run = train(dir_, "--set parallel.dp=2 --set parallel.tp=2 --set deadline.collective_s=40");
   EXPECT_EQ(run.code, 2) << run.output;
   EXPECT_NE(run.output.find("deadline.rendezvous_s"), std::string::npos) << run.output;
+}
+
+// Pipeline stages, signalled from the outside by pid in the middle of a
+// step (kPp2's ranks): SIGKILL to a last-stage worker and SIGSTOP to a
+// first-stage one; each run recovers in-job and verifies.
+TEST_F(RecoveryCliTest, AStageWorkerSignalledByPidIsRecoveredInJob) {
+  for (const auto& [rank, sig] : std::vector<std::pair<int, int>>{{6, SIGKILL}, {1, SIGSTOP}}) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " signal " + std::to_string(sig));
+    fs::remove_all(dir_);
+    bool sent = false;
+    const TrainRun run = train_and_signal(
+        dir_, {"train.steps=10", "model.layers=2", "parallel.dp=2", "parallel.pp=2", "parallel.tp=2"}, rank, sig,
+        [&] { return read_lines(dir_ / "metrics.jsonl").size() >= 3; }, sent);
+    ASSERT_TRUE(sent) << "no third step within 60 s\n" << run.output;
+    expect_recovered(run, 10);
+    EXPECT_EQ(events_named(dir_, "membership_agreed").at(0)["lost"], nlohmann::json::parse("[" + std::to_string(rank) + "]"));
+  }
+}
+
+// A repaired rank of stage 1 rejoins: its stage goes back to TP 2, the
+// replica's units of that stage come back to it from its own stage's peers.
+TEST_F(RecoveryCliTest, ARepairedStageRankRejoinsAndItsStageGoesBackToFullTp) {
+  const TrainRun run = train(dir_, "--set train.steps=30 " + kPp2 +
+                                       "--set 'test.failures=\"6@1:forward\"' --set elastic.rejoin=true"
+                                       " --set test.repair_at_step=2");
+  expect_recovered(run, 30);
+  const std::vector<nlohmann::json> metrics = read_lines(dir_ / "metrics.jsonl");
+  EXPECT_EQ(metrics[2]["tp"], nlohmann::json::parse("[2, 1]"));
+  EXPECT_EQ(metrics.back()["tp"], nlohmann::json::parse("[2, 2]")) << run.output;
+  ASSERT_EQ(events_named(dir_, "rank_rejoined").size(), 1u) << run.output;
+  EXPECT_EQ(events_named(dir_, "rank_rejoined")[0]["rank"], 6);
+}
+
+// A stage-1 writer killed while its checkpoint part is written: that save is
+// abandoned, the job recovers in-job and saves the same step again in the new
+// layout; the later one is complete too.
+TEST_F(RecoveryCliTest, AStageWriterKilledWhileSavingIsRecoveredAndTheStepSavedAgain) {
+  const TrainRun run = train(dir_, "--set train.steps=12 --set train.checkpoint_every=4 " + kPp2 +
+                                       "--set 'test.failures=\"2@7:checkpoint\"'");
+  expect_recovered(run, 12);
+  std::vector<std::int64_t> saved;
+  for (const nlohmann::json& e : events_named(dir_, "checkpoint_saved")) saved.push_back(e["step"]);
+  EXPECT_EQ(saved, (std::vector<std::int64_t>{4, 8, 12}));
+  ASSERT_FALSE(events_named(dir_, "checkpoint_failed").empty()) << run.output;
+  EXPECT_EQ(events_named(dir_, "checkpoint_failed")[0]["step"], 8);
+  for (const char* step : {"step-8", "step-12"}) {
+    EXPECT_TRUE(fs::exists(dir_ / "checkpoints" / step / "manifest.json")) << step;
+  }
 }
 
 }  // namespace

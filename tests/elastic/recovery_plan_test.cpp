@@ -86,6 +86,13 @@ struct Case {
   }
 };
 
+// dp x pp x tp: replica r's stage s holds ranks (r * pp + s) * tp + slot.
+ParallelConfig staged(std::int64_t dp, std::int64_t pp, std::int64_t tp) {
+  ParallelConfig p = job(dp, tp);
+  p.pp = pp;
+  return p;
+}
+
 // Plans the case and checks the invariants; the plan is returned for the case's own expectations.
 RecoveryPlan planned(const Case& c) {
   const RecoveryInput in = c.input();
@@ -95,7 +102,7 @@ RecoveryPlan planned(const Case& c) {
 }
 
 std::int64_t moved_units(const RecoveryPlan& plan) {
-  const train::KindPlans& k = plan.source->plans;
+  const train::KindPlans& k = plan.source->stages[0];
   return k.heads.intra_units + k.heads.cross_units + k.neurons.intra_units + k.neurons.cross_units +
          k.vocab.intra_units + k.vocab.cross_units;
 }
@@ -110,7 +117,7 @@ TEST(RecoveryPlan, OneLostRankResumesAfterTheNewestStepWithoutItsSlot) {
   EXPECT_TRUE(plan.completes_commit.empty());
   EXPECT_EQ(plan.members, (std::vector<int>{0, 1, 2, 3, 4, 6, 7}));
   EXPECT_EQ(plan.writer, 0);
-  EXPECT_EQ(plan.fresh, 0);
+  EXPECT_TRUE(plan.refreshes.empty());
   EXPECT_FALSE(plan.changes_nothing);
   EXPECT_GT(moved_units(plan), 0);
 }
@@ -127,7 +134,7 @@ TEST(RecoveryPlan, ALossMovesTheLostSlotsUnitsAcrossDomainsOnceAndTheRestInside)
   const RecoveryPlan plan = planned(c);
   const auto plans = c.plans();
   const train::JobPlan& before = plans->rbegin()->second;
-  const train::KindPlans& k = plan.source->plans;
+  const train::KindPlans& k = plan.source->stages[0];
   const model::UnitKind kinds[] = {model::UnitKind::kHead, model::UnitKind::kNeuron, model::UnitKind::kVocab};
   int i = 0;
   for (const layout::TransitionPlan* kind : {&k.heads, &k.neurons, &k.vocab}) {
@@ -181,7 +188,7 @@ TEST(RecoveryPlan, ARankBehindWithoutTheCommitIsStaleAndRefilled) {
   EXPECT_TRUE(plan.completes_commit.empty());
   // It receives every unit it holds next, even those it held: its copy is a step old.
   layout::IntervalSet received;
-  for (const layout::Move& m : plan.source->plans.heads.receives_of({0, 2})) received.add(m.units);
+  for (const layout::Move& m : plan.source->stages[0].heads.receives_of({0, 2})) received.add(m.units);
   EXPECT_FALSE(received.empty());
 }
 
@@ -204,9 +211,9 @@ TEST(RecoveryPlan, AReplicaWhollyBehindIsFedAcrossDomains) {
   const RecoveryPlan plan = planned(c);
   ASSERT_TRUE(plan.source.has_value());
   EXPECT_EQ(plan.stale, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(plan.source->plans.heads.intra_units, 0);
+  EXPECT_EQ(plan.source->stages[0].heads.intra_units, 0);
   EXPECT_EQ(plan.writer, 4);
-  EXPECT_EQ(plan.fresh, 4);
+  EXPECT_EQ(plan.refreshes, (std::vector<std::pair<int, int>>{{4, 0}, {4, 1}, {4, 2}, {4, 3}}));
 }
 
 TEST(RecoveryPlan, NoHolderLeftForAUnitStopsTheJob) {
@@ -313,7 +320,7 @@ TEST(RecoveryPlan, ARelayoutMovesUnitsOnlyInsideTheSlowReplica) {
   EXPECT_EQ(plan.members, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_TRUE(plan.stale.empty());
   EXPECT_GT(moved_units(plan), 0);
-  const train::KindPlans& k = plan.source->plans;
+  const train::KindPlans& k = plan.source->stages[0];
   for (const layout::TransitionPlan* kind : {&k.heads, &k.neurons, &k.vocab}) {
     EXPECT_EQ(kind->cross_units, 0);
     for (const layout::Move& m : kind->moves) {
@@ -440,7 +447,7 @@ TEST(RecoveryPlan, ThePlanIsTheSameOnEverySurvivor) {
   const RecoveryPlan a = planned(c);
   const RecoveryPlan b = planned(c);
   EXPECT_EQ(a.stale, b.stale);
-  EXPECT_EQ(a.source->plans.heads.moves, b.source->plans.heads.moves);
+  EXPECT_EQ(a.source->stages[0].heads.moves, b.source->stages[0].heads.moves);
   EXPECT_EQ(a.writer, b.writer);
 }
 
@@ -487,8 +494,8 @@ TEST(RecoveryPlanChecker, RejectsARelayoutThatKeptTheOldSpeeds) {
 TEST(RecoveryPlanChecker, RejectsAUnitTakenFromAStaleHolder) {
   const Case c = stale_case();
   RecoveryPlan plan = plan_recovery(c.input());
-  ASSERT_FALSE(plan.source->plans.heads.moves.empty());
-  plan.source->plans.heads.moves.front().from = {0, 2};  // rank 2 is behind
+  ASSERT_FALSE(plan.source->stages[0].heads.moves.empty());
+  plan.source->stages[0].heads.moves.front().from = {0, 2};  // rank 2 is behind
   EXPECT_NE(check_recovery_plan(c.input(), plan).find("does not hold step 9"), std::string::npos);
 }
 
@@ -496,7 +503,7 @@ TEST(RecoveryPlanChecker, RejectsAUnitTakenFromALostRank) {
   Case c(job(2, 4));
   c.survive(9, {5});
   RecoveryPlan plan = plan_recovery(c.input());
-  plan.source->plans.neurons.moves.front().from = {1, 1};  // rank 5 is lost
+  plan.source->stages[0].neurons.moves.front().from = {1, 1};  // rank 5 is lost
   EXPECT_NE(check_recovery_plan(c.input(), plan), "");
 }
 
@@ -535,8 +542,79 @@ TEST(RecoveryPlanChecker, RejectsANextConfigurationThatKeepsALostSlot) {
 TEST(RecoveryPlanChecker, RejectsAStaleRankServingTheReplicatedTensors) {
   const Case c = stale_case();
   RecoveryPlan plan = plan_recovery(c.input());
-  plan.fresh = 2;
+  ASSERT_EQ(plan.refreshes, (std::vector<std::pair<int, int>>{{0, 2}}));
+  EXPECT_EQ(check_recovery_plan(c.input(), plan), "");
+  plan.refreshes.front().first = 2;
   EXPECT_NE(check_recovery_plan(c.input(), plan).find("serves the replicated"), std::string::npos);
+  plan.refreshes.clear();
+  EXPECT_NE(check_recovery_plan(c.input(), plan).find("nobody refreshes it"), std::string::npos);
+  plan.refreshes = {{0, 2}, {1, 2}};
+  EXPECT_NE(check_recovery_plan(c.input(), plan).find("refreshed twice"), std::string::npos);
+  plan.refreshes = {{0, 2}, {1, 3}};
+  EXPECT_NE(check_recovery_plan(c.input(), plan).find("rank 3 is refreshed but not stale"), std::string::npos);
+}
+
+// With pipeline stages a lost rank's units come from the same stage of the
+// other replica; the other stages move nothing.
+TEST(RecoveryPlan, ALostRankOfAStageIsRefilledFromThatStageOnly) {
+  Case c(staged(2, 2, 2));
+  c.survive(9, {6});  // replica 1, stage 1, slot 0
+  const RecoveryPlan plan = planned(c);
+  ASSERT_TRUE(plan.source.has_value());
+  ParallelConfig expected = staged(2, 2, 2);
+  expected.failed[{1, 1}] = {0};
+  EXPECT_EQ(plan.next->parallel(), expected);
+  ASSERT_EQ(plan.source->stages.size(), 2u);
+  const train::KindPlans& first = plan.source->stages[0];
+  for (const layout::TransitionPlan* k : {&first.heads, &first.neurons, &first.vocab}) EXPECT_TRUE(k->moves.empty());
+  const train::KindPlans& second = plan.source->stages[1];
+  std::int64_t moved = 0;
+  for (const layout::TransitionPlan* k : {&second.heads, &second.neurons, &second.vocab}) {
+    for (const layout::Move& m : k->moves) {
+      EXPECT_EQ(m.to, (layout::SlotRef{1, 1})) << "only the surviving slot of replica 1's stage 1 receives";
+      moved += m.units.size();
+    }
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_EQ(plan.members, (std::vector<int>{0, 1, 2, 3, 4, 5, 7}));
+}
+
+// A move's holder is a slot of the move's own stage: slot 0 of replica 1 is
+// lost in stage 1 (rank 6) though alive in stage 0 (rank 4).
+TEST(RecoveryPlanChecker, RejectsUnitsTakenFromTheSameSlotOfAnotherStage) {
+  Case c(staged(2, 2, 2));
+  c.survive(9, {6});
+  RecoveryPlan plan = plan_recovery(c.input());
+  ASSERT_FALSE(plan.source->stages[1].heads.moves.empty());
+  plan.source->stages[1].heads.moves.front().from = {1, 0};
+  EXPECT_NE(check_recovery_plan(c.input(), plan).find("of stage 1 come from replica 1 slot 0"), std::string::npos);
+  plan.source->stages.pop_back();
+  EXPECT_NE(check_recovery_plan(c.input(), plan).find("the source plans 1 stages"), std::string::npos);
+}
+
+// Stale ranks are refreshed by a rank of their own stage (their replicated
+// tensors are that stage's).
+TEST(RecoveryPlan, StaleRanksOfTwoStagesAreRefreshedWithinTheirStage) {
+  Case c(staged(2, 2, 2));
+  c.survive(9).behind(2, 8).behind(4, 8);  // stage 1 of replica 0, stage 0 of replica 1
+  RecoveryPlan plan = planned(c);
+  EXPECT_EQ(plan.stale, (std::vector<int>{2, 4}));
+  EXPECT_EQ(plan.refreshes, (std::vector<std::pair<int, int>>{{3, 2}, {0, 4}}));
+  plan.refreshes = {{0, 2}, {0, 4}};
+  EXPECT_NE(check_recovery_plan(c.input(), plan).find("rank 2 of stage 1 is refreshed by rank 0 of stage 0"),
+            std::string::npos);
+}
+
+TEST(RecoveryPlan, AStageWithNoHolderLeftNamesTheStage) {
+  Case c(staged(2, 2, 2));
+  c.survive(9, {2, 6});  // slot 0 of stage 1 in both replicas
+  const RecoveryPlan plan = planned(c);
+  ASSERT_FALSE(plan.source.has_value());
+  try {
+    std::rethrow_exception(plan.units_lost);
+  } catch (const layout::UnitsLostError& e) {
+    EXPECT_NE(std::string(e.what()).find("of pipeline stage 1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -371,6 +371,17 @@ TEST(Config, FailedSlotsNameTheirStageInAPipeline) {
   EXPECT_EQ(parsed(to_toml(flat)).parallel, flat.parallel);
 }
 
+// A rank of a later stage is a rank of the job: dp 2 x pp 3 x tp 4 with one
+// failed slot has 23 ranks (0-22).
+TEST(Config, InjectedFailuresMayNameARankOfAnyStage) {
+  const std::string job = "[parallel]\npp = 3\ntp = 4\ndp = 2\nfailed = { 0 = { 1 = [2] } }\n";
+  EXPECT_NO_THROW(validate(parsed(job + "[test]\nfailures = \"22@1:forward\"\n")));
+  expect_error([&] { validate(parsed(job + "[test]\nfailures = \"23@1:forward\"\n")); },
+               {"test.failures", "no such rank (the job has 23 ranks)"});
+  expect_error([&] { validate(parsed(job + "[test]\nkill_rank = 23\nkill_at_step = 1\n")); },
+               {"test.kill_rank", "23 ranks"});
+}
+
 TEST(Config, LoadConfigAppliesFileThenOverridesThenValidates) {
   const auto dir = std::filesystem::temp_directory_path() / "ntp_config_test";
   std::filesystem::create_directories(dir);

@@ -49,8 +49,8 @@ TEST_F(RecoverySource, ASurvivorInAnotherLayoutServesWhereItHoldsTheSameUnits) {
   EXPECT_EQ(source.epoch, 1u);
   // Replica 0 went to TP 1 in epoch 1, so rank 0's epoch-0 units are not its
   // epoch-1 ones; replicas 1 and 2 kept theirs.
-  EXPECT_EQ(source.stale, (std::vector<layout::SlotRef>{{0, 0}}));
-  EXPECT_TRUE(source.plans.heads.recoverable());
+  EXPECT_EQ(source.stale, (std::vector<RankPlace>{{0, 0}}));
+  EXPECT_TRUE(source.stages[0].heads.recoverable());
 }
 
 TEST_F(RecoverySource, AllInOneLayoutIsTheUsualCase) {
@@ -62,8 +62,7 @@ TEST_F(RecoverySource, AllInOneLayoutIsTheUsualCase) {
 
 TEST_F(RecoverySource, ASurvivorBehindIsStaleAndOneShortOfTheCommitCompletesIt) {
   std::vector<SurvivorState> survivors = {at(0, 0, 0), at(1, 0, 0, 0), at(2, 0, 0), at(2, 1, 0)};
-  EXPECT_EQ(choose_recovery_source(plans_, survivors, next_).stale,
-            (std::vector<layout::SlotRef>{{1, 0}}));
+  EXPECT_EQ(choose_recovery_source(plans_, survivors, next_).stale, (std::vector<RankPlace>{{1, 0}}));
   survivors[1].pending = 1;  // it entered step 1's commit: it completes the step itself
   EXPECT_TRUE(completes_locally(survivors[1], 1, 0));
   EXPECT_TRUE(choose_recovery_source(plans_, survivors, next_).stale.empty());

@@ -48,7 +48,10 @@ class CorruptingGroup : public comm::Group {
 // `corrupt`, every message arrives with one bit flipped: each rank that
 // receives must refuse the move, naming what arrived corrupted. With
 // `sparse`, the group connects only its ring and the pairs of move_links.
-void check_move(std::int64_t tp, int dead, bool corrupt = false, bool sparse = false) {
+// With `refresh`, every survivor but group rank 0 starts with wrong
+// replicated tensors (parameters and moments) and takes group rank 0's, as a
+// stale rank is rolled forward.
+void check_move(std::int64_t tp, int dead, bool corrupt = false, bool sparse = false, bool refresh = false) {
   const model::GptConfig c = model::testing::small_test_config();
   ParallelConfig before;
   before.dp = 2;
@@ -100,11 +103,23 @@ void check_move(std::int64_t tp, int dead, bool corrupt = false, bool sparse = f
       opt.m().data()[i] = m.params()[i] + 1.0f;
       opt.v().data()[i] = m.params()[i] + 2.0f;
     }
-    StateMoveRank rank{slot, slot, group_rank_of};
+    StateMoveRank rank{slot, slot, group_rank_of, false, std::nullopt, {}};
+    if (refresh && group.rank() == 0) {
+      for (int r = 1; r < size; ++r) rank.replicated_to.push_back(r);
+    }
+    if (refresh && group.rank() != 0) {
+      rank.replicated_from = 0;
+      for (const model::TensorSpec& spec : m.layout().tensors()) {
+        if (spec.kind != model::UnitKind::kReplicated) continue;
+        for (std::int64_t i = spec.offset; i < spec.offset + spec.count; ++i) {
+          for (float* state : {m.params().data(), opt.m().data(), opt.v().data()}) state[i] = -7.0f;
+        }
+      }
+    }
     const model::Shard next = shard_of(after, c, slot);
     if (corrupt) {
       CorruptingGroup bad(group);
-      bool receives = false;
+      bool receives = refresh && group.rank() != 0;
       for (const layout::TransitionPlan* p : {&plans.heads, &plans.neurons, &plans.vocab}) {
         for (const layout::Move& move : p->moves) receives = receives || move.to == slot;
       }
@@ -140,6 +155,8 @@ TEST(StateMove, Tp4ReplicaLosesSlot0AndKShrinksEverywhere) { check_move(4, 0); }
 TEST(StateMove, AFlippedBitInAnyMessageIsRefusedByItsReceiver) { check_move(4, 0, true); }
 // dp 2 x tp 8: 15 survivors, whose ring connects 8 of the 14 others.
 TEST(StateMove, ASparseGroupWithTheMoveLinksCarriesTheMove) { check_move(8, 3, false, true); }
+TEST(StateMove, StaleRanksTakeTheReplicatedTensorsOfTheirSender) { check_move(2, 1, false, false, true); }
+TEST(StateMove, AFlippedBitInTheReplicatedTensorsIsRefused) { check_move(2, 1, true, false, true); }
 
 // move_links: each (sender, receiver) of the plans once, in exchange-group ranks.
 TEST(StateMove, MoveLinksNameEachTradingPairOnce) {
