@@ -72,19 +72,24 @@ RecoveryPlan plan_recovery(const RecoveryInput& in) {
     }
   }
   const std::vector<train::RankPlace> stale_places = plan.source ? plan.source->stale : std::vector<train::RankPlace>{};
-  std::map<int, int> fresh;  // stage -> its first survivor that is not stale
+  std::map<int, std::vector<int>> fresh;  // stage -> its survivors that are not stale
   for (const Survivor& s : survivors) {
     const train::RankPlace place = place_of(in, s.rank);
     if (std::find(stale_places.begin(), stale_places.end(), place) != stale_places.end()) {
       plan.stale.push_back(s.rank);
     } else {
-      fresh.try_emplace(place.stage, s.rank);
+      fresh[place.stage].push_back(s.rank);
     }
   }
   plan.members = plan.next->members();
+  // Round robin over the stage's fresh ranks: a rejoining replica's stale
+  // ranks do not all wait on one sender.
+  std::map<int, std::size_t> sent;  // stage -> refreshes assigned so far
   for (int rank : plan.stale) {
-    const auto sender = fresh.find(place_of(in, rank).stage);
-    if (sender != fresh.end() && contains(plan.members, rank)) plan.refreshes.emplace_back(sender->second, rank);
+    const int stage = place_of(in, rank).stage;
+    const auto senders = fresh.find(stage);
+    if (senders == fresh.end() || !contains(plan.members, rank)) continue;
+    plan.refreshes.emplace_back(senders->second[sent[stage]++ % senders->second.size()], rank);
   }
   // Growing for a rank that was lost while it asked changes nothing either,
   // but is no error: the members go on in a new epoch.
@@ -157,6 +162,13 @@ std::string check_refreshes(const RecoveryInput& in, const RecoveryPlan& plan) {
   std::vector<int> refreshed;
   for (const auto& [sender, rank] : plan.refreshes) {
     if (plan.is_stale(sender)) return fmt::format("rank {} is stale but serves the replicated tensors", sender);
+    const auto survivor = std::find_if(in.agreed.survivors.begin(), in.agreed.survivors.end(),
+                                       [sender = sender](const Survivor& s) { return s.rank == sender; });
+    if (survivor == in.agreed.survivors.end() ||
+        (survivor->applied != plan.newest && !contains(plan.completes_commit, sender))) {
+      return fmt::format("rank {} refreshes rank {} but does not hold step {} (lost or behind)", sender, rank,
+                         plan.newest);
+    }
     if (!plan.is_stale(rank)) return fmt::format("rank {} is refreshed but not stale", rank);
     if (place_of(in, sender).stage != place_of(in, rank).stage) {
       return fmt::format("rank {} of stage {} is refreshed by rank {} of stage {}", rank, place_of(in, rank).stage,

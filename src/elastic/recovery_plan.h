@@ -64,9 +64,10 @@ struct RecoveryPlan {
   std::uint64_t from_epoch = 0;                 // the layout the state is taken from
   std::vector<int> completes_commit;            // ranks that apply newest locally
   std::vector<int> stale;                       // ranks refreshed whole, ascending
-  // (sender, stale rank) for every stale rank that trains next: the first
-  // survivor of its pipeline stage that is not stale sends it the stage's
-  // replicated tensors and the applied step.
+  // (sender, stale rank) for every stale rank that trains next: a survivor
+  // of its pipeline stage that is not stale (round robin over them) sends it
+  // the stage's replicated tensors; the stale rank takes the optimizer's step
+  // count from `newest`.
   std::vector<std::pair<int, int>> refreshes;
   std::vector<int> members;                     // the ranks that train in `next`, ascending
   int writer = -1;                              // -1 when nobody trains

@@ -355,6 +355,10 @@ const std::vector<KeyDef>& schema() {
               "pipeline stages per replica, each a contiguous range of blocks on its own TP group of "
               "parallel.tp slots; 1 = no pipeline",
               NTP_FIELD(parallel.pp)),
+      int_key("parallel.microbatches",
+              "micro-batches per step of each replica, its share cut into this many of near-equal size; "
+              "0 = micro-batches of train.micro_batch sequences",
+              NTP_FIELD(parallel.microbatches)),
       failed_key(),
       int_key("parallel.min_tp", "replicas with fewer active slots are dropped",
               NTP_FIELD(parallel.min_tp)),
@@ -587,6 +591,8 @@ void validate_parallel(const ParallelConfig& p, const OptimConfig& t) {
           fmt::format("must be in [1, parallel.tp = {}]", p.tp));
   require(p.align >= 1, "parallel.align", "must be >= 1 (units per block; 1 = one unit)");
   require(p.pp >= 1, "parallel.pp", "must be >= 1 (pipeline stages per replica)");
+  require(p.microbatches >= 0, "parallel.microbatches",
+          "must be >= 0 (micro-batches per step; 0 = train.micro_batch sequences each)");
   for (const auto& [at, slots] : p.failed) {
     const std::int64_t replica = at.replica;
     require(replica < p.dp, "parallel.failed",

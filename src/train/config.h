@@ -125,6 +125,11 @@ struct ParallelConfig {
   // Pipeline stages per replica: each holds a contiguous range of blocks and
   // is its own TP group of tp slots (docs/pipeline.md).
   std::int64_t pp = 1;
+  // Micro-batches per step of every replica: its share cut into this many of
+  // near-equal size (a degraded replica's smaller share into smaller ones, so
+  // every replica's pipeline bubble is the same). 0: micro-batches of
+  // train.micro_batch sequences.
+  std::int64_t microbatches = 0;
   // (replica, stage) -> its failed slots, ascending; no entry = none. With
   // pp = 1 every stage is 0 and the TOML spelling names replicas only.
   std::map<ReplicaStage, std::vector<std::int64_t>> failed;

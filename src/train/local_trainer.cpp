@@ -66,7 +66,8 @@ StepMetrics LocalTrainer::step(std::int64_t step,
   model_->set_loss_scale(1.0f / static_cast<float>(m.tokens));
   double loss_sum = 0;
   std::size_t next = 0;
-  for (std::int64_t micro : micro_batches(static_cast<std::int64_t>(all.size()), config_.train.micro_batch)) {
+  for (std::int64_t micro :
+       micro_batches(static_cast<std::int64_t>(all.size()), config_.train.micro_batch, config_.parallel.microbatches)) {
     inputs_.resize(static_cast<std::size_t>(micro * T));
     targets_.resize(inputs_.size());
     for (std::int64_t i = 0; i < micro; ++i, ++next) {

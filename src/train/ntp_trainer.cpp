@@ -323,7 +323,7 @@ NtpTrainer::LocalWork NtpTrainer::run_micro_batches(std::int64_t s, const std::v
   std::vector<std::int32_t> targets;
   std::size_t next = 0;
   const std::vector<std::int64_t> micros =
-      micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch);
+      micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch, config_.parallel.microbatches);
   x.sync->begin(x.model->grad_buffer(), s);  // each range is read once backward reports it ready
   model::BackwardHooks drive_sync;
   drive_sync.grads_ready = [&x](std::size_t first, std::size_t last) { x.sync->grads_ready(first, last); };
@@ -381,7 +381,7 @@ NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector
                                  T));
   LocalWork work;
   const std::vector<std::int64_t> micros =
-      micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch);
+      micro_batches(static_cast<std::int64_t>(mine.size()), config_.train.micro_batch, config_.parallel.microbatches);
   std::vector<std::int64_t> first(micros.size(), 0);  // each micro-batch's first sample in `mine`
   for (std::size_t k = 1; k < micros.size(); ++k) first[k] = first[k - 1] + micros[k - 1];
   const int m = static_cast<int>(micros.size());
@@ -763,7 +763,7 @@ StateMoveStats NtpTrainer::move_state(const StateMoveOrder& order, comm::Group& 
   }
   const StateMoveStats stats = train::move_state(*x.model, *x.optimizer, next.shard,
                                                  order.plans->at(static_cast<std::size_t>(me_.stage)), mover, exchange);
-  if (mover.replicated_from && mover.stale) {
+  if (mover.replicated_from && order.stale) {  // skip_roll_forward skips the units only
     x.optimizer->set_steps(order.resume_applied + 1);
     applied_ = order.resume_applied;
     pending_commit_ = -1;

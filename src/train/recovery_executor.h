@@ -5,7 +5,6 @@
 // reaches into the trainer's internals, and the protocol can be run against
 // another executor (a test double, a GPU trainer).
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,7 +45,8 @@ struct StateMoveOrder {
   std::vector<int> survivors;  // the exchange group's ranks, ascending
   bool stale = false;
   // (sender, stale rank), global ranks: the sender, of the stale rank's
-  // stage, sends it the stage's replicated tensors and the applied step.
+  // stage, sends it the stage's replicated tensors; the stale rank takes the
+  // optimizer's step count from resume_applied.
   std::vector<std::pair<int, int>> refreshes;
   std::int64_t resume_applied = -1;  // the newest applied step
 };

@@ -198,4 +198,13 @@ std::vector<std::int64_t> micro_batches(std::int64_t share, std::int64_t micro_b
   return sizes;
 }
 
+std::vector<std::int64_t> micro_batches(std::int64_t share, std::int64_t micro_batch, std::int64_t count) {
+  if (count < 0) throw std::invalid_argument("micro_batches: count must be >= 0");
+  if (count == 0) return micro_batches(share, micro_batch);
+  const std::int64_t n = std::min(count, share);
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(n), n > 0 ? share / n : 0);
+  for (std::int64_t i = 0; i < (n > 0 ? share % n : 0); ++i) ++sizes[static_cast<std::size_t>(i)];
+  return sizes;
+}
+
 }  // namespace ntp::train

@@ -84,4 +84,9 @@ std::vector<std::vector<std::int64_t>> assign_samples(const std::vector<std::int
 // loss by 1 / (global tokens of the step), not by micro-batch size.
 std::vector<std::int64_t> micro_batches(std::int64_t share, std::int64_t micro_batch);
 
+// Micro-batch sizes of one replica's share under parallel.microbatches =
+// `count`: min(count, share) micro-batches whose sizes differ by at most one,
+// the larger first; with count 0, micro_batches(share, micro_batch).
+std::vector<std::int64_t> micro_batches(std::int64_t share, std::int64_t micro_batch, std::int64_t count);
+
 }  // namespace ntp::train

@@ -21,9 +21,10 @@ constexpr std::array<model::StateKind, 3> kStates = {model::StateKind::kParams, 
                                                      model::StateKind::kAdamV};
 constexpr std::uint32_t kTagsPerKind = 1u << 20;
 constexpr std::uint32_t kChecksumTag = 1u << 30;
-// The replicated tensors' message: after every kind's moves.
-constexpr std::uint32_t kReplicatedTag = 3 * kTagsPerKind;
+
 constexpr std::array<const char*, 3> kKindNames = {"heads", "FFN neurons", "vocabulary rows"};
+// The replicated tensors' message: after every kind's moves.
+constexpr std::uint32_t kReplicatedTag = static_cast<std::uint32_t>(kKinds.size()) * kTagsPerKind;
 
 const layout::TransitionPlan& plan_of(const KindPlans& plans, std::size_t kind) {
   return kind == 0 ? plans.heads : kind == 1 ? plans.neurons : plans.vocab;
@@ -100,39 +101,35 @@ void fetch_from(const std::vector<Message>& received, model::StateKind state,
   }
 }
 
-// The replicated tensors' parameters and both moments, tensor-major per
-// state, in layout order: the same order on every rank of a model stage.
-std::vector<const model::TensorSpec*> replicated_specs(const model::ParameterLayout& layout) {
+// The replicated tensors of a model stage, in layout order: the same on every
+// rank of the stage. Their message holds the parameters, then both moments,
+// tensor after tensor.
+struct ReplicatedTensors {
   std::vector<const model::TensorSpec*> specs;
-  for (const model::TensorSpec& spec : layout.tensors()) {
-    if (spec.kind == model::UnitKind::kReplicated) specs.push_back(&spec);
-  }
-  return specs;
-}
+  std::size_t elements = 0;  // of one state
 
-std::size_t replicated_size(const model::ParameterLayout& layout) {
-  std::size_t n = 0;
-  for (const model::TensorSpec* spec : replicated_specs(layout)) n += static_cast<std::size_t>(spec->count);
-  return kStates.size() * n;
-}
-
-void pack_replicated(const model::ParameterLayout& layout, const std::array<std::span<const float>, 3>& state,
-                     float* dst) {
-  for (const std::span<const float>& values : state) {
-    for (const model::TensorSpec* spec : replicated_specs(layout)) {
-      dst = std::copy_n(values.begin() + spec->offset, spec->count, dst);
+  explicit ReplicatedTensors(const model::ParameterLayout& layout) {
+    for (const model::TensorSpec& spec : layout.tensors()) {
+      if (spec.kind != model::UnitKind::kReplicated) continue;
+      specs.push_back(&spec);
+      elements += static_cast<std::size_t>(spec.count);
     }
   }
-}
-
-void unpack_replicated(const model::ParameterLayout& layout, const float* src, const std::array<std::span<float>, 3>& state) {
-  for (const std::span<float>& values : state) {
-    for (const model::TensorSpec* spec : replicated_specs(layout)) {
-      std::copy_n(src, spec->count, values.begin() + spec->offset);
-      src += spec->count;
+  std::size_t message_size() const { return kStates.size() * elements; }
+  void pack(const std::array<std::span<const float>, 3>& state, float* dst) const {
+    for (const std::span<const float>& values : state) {
+      for (const model::TensorSpec* spec : specs) dst = std::copy_n(values.begin() + spec->offset, spec->count, dst);
     }
   }
-}
+  void unpack(const float* src, const std::array<std::span<float>, 3>& state) const {
+    for (const std::span<float>& values : state) {
+      for (const model::TensorSpec* spec : specs) {
+        std::copy_n(src, spec->count, values.begin() + spec->offset);
+        src += spec->count;
+      }
+    }
+  }
+};
 
 }  // namespace
 
@@ -198,10 +195,11 @@ StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const mo
       }
     }
   }
+  const ReplicatedTensors replicated(layout);
   Message replicated_out;
   if (!rank.replicated_to.empty()) {
-    replicated_out.values = tensor::Buffer(replicated_size(layout));
-    pack_replicated(layout, state, replicated_out.values.data());
+    replicated_out.values = tensor::Buffer(replicated.message_size());
+    replicated.pack(state, replicated_out.values.data());
     replicated_out.checksum = checksum_of(replicated_out.values);
     for (int dst : rank.replicated_to) {
       ops.push_back(comm::P2POp::send(comm::ConstView(replicated_out.values.data(), replicated_out.values.size()), dst,
@@ -213,7 +211,7 @@ StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const mo
   if (rank.replicated_from) {
     received.push_back({});
     Message& msg = received.back();
-    msg.values = tensor::Buffer(replicated_size(layout));
+    msg.values = tensor::Buffer(replicated.message_size());
     msg.what = fmt::format("the replicated tensors from exchange rank {}", *rank.replicated_from);
     ops.push_back(comm::P2POp::recv(msg.values.span(), *rank.replicated_from, kReplicatedTag));
     ops.push_back(comm::P2POp::recv(comm::View(&msg.checksum, 1), *rank.replicated_from, kReplicatedTag | kChecksumTag));
@@ -226,7 +224,7 @@ StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const mo
     }
   }
   if (rank.replicated_from) {
-    unpack_replicated(layout, received.back().values.data(), {model.params(), optimizer.m().span(), optimizer.v().span()});
+    replicated.unpack(received.back().values.data(), {model.params(), optimizer.m().span(), optimizer.v().span()});
     received.pop_back();  // fetch_from reads the moves' messages only
   }
   if (!rank.to) return stats;

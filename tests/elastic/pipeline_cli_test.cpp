@@ -66,6 +66,11 @@ TEST_F(PipelineCliTest, PipelinedJobsVerify) {
       {"gpt2_pp3_tp3_unequal",
        " --set model.layers=5 --set parallel.pp=3 --set parallel.tp=3 --set 'parallel.failed={0={0=[1,2],1=[0]}}'"},
       {"gpt2_dp2_pp4", " --set model.layers=5 --set parallel.dp=2 --set parallel.pp=4"},
+      // Three micro-batches per replica: 5 sequences as 2, 2, 1 on the healthy
+      // replica, 3 as 1, 1, 1 on the one with a degraded stage.
+      {"gpt2_dp2_pp2_tp2_three_microbatches",
+       " --set parallel.dp=2 --set parallel.pp=2 --set parallel.tp=2 --set parallel.microbatches=3"
+       " --set 'parallel.failed={1={1=[0]}}'"},
       {"llama_dp2_pp2_tp2",
        " --set model.family=llama --set model.preset=llama-tiny --set model.layers=3 --set model.heads=8"
        " --set model.kv_heads=4 --set parallel.dp=2 --set parallel.pp=2 --set parallel.tp=2"

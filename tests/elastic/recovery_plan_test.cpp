@@ -213,7 +213,8 @@ TEST(RecoveryPlan, AReplicaWhollyBehindIsFedAcrossDomains) {
   EXPECT_EQ(plan.stale, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(plan.source->stages[0].heads.intra_units, 0);
   EXPECT_EQ(plan.writer, 4);
-  EXPECT_EQ(plan.refreshes, (std::vector<std::pair<int, int>>{{4, 0}, {4, 1}, {4, 2}, {4, 3}}));
+  // Round robin over replica 1's fresh ranks: no sender queues four messages.
+  EXPECT_EQ(plan.refreshes, (std::vector<std::pair<int, int>>{{4, 0}, {5, 1}, {6, 2}, {7, 3}}));
 }
 
 TEST(RecoveryPlan, NoHolderLeftForAUnitStopsTheJob) {
@@ -552,6 +553,9 @@ TEST(RecoveryPlanChecker, RejectsAStaleRankServingTheReplicatedTensors) {
   EXPECT_NE(check_recovery_plan(c.input(), plan).find("refreshed twice"), std::string::npos);
   plan.refreshes = {{0, 2}, {1, 3}};
   EXPECT_NE(check_recovery_plan(c.input(), plan).find("rank 3 is refreshed but not stale"), std::string::npos);
+  plan.refreshes = {{5, 2}};  // rank 5 is lost
+  EXPECT_NE(check_recovery_plan(c.input(), plan).find("rank 5 refreshes rank 2 but does not hold step 9"),
+            std::string::npos);
 }
 
 // With pipeline stages a lost rank's units come from the same stage of the

@@ -272,6 +272,28 @@ TEST(MicroBatches, CoverTheShareWithOneSmallerTail) {
   }
 }
 
+// parallel.microbatches = count: min(count, share) micro-batches, sizes within
+// one of each other, larger first; count 0 falls back to the size rule.
+TEST(MicroBatches, ACountCutsTheShareIntoNearEqualParts) {
+  for (std::int64_t share = 0; share < 30; ++share) {
+    for (std::int64_t count = 1; count < 9; ++count) {
+      const std::vector<std::int64_t> sizes = micro_batches(share, 4, count);
+      EXPECT_EQ(sum(sizes), share);
+      EXPECT_EQ(static_cast<std::int64_t>(sizes.size()), std::min(share, count)) << share << " " << count;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        EXPECT_GE(sizes[i], 1);
+        EXPECT_LE(sizes.front() - sizes[i], 1) << share << " " << count;
+        if (i + 1 < sizes.size()) {
+          EXPECT_GE(sizes[i], sizes[i + 1]);
+        }
+      }
+    }
+    EXPECT_EQ(micro_batches(share, 4, 0), micro_batches(share, 4));
+  }
+  EXPECT_EQ(micro_batches(10, 4, 4), (std::vector<std::int64_t>{3, 3, 2, 2}));
+  EXPECT_THROW(micro_batches(10, 4, -1), std::invalid_argument);
+}
+
 TEST(SplitInput, ReadsActiveSlotsFromTheConfig) {
   ParallelConfig parallel;
   parallel.tp = 4;
