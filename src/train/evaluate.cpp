@@ -39,18 +39,34 @@ std::vector<std::int64_t> eval_share(const std::vector<std::int64_t>& ids,
 }
 
 double forward_loss_sum(model::Model& model, const model::TokenData& data,
-                        std::span<const std::int64_t> samples, std::int64_t seq_len, std::int64_t micro) {
+                        std::span<const std::int64_t> samples, std::int64_t seq_len, std::int64_t micro,
+                        const StageIo* stage) {
   std::vector<std::int32_t> inputs;
   std::vector<std::int32_t> targets;
+  std::vector<float> activation;
   double sum = 0;
   std::size_t next = 0;
+  int index = 0;
   for (std::int64_t n : micro_batches(static_cast<std::int64_t>(samples.size()), micro)) {
     inputs.resize(static_cast<std::size_t>(n * seq_len));
     targets.resize(inputs.size());
     for (std::int64_t i = 0; i < n; ++i, ++next) {
       data.sample(samples[next], seq_len, inputs.data() + i * seq_len, targets.data() + i * seq_len);
     }
-    sum += model.forward({inputs.data(), targets.data(), n, seq_len}).sum;
+    const model::Batch batch{inputs.data(), targets.data(), n, seq_len};
+    if (stage == nullptr) {
+      sum += model.forward(batch).sum;
+      continue;
+    }
+    if (stage->receive) {
+      activation.resize(static_cast<std::size_t>(n * seq_len * model.config().d_model));
+      stage->receive(index, activation);
+    }
+    model.select_slot(0);
+    const model::StageForward f = model.forward_stage(batch, stage->receive ? activation : std::span<const float>{});
+    if (stage->send) stage->send(index, f.output);
+    sum += f.loss.sum;
+    ++index;
   }
   return sum;
 }

@@ -63,7 +63,6 @@ void check_pipeline(const Config& config, const JobPlan& plan) {
                                   plan.gpt().layers, fmt::join(stages, ", "), what));
   };
   if (config.elastic.relayout) refuse("elastic.relayout: per-stage speeds are not built yet; set it false");
-  if (config.train.eval_every > 0) refuse("train.eval_every: validation over pipeline stages is not built yet; set it 0");
   if (config.power.mode != power::PowerMode::off) refuse("power.mode: the power policy over stages is not built yet; set \"off\"");
   if (config.model.device != tensor::Device::kCpu) refuse("model.device: pipeline stages run on the CPU only; set \"cpu\"");
   // Each stage keeps up to pp micro-batches' activations in flight, one slot each.

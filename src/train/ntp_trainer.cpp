@@ -46,6 +46,8 @@ namespace {
 // The tag of the tied embedding's exchange on the pipeline group: above every
 // micro-batch's tags ([0, 2m)), which the same group carries each step.
 constexpr std::uint32_t kTiedTag = 1u << 30;
+// The validation pass's activations: tag kEvalTag + micro-batch.
+constexpr std::uint32_t kEvalTag = 1u << 29;
 
 // The position of `rank` in `ranks` (ascending), -1 for -1: a group rank.
 int index_in(const std::vector<int>& ranks, int rank) {
@@ -691,8 +693,30 @@ double NtpTrainer::validation_loss() {
   const std::int64_t T = x.setup.seq_len;
   const std::vector<std::int64_t> ids = eval_samples(*x.val, T, config_.train);
   const std::vector<std::int64_t> mine = eval_share(ids, x.shares, me_.replica);
-  const double sum = forward_loss_sum(*x.model, *x.val, mine, T, config_.train.micro_batch);
-  double total = x.tp.rank() == 0 ? sum : 0.0;  // every TP rank holds its replica's sum
+  // With stages: activations travel forward over the pipeline group, as in
+  // training, on tags of their own; the last stage holds the loss.
+  const RankView& v = x.layout;
+  StageIo io;
+  if (v.activation_from >= 0) {
+    io.receive = [&](int i, std::span<float> input) {
+      x.pipe->exchange({comm::P2POp::recv(comm::View(input.data(), input.size()),
+                                          index_in(v.pipeline_group, v.activation_from), kEvalTag + i)});
+    };
+  }
+  if (!v.activation_to.empty()) {
+    io.send = [&](int i, std::span<const float> output) {
+      std::vector<comm::P2POp> ops;
+      for (int r : v.activation_to) {
+        ops.push_back(comm::P2POp::send(comm::ConstView(output.data(), output.size()), index_in(v.pipeline_group, r),
+                                        kEvalTag + i));
+      }
+      x.pipe->exchange(ops);
+    };
+  }
+  const double sum = forward_loss_sum(*x.model, *x.val, mine, T, config_.train.micro_batch,
+                                      plan_.pp() > 1 ? &io : nullptr);
+  // Every TP rank of the (last) stage holds its replica's sum; one counts it.
+  double total = x.tp.rank() == 0 && me_.stage == plan_.pp() - 1 ? sum : 0.0;
   x.world->all_reduce(&total, 1);
   return total / static_cast<double>(static_cast<std::int64_t>(ids.size()) * T);
 }
