@@ -179,8 +179,6 @@ TEST_F(RecoveryCliTest, ChaosOfFiveFailuresRecoversOrStopsCleanly) {
   expect_recovered(run, 8);
 }
 
-// A crash (SIGSEGV, as a faulty driver would raise) is recovered like any
-// death, and the dead rank's log says what killed it and where.
 // Pipeline stages (docs/pipeline.md): dp 2 x pp 2 x tp 2 over 2 blocks has
 // ranks 0-1 (replica 0, stage 0), 2-3 (replica 0, stage 1), 4-5 and 6-7 (replica
 // 1); dp 2 x pp 3 x tp 2 over 3 blocks puts replica 0's stages at ranks 0-1,
@@ -219,6 +217,8 @@ INSTANTIATE_TEST_SUITE_P(
                          " --set model.kv_heads=4 --set 'test.failures=\"6@2:backward\"'"}),
     [](const ::testing::TestParamInfo<FaultCase>& param_info) { return std::string(param_info.param.name); });
 
+// A crash (SIGSEGV, as a faulty driver would raise) is recovered like any
+// death, and the dead rank's log says what killed it and where.
 TEST_F(RecoveryCliTest, ACrashedRankIsRecoveredAndItsLogHoldsABacktrace) {
   const TrainRun run = train(dir_, "--set train.steps=6 --set parallel.dp=2 --set parallel.tp=2"
                                    " --set 'test.failures=\"2@2:backward:SEGV\"'");
@@ -621,6 +621,21 @@ TEST_F(RecoveryCliTest, ContradictoryDeadlinesAreRejectedBeforeAnyWorkerStarts) 
   const TrainRun run = train(dir_, "--set parallel.dp=2 --set parallel.tp=2 --set deadline.collective_s=40");
   EXPECT_EQ(run.code, 2) << run.output;
   EXPECT_NE(run.output.find("deadline.rendezvous_s"), std::string::npos) << run.output;
+}
+
+// Five random failures (kills, stops, hangs at random phases of random
+// steps) over dp 3 x pp 3 x tp 2: 18 ranks, 9 stages. Seeds 1-8 each
+// recovered and verified when this test was written; seed 5 loses ranks of
+// two stages of two replicas.
+TEST_F(RecoveryCliTest, ChaosOverPipelineStagesRecoversOrStopsCleanly) {
+  const TrainRun run = train(dir_, "--set train.steps=8 --set model.layers=3 --set parallel.dp=3 --set parallel.pp=3"
+                                   " --set parallel.tp=2 --set test.chaos=5 --set test.chaos_seed=5");
+  ASSERT_NE(run.code, 137) << stall_report(dir_);
+  if (run.code == 3) {  // some unit lost every holder: a clean stop naming it
+    EXPECT_NE(run.output.find("in-job recovery is impossible"), std::string::npos) << run.output;
+    return;
+  }
+  expect_recovered(run, 8);
 }
 
 // Pipeline stages, signalled from the outside by pid in the middle of a
