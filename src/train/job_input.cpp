@@ -63,7 +63,9 @@ void check_pipeline(const Config& config, const JobPlan& plan) {
                                   plan.gpt().layers, fmt::join(stages, ", "), what));
   };
   if (config.elastic.relayout) refuse("elastic.relayout: per-stage speeds are not built yet; set it false");
-  if (config.power.mode != power::PowerMode::off) refuse("power.mode: the power policy over stages is not built yet; set \"off\"");
+  if (config.power.mode != power::PowerMode::off && config.power.need == NeedSource::kMeasured) {
+    refuse("power.need = \"measured\": measured needs per stage are not built yet; set \"modelled\"");
+  }
   if (config.model.device != tensor::Device::kCpu) refuse("model.device: pipeline stages run on the CPU only; set \"cpu\"");
   // Each stage keeps up to pp micro-batches' activations in flight, one slot each.
   if (plan.pp() > model::Model::kMaxSlots) {

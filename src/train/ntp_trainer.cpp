@@ -152,7 +152,8 @@ NtpTrainer::NtpTrainer(JobPlan plan, JobInput input, const std::filesystem::path
       options.rank);
   Impl& x = *impl_;
   check_job_data(run_dir, x.input.identity);  // a rank started (again) mid-run reads the file again
-  x.power = std::make_unique<RankPowerRun>(config, x.run, PowerRank{options.rank, me_.replica, me_.slot},
+  x.power = std::make_unique<RankPowerRun>(config, x.run, PowerRank{options.rank, me_.replica, me_.slot, me_.stage,
+                                                                      plan_.stages()[static_cast<std::size_t>(me_.stage)]},
                                            options.gpu);
   adopt(plan_);
   store_ = comm::open_store(options_.store);

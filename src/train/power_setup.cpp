@@ -13,15 +13,20 @@ namespace ntp::train {
 // GPT-2 head is a group of one query head), a neuron's fc1 row(s) and fc2
 // column, a vocabulary row of the LM head.
 std::vector<power::UnitWork> step_work(const ModelSetup& model) {
+  return step_work(model, model::StageRange::whole(model.gpt));
+}
+
+std::vector<power::UnitWork> step_work(const ModelSetup& model, const model::StageRange& blocks) {
   const model::GptConfig& c = model.gpt;
   const double d = static_cast<double>(c.d_model), hd = static_cast<double>(c.head_dim());
   const double g = static_cast<double>(c.queries_per_group());
-  const double layers = static_cast<double>(c.layers);
+  const double layers = static_cast<double>(blocks.layers());
   const double t = static_cast<double>(model.seq_len);
   const double fc1_rows = c.llama() ? 2.0 : 1.0;
+  const double vocab = blocks.has_head(c) ? 2.0 * d : 0.0;
   return {{static_cast<long>(c.head_units()), layers * (2.0 * d * hd * (2.0 * g + 2.0) + 4.0 * t * hd * g)},
           {static_cast<long>(c.ffn()), layers * 2.0 * d * (fc1_rows + 1.0)},
-          {static_cast<long>(c.padded_vocab), 2.0 * d}};
+          {static_cast<long>(c.padded_vocab), vocab}};
 }
 
 std::vector<double> modelled_needs(int n, const std::vector<int>& active,
@@ -83,6 +88,13 @@ std::vector<std::int64_t> RankPowerRun::configure(const ParallelConfig& parallel
   const int n = static_cast<int>(parallel.tp);
   active_ = policy_active(split_input(parallel, global_batch));
   const std::vector<double> needs = modelled_needs(n, active_, step_work(model));
+  stage_active_.clear();
+  if (parallel.pp > 1) {
+    for (std::int64_t r = 0; r < parallel.dp; ++r) {
+      stage_active_.push_back(parallel.trains(r) ? static_cast<int>(parallel.active_slots(r, place_.stage).size()) : 0);
+    }
+    stage_needs_ = modelled_needs(n, stage_active_, step_work(model, place_.blocks.value()));
+  }
   track_ = power::start_tracking(needs);
   return plan_and_apply(needs, "configuration");
 }
@@ -102,7 +114,8 @@ std::vector<std::int64_t> RankPowerRun::plan_and_apply(const std::vector<double>
   BatchSplitInput split = split_input(parallel_, global_batch_);
   const int n = static_cast<int>(parallel_.tp);
   plan_ = power_.plan(n, active_, global_batch_, needs);
-  const power::PowerDecision decision = power_.apply(plan_, n, place_.replica);
+  domain_plan_ = stage_active_.empty() ? plan_ : power_.plan(n, stage_active_, global_batch_, stage_needs_);
+  const power::PowerDecision decision = power_.apply(domain_plan_, n, place_.replica);
   for (const power::ReplicaBoost& replica : plan_.replicas) split.planned.push_back(replica.share);
   if (power_.mode() != power::PowerMode::off) {
     if (place_.rank == 0) {
@@ -114,6 +127,7 @@ std::vector<std::int64_t> RankPowerRun::plan_and_apply(const std::vector<double>
     nlohmann::json applied = decision_json(decision);
     applied["rank"] = place_.rank;
     applied["slot"] = place_.slot;
+    applied["stage"] = place_.stage;
     applied["cause"] = cause;
     run_.event("power_applied", applied);
   }
@@ -123,7 +137,7 @@ std::vector<std::int64_t> RankPowerRun::plan_and_apply(const std::vector<double>
 
 double RankPowerRun::speedup(int replica) const {
   if (power_.mode() == power::PowerMode::off) return 1.0;
-  return plan_.replicas.at(static_cast<std::size_t>(replica)).speedup;
+  return domain_plan_.replicas.at(static_cast<std::size_t>(replica)).speedup;
 }
 
 std::vector<ReplicaPower> RankPowerRun::metrics() const {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/stage.h"
 #include "power/measured_need.h"
 #include "power/rank_power.h"
 #include "train/config.h"
@@ -29,6 +30,9 @@ power::RankPowerOptions rank_power_options(const PowerConfig& config, const std:
 // ratio): a head 8 d^2/h (QKV rows, projection columns) + 4 T d/h (scores,
 // weighted values), an FFN neuron 4 d per layer, a vocabulary row 2 d (LM head).
 std::vector<power::UnitWork> step_work(const ModelSetup& model);
+// The same for one pipeline stage: its blocks' heads and neurons, and the
+// vocabulary rows only on the stage with the LM head.
+std::vector<power::UnitWork> step_work(const ModelSetup& model, const model::StageRange& blocks);
 
 // The speed-up each replica of `active` (k per replica, 0 = sits out) needs to
 // keep pace: power::busiest_work_need of `work`. Depends only on the
@@ -47,11 +51,14 @@ nlohmann::json decision_json(const power::PowerDecision& decision);
 // Per replica {limit_w, speedup} for metrics.jsonl.
 std::vector<ReplicaPower> replica_power(const power::BoostPlan& plan);
 
-// Where a rank runs: its global rank, replica and slot.
+// Where a rank runs: its global rank, replica and slot, and with pipeline
+// stages its stage and that stage's blocks (none: the whole model).
 struct PowerRank {
   int rank = 0;
   int replica = 0;
   int slot = 0;
+  int stage = 0;
+  std::optional<model::StageRange> blocks;
 };
 
 // One rank's power control for a whole run. With power.mode = "off" it plans
@@ -67,6 +74,10 @@ class RankPowerRun {
   // replica's limit (a healthy replica keeps or gets back the default); events
   // power_plan (rank 0) and power_applied. Returns the batch shares of
   // parallel.batch_policy, `proportional` taking the plan's.
+  // With pipeline stages a replica's plan (its share) is its slowest stage's,
+  // and each stage's domain is boosted for its own degree: a healthy stage
+  // keeps the default limit, a degraded one gets the limit that keeps it at
+  // full pace (its stage's plan over every replica's degree of that stage).
   std::vector<std::int64_t> configure(const ParallelConfig& parallel, std::int64_t global_batch,
                                       const ModelSetup& model);
   // After each committed step, with power.need = "measured": the forward
@@ -78,7 +89,8 @@ class RankPowerRun {
   // power_plan with "cause": "measured") and returns the new shares.
   // nullopt: the plan stands.
   std::optional<std::vector<std::int64_t>> observe(const std::vector<double>& compute_s);
-  // The per-GPU speed-up the plan in force gives `replica` (1 with power off).
+  // The per-GPU speed-up the plan in force gives `replica`'s GPUs of this
+  // rank's domain (its stage's, with stages; 1 with power off).
   double speedup(int replica) const;
   // The plan in force for metrics.jsonl; empty with power off.
   std::vector<ReplicaPower> metrics() const;
@@ -97,10 +109,15 @@ class RankPowerRun {
   bool measure_ = false;
   power::NeedRule rule_;
   power::BoostPlan plan_;
+  // The plan of this rank's domain: with stages, its stage's (every
+  // replica's degree of that stage); else plan_.
+  power::BoostPlan domain_plan_;
   // The configuration the plan is for.
   ParallelConfig parallel_;
   std::int64_t global_batch_ = 0;
   std::vector<int> active_;
+  std::vector<int> stage_active_;     // this rank's stage, per replica (0: sits out); with stages only
+  std::vector<double> stage_needs_;
   std::vector<std::int64_t> shares_;
   power::NeedTrack track_;
 };

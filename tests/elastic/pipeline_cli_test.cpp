@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -151,7 +152,7 @@ TEST_F(PipelineCliTest, WhatAPipelineDoesNotDoYetIsRefusedNamingTheKey) {
   fs::create_directories(dir_);
   for (const auto& [set, key] : std::vector<std::pair<std::string, std::string>>{
            {"elastic.relayout=true --set elastic.recover=true", "elastic.relayout"},
-           {"power.mode='\"simulated\"'", "power.mode"}}) {
+           {"power.mode='\"simulated\"'", "power.need = \"measured\""}}) {
     const Result r = ntp("train --run-dir " + (dir_ / "refused").string() + kSmall + " --set parallel.pp=2 --set " + set);
     EXPECT_EQ(r.code, 2) << set << "\n" << r.output;
     EXPECT_NE(r.output.find("parallel.pp = 2 (the 2 blocks in stages of layers [0, 1), layers [1, 2)): " + key),
@@ -195,6 +196,40 @@ TEST_F(PipelineCliTest, ValidationOverStagesMatchesTheJobWithoutStages) {
   for (std::size_t s = 0; s < flat.size(); ++s) {
     EXPECT_TRUE(close(staged[s], flat[s])) << "step " << s << ": " << staged[s] << " vs " << flat[s];
     EXPECT_FALSE(close(other[s], flat[s])) << "step " << s << ": the check cannot tell other sequences apart";
+  }
+}
+
+// The power policy over stages (power.mode = "simulated"): dp 2 x pp 2 x
+// tp 2 with slot 0 of replica 1's stage 1 failed. The plan's shares follow
+// each replica's slowest stage; only the degraded stage's domain (rank 6)
+// is boosted, to the limit the plan gives its replica; every other rank,
+// replica 1's healthy stage 0 included, keeps the default limit. Training
+// is unchanged (--verify).
+TEST_F(PipelineCliTest, ThePowerPolicyBoostsOnlyTheDegradedStagesDomain) {
+  const fs::path run = dir_ / "power";
+  const Result r = ntp("train --run-dir " + run.string() + kSmall +
+                       " --set train.steps=2 --set model.layers=2 --set parallel.dp=2 --set parallel.pp=2"
+                       " --set parallel.tp=2 --set 'parallel.failed={1={1=[0]}}' --set power.mode='\"simulated\"'"
+                       " --set power.need='\"modelled\"' --verify");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(verified(r)) << r.output;
+  const std::vector<nlohmann::json> plans = ntp::testing::events_named(run, "power_plan");
+  ASSERT_EQ(plans.size(), 1u);
+  const nlohmann::json& healthy = plans[0]["replicas"][0];
+  const nlohmann::json& degraded = plans[0]["replicas"][1];
+  EXPECT_EQ(degraded["active"], 1);
+  EXPECT_GT(degraded["limit_w"].get<double>(), healthy["limit_w"].get<double>());
+  std::map<int, double> limit;
+  for (const nlohmann::json& e : ntp::testing::events_named(run, "power_applied")) {
+    limit[e["rank"].get<int>()] = e["device_limit_w"].get<double>();
+  }
+  ASSERT_EQ(limit.size(), 7u);
+  for (const auto& [rank, watts] : limit) {
+    const double want = rank == 6 ? degraded["limit_w"].get<double>() : healthy["limit_w"].get<double>();
+    EXPECT_DOUBLE_EQ(watts, want) << "rank " << rank;
+  }
+  for (const nlohmann::json& row : ntp::testing::read_jsonl_lines(run / "metrics.jsonl")) {
+    EXPECT_EQ(row["samples"], nlohmann::json::array({healthy["share"], degraded["share"]})) << row;
   }
 }
 

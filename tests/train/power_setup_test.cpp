@@ -85,6 +85,26 @@ TEST(PowerSetup, ModelledNeedIsTheBusiestGpusWorkAboveNOverK) {
   EXPECT_DOUBLE_EQ(modelled_needs(4, {2}, step_work(even))[0], 2.0);
 }
 
+// A pipeline stage's work: its blocks only, and the LM head's rows only on
+// the last stage. A middle stage of the uneven model splits heads 5 against
+// 4 and neurons 69 against 64 at TP 30 of 32, and has no rows: its need is
+// its blocks' alone, higher than the whole model's (whose nearly even rows
+// pull it down); the last stage's lies between.
+TEST(PowerSetup, AStagesWorkIsItsBlocksAndTheHeadOnlyOnTheLastStage) {
+  const ModelSetup model = uneven_model();
+  const std::vector<power::UnitWork> middle = step_work(model, {1, 3});
+  ASSERT_EQ(middle.size(), 3u);
+  EXPECT_EQ(middle[2].cost, 0.0);
+  EXPECT_DOUBLE_EQ(middle[0].cost, step_work(model)[0].cost / 2.0);  // 2 of 4 blocks
+  EXPECT_GT(step_work(model, {3, 4})[2].cost, 0.0);
+  const double whole = modelled_needs(32, {30}, step_work(model))[0];
+  const double blocks = modelled_needs(32, {30}, middle)[0];
+  const double last = modelled_needs(32, {30}, step_work(model, {3, 4}))[0];
+  EXPECT_GT(blocks, whole);
+  EXPECT_LE(last, blocks);
+  EXPECT_EQ(modelled_needs(32, {32}, middle)[0], 1.0);
+}
+
 // RankPowerRun in a temporary run folder, with its power_plan event.
 class PowerRunTest : public ::testing::Test {
  protected:
@@ -112,7 +132,7 @@ class PowerRunTest : public ::testing::Test {
 
   nlohmann::json configure(const Config& config, std::vector<std::int64_t>* shares) {
     const RunDir run = RunDir::create(dir_);
-    RankPowerRun power(config, run, PowerRank{0, 0, 0}, "");
+    RankPowerRun power(config, run, PowerRank{}, "");
     *shares = power.configure(config.parallel, 64, uneven_model());
     power.restore("exit");
     for (const nlohmann::json& e : run.read_events()) {
