@@ -66,8 +66,11 @@ StepMetrics LocalTrainer::step(std::int64_t step,
   model_->set_loss_scale(1.0f / static_cast<float>(m.tokens));
   double loss_sum = 0;
   std::size_t next = 0;
-  for (std::int64_t micro :
-       micro_batches(static_cast<std::int64_t>(all.size()), config_.train.micro_batch, config_.parallel.microbatches)) {
+  // The one-process reference keeps micro-batches of train.micro_batch:
+  // parallel.microbatches cuts each replica's share, and the whole batch cut
+  // that way would be dp times larger micro-batches than any rank ran (the
+  // sum is the same up to float order).
+  for (std::int64_t micro : micro_batches(static_cast<std::int64_t>(all.size()), config_.train.micro_batch)) {
     inputs_.resize(static_cast<std::size_t>(micro * T));
     targets_.resize(inputs_.size());
     for (std::int64_t i = 0; i < micro; ++i, ++next) {

@@ -59,6 +59,13 @@ int index_in(const std::vector<int>& ranks, int rank) {
   return static_cast<int>(it - ranks.begin());
 }
 
+// The group ranks of `ranks` in `group` (ascending).
+std::vector<int> indices_in(const std::vector<int>& group, const std::vector<int>& ranks) {
+  std::vector<int> out;
+  for (int r : ranks) out.push_back(index_in(group, r));
+  return out;
+}
+
 }  // namespace
 
 comm::GroupOptions group_options(const Config& c, const WorkerOptions& w, std::uint64_t epoch,
@@ -153,7 +160,8 @@ NtpTrainer::NtpTrainer(JobPlan plan, JobInput input, const std::filesystem::path
   Impl& x = *impl_;
   check_job_data(run_dir, x.input.identity);  // a rank started (again) mid-run reads the file again
   x.power = std::make_unique<RankPowerRun>(config, x.run, PowerRank{options.rank, me_.replica, me_.slot, me_.stage,
-                                                                      plan_.stages()[static_cast<std::size_t>(me_.stage)]},
+                                                                      plan_.pp() > 1 ? plan_.stages()
+                                                                                     : std::vector<model::StageRange>{}},
                                            options.gpu);
   adopt(plan_);
   store_ = comm::open_store(options_.store);
@@ -439,11 +447,9 @@ NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector
     if (traced) x.compute.add({"backward", Track::kCompute, t0, unix_time_s() - t0, s});
   };
   const RankView& v = x.layout;
-  std::vector<int> gradient_to, activation_to;
-  for (int r : v.gradient_to) gradient_to.push_back(index_in(x.layout.pipeline_group, r));
-  for (int r : v.activation_to) activation_to.push_back(index_in(x.layout.pipeline_group, r));
-  const StageLinks links{x.pipe.get(), index_in(x.layout.pipeline_group, v.activation_from), gradient_to,
-                         index_in(x.layout.pipeline_group, v.gradient_from), activation_to};
+  const std::vector<int>& group = v.pipeline_group;
+  const StageLinks links{x.pipe.get(), index_in(group, v.activation_from), indices_in(group, v.gradient_to),
+                         index_in(group, v.gradient_from), indices_in(group, v.activation_to)};
   run_stage(one_f_one_b(pp, m), stage, links, stage_work, /*tag_base=*/0);
   hooks_.fault(s, StepPhase::kSync);
   work.sync = x.sync->finish();
@@ -482,8 +488,7 @@ double NtpTrainer::timed_pass(Pass&& pass) {
 NtpTrainer::Commit NtpTrainer::commit(std::int64_t s, double start, const LocalWork& work) {
   Impl& x = *impl_;
   CommitRecord mine;
-  // Every TP rank of the last stage holds its replica's loss; one counts it.
-  mine.loss_sum = x.tp.rank() == 0 && me_.stage == plan_.pp() - 1 ? work.loss_sum : 0.0;
+  mine.loss_sum = counts_loss() ? work.loss_sum : 0.0;
   mine.reshard_bytes = work.sync.bytes.reshard;
   mine.allreduce_bytes = work.sync.bytes.allreduce;
   mine.exposed_sync_s = work.sync.exposed_s;
@@ -689,6 +694,9 @@ void NtpTrainer::load_checkpoint(const std::filesystem::path& dir) {
                               {"seconds", unix_time_s() - start}});
 }
 
+// Every TP rank of the last stage holds its replica's loss; one counts it.
+bool NtpTrainer::counts_loss() const { return impl_->tp.rank() == 0 && me_.stage == plan_.pp() - 1; }
+
 double NtpTrainer::validation_loss() {
   Impl& x = *impl_;
   const std::int64_t T = x.setup.seq_len;
@@ -707,17 +715,15 @@ double NtpTrainer::validation_loss() {
   if (!v.activation_to.empty()) {
     io.send = [&](int i, std::span<const float> output) {
       std::vector<comm::P2POp> ops;
-      for (int r : v.activation_to) {
-        ops.push_back(comm::P2POp::send(comm::ConstView(output.data(), output.size()), index_in(v.pipeline_group, r),
-                                        kEvalTag + i));
+      for (int dst : indices_in(v.pipeline_group, v.activation_to)) {
+        ops.push_back(comm::P2POp::send(comm::ConstView(output.data(), output.size()), dst, kEvalTag + i));
       }
       x.pipe->exchange(ops);
     };
   }
   const double sum = forward_loss_sum(*x.model, *x.val, mine, T, config_.train.micro_batch,
                                       plan_.pp() > 1 ? &io : nullptr);
-  // Every TP rank of the (last) stage holds its replica's sum; one counts it.
-  double total = x.tp.rank() == 0 && me_.stage == plan_.pp() - 1 ? sum : 0.0;
+  double total = counts_loss() ? sum : 0.0;
   x.world->all_reduce(&total, 1);
   return total / static_cast<double>(static_cast<std::int64_t>(ids.size()) * T);
 }

@@ -159,6 +159,7 @@ class NtpTrainer final : public RecoveryExecutor {
  private:
   struct Impl;
   std::function<int(layout::SlotRef)> exchange_rank_of(const std::vector<int>& survivors, int stage) const;
+  bool counts_loss() const;  // this rank's loss sum is its replica's share of the step's
   // The parts of step(), in order (defined in ntp_trainer.cpp).
   struct LocalWork;    // this rank's loss share, forward time and sync totals
   struct Commit;       // what the commit collective gathered

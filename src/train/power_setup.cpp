@@ -1,8 +1,11 @@
 #include "train/power_setup.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 #include "train/schedule.h"
 
@@ -87,13 +90,28 @@ std::vector<std::int64_t> RankPowerRun::configure(const ParallelConfig& parallel
   global_batch_ = global_batch;
   const int n = static_cast<int>(parallel.tp);
   active_ = policy_active(split_input(parallel, global_batch));
-  const std::vector<double> needs = modelled_needs(n, active_, step_work(model));
+  std::vector<double> needs = modelled_needs(n, active_, step_work(model));
   stage_active_.clear();
   if (parallel.pp > 1) {
-    for (std::int64_t r = 0; r < parallel.dp; ++r) {
-      stage_active_.push_back(parallel.trains(r) ? static_cast<int>(parallel.active_slots(r, place_.stage).size()) : 0);
+    if (place_.stages.size() != static_cast<std::size_t>(parallel.pp)) {
+      throw std::logic_error(fmt::format("rank {}: the power plan needs the blocks of each of the {} stages",
+                                         place_.rank, parallel.pp));
     }
-    stage_needs_ = modelled_needs(n, stage_active_, step_work(model, place_.blocks.value()));
+    // A replica keeps pace when its neediest stage does.
+    for (std::int64_t stage = 0; stage < parallel.pp; ++stage) {
+      std::vector<int> active;
+      for (std::int64_t r = 0; r < parallel.dp; ++r) {
+        active.push_back(parallel.trains(r) ? static_cast<int>(parallel.active_slots(r, stage).size()) : 0);
+      }
+      const std::vector<double> stage_needs =
+          modelled_needs(n, active, step_work(model, place_.stages[static_cast<std::size_t>(stage)]));
+      if (stage == 0) needs = stage_needs;
+      for (std::size_t r = 0; r < needs.size(); ++r) needs[r] = std::max(needs[r], stage_needs[r]);
+      if (stage == place_.stage) {
+        stage_active_ = active;
+        stage_needs_ = stage_needs;
+      }
+    }
   }
   track_ = power::start_tracking(needs);
   return plan_and_apply(needs, "configuration");
@@ -128,6 +146,7 @@ std::vector<std::int64_t> RankPowerRun::plan_and_apply(const std::vector<double>
     applied["rank"] = place_.rank;
     applied["slot"] = place_.slot;
     applied["stage"] = place_.stage;
+    applied["share"] = plan_.replicas.at(static_cast<std::size_t>(place_.replica)).share;  // the replica's, not the stage plan's
     applied["cause"] = cause;
     run_.event("power_applied", applied);
   }
@@ -153,6 +172,7 @@ void RankPowerRun::restore(const char* cause) noexcept {
     run_.event("power_restored", {{"rank", place_.rank},
                                   {"replica", place_.replica},
                                   {"slot", place_.slot},
+                                  {"stage", place_.stage},
                                   {"cause", cause},
                                   {"device_limit_w", device.get_limit_w(0)},
                                   {"default_limit_w", device.default_limit_w(0)}});

@@ -52,13 +52,14 @@ nlohmann::json decision_json(const power::PowerDecision& decision);
 std::vector<ReplicaPower> replica_power(const power::BoostPlan& plan);
 
 // Where a rank runs: its global rank, replica and slot, and with pipeline
-// stages its stage and that stage's blocks (none: the whole model).
+// stages its stage and every stage's blocks (empty: one stage, the whole
+// model).
 struct PowerRank {
   int rank = 0;
   int replica = 0;
   int slot = 0;
   int stage = 0;
-  std::optional<model::StageRange> blocks;
+  std::vector<model::StageRange> stages;
 };
 
 // One rank's power control for a whole run. With power.mode = "off" it plans
@@ -74,10 +75,12 @@ class RankPowerRun {
   // replica's limit (a healthy replica keeps or gets back the default); events
   // power_plan (rank 0) and power_applied. Returns the batch shares of
   // parallel.batch_policy, `proportional` taking the plan's.
-  // With pipeline stages a replica's plan (its share) is its slowest stage's,
-  // and each stage's domain is boosted for its own degree: a healthy stage
-  // keeps the default limit, a degraded one gets the limit that keeps it at
-  // full pace (its stage's plan over every replica's degree of that stage).
+  // With pipeline stages a replica's need is its neediest stage's (each
+  // stage's work at its own degree), and each stage's domain is boosted for
+  // its own degree and work: a healthy stage keeps the default limit, a
+  // degraded one gets the limit that keeps it at full pace (its stage's plan
+  // over every replica's degree of that stage); the stage that sets the
+  // replica's need gets the replica plan's limit.
   std::vector<std::int64_t> configure(const ParallelConfig& parallel, std::int64_t global_batch,
                                       const ModelSetup& model);
   // After each committed step, with power.need = "measured": the forward

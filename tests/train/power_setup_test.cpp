@@ -130,15 +130,20 @@ class PowerRunTest : public ::testing::Test {
     return config;
   }
 
-  nlohmann::json configure(const Config& config, std::vector<std::int64_t>* shares) {
+  // `place`: the rank configured (rank 0 logs the plan). `applied`: its power_applied event.
+  nlohmann::json configure(const Config& config, std::vector<std::int64_t>* shares, PowerRank place = {},
+                           nlohmann::json* applied = nullptr) {
     const RunDir run = RunDir::create(dir_);
-    RankPowerRun power(config, run, PowerRank{}, "");
+    RankPowerRun power(config, run, place, "");
     *shares = power.configure(config.parallel, 64, uneven_model());
     power.restore("exit");
+    nlohmann::json plan;
     for (const nlohmann::json& e : run.read_events()) {
-      if (e["event"] == "power_plan") return e["replicas"];
+      if (e["event"] == "power_plan") plan = e["replicas"];
+      if (e["event"] == "power_applied" && applied != nullptr) *applied = e;
     }
-    return {};
+    std::filesystem::remove_all(dir_);
+    return plan;
   }
 
   std::filesystem::path dir_;
@@ -202,6 +207,35 @@ TEST(PowerSetup, SigtermRestoresTheBoostedLimitThenChains) {
     EXPECT_DOUBLE_EQ(rank.controller()->get_limit_w(0), 700.0);
   }
   ::sigaction(SIGTERM, &original, nullptr);
+}
+
+// Pipeline stages: the uneven model's 4 blocks over pp 3 ({0,1}, {1,3},
+// {3,4}); replica 0's middle stage runs at 30 of 32. The replica's need is
+// that stage's (its blocks alone, no LM head rows), above the whole model's
+// at 30; the middle stage's ranks get the replica plan's limit, a healthy
+// stage's ranks the default (1000 W) and no speed-up.
+TEST_F(PowerRunTest, WithStagesTheNeediestStageSetsTheReplicasPlanAndOnlyItIsBoosted) {
+  Config config = tp30_config(8000.0);
+  config.parallel.pp = 3;
+  config.parallel.failed = {{{0, 1}, {30, 31}}};
+  const std::vector<model::StageRange> stages = {{0, 1}, {1, 3}, {3, 4}};
+  const double middle = modelled_needs(32, {30}, step_work(uneven_model(), stages[1]))[0];
+  const double whole = modelled_needs(32, {30}, step_work(uneven_model()))[0];
+  ASSERT_GT(middle, whole);
+  std::vector<std::int64_t> shares;
+  nlohmann::json boosted, healthy;
+  const nlohmann::json plan = configure(config, &shares, PowerRank{0, 0, 0, 1, stages}, &boosted);
+  ASSERT_EQ(plan.size(), 2u) << plan;
+  EXPECT_DOUBLE_EQ(plan[0]["need"].get<double>(), middle);
+  EXPECT_DOUBLE_EQ(plan[1]["need"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(boosted["device_limit_w"].get<double>(), plan[0]["limit_w"].get<double>()) << boosted;
+  EXPECT_GT(boosted["device_limit_w"].get<double>(), 1000.0);
+  EXPECT_EQ(boosted["share"], plan[0]["share"]);
+  configure(config, &shares, PowerRank{0, 0, 0, 2, stages}, &healthy);  // replica 0's last stage: all 32 slots
+  EXPECT_DOUBLE_EQ(healthy["device_limit_w"].get<double>(), 1000.0) << healthy;
+  EXPECT_DOUBLE_EQ(healthy["speedup"].get<double>(), 1.0) << healthy;
+  // Without every stage's blocks the plan cannot be made: a clear error, not a guess.
+  EXPECT_THROW(configure(config, &shares, PowerRank{0, 0, 0, 1, {}}), std::logic_error);
 }
 
 }  // namespace
