@@ -10,8 +10,8 @@
 // time, and the rest of the step (gradient sync tail, tied sum, commit,
 // optimizer). Medians over the traced steps.
 //
-//   pipeline_step_bench [--preset small] [--pp 1,2] [--m 2,4,8] [--batch 2] [--seq 64] [--steps 4]
-//                       [--layers 0 (the preset's)]
+//   pipeline_step_bench [--family gpt2] [--preset small] [--pp 1,2] [--m 2,4,8] [--batch 2] [--seq 64]
+//                       [--steps 4] [--layers 0 (the preset's)]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -97,11 +97,14 @@ Case measure(const fs::path& dir, std::vector<std::string> sets, int pp, int m, 
   for (const auto& [s, stages] : traced) {
     ntp::train::StageTimes times;
     double first = 1e300, last = 0, most = 0;
+    // Stage 0 runs the first forward and the last backward: its window is
+    // the pipeline's makespan, on one process's clock (a trace's times are
+    // not comparable across processes).
+    first = stages.front().first_start;
+    last = stages.front().last_end;
     for (const StageStep& st : stages) {
       times.forward.push_back(median(st.forward));
       times.backward.push_back(median(st.backward));
-      first = std::min(first, st.first_start);
-      last = std::max(last, st.last_end);
       double sum = 0;
       for (double d : st.forward) sum += d;
       for (double d : st.backward) sum += d;
@@ -144,7 +147,7 @@ int main(int argc, char** argv) {
               "ratio", "bubble", "simulated", "formula", "busiest s", "rest s");
   for (int pp : pps) {
     for (int m : ms) {
-      std::vector<std::string> sets = {"model.preset=" + preset, "model.seq_len=" + flag(argc, argv, "seq", "64"),
+      std::vector<std::string> sets = {"model.family=" + flag(argc, argv, "family", "gpt2"), "model.preset=" + preset, "model.seq_len=" + flag(argc, argv, "seq", "64"),
                                        "train.micro_batch=" + batch,
                                        "train.global_batch=" + std::to_string(m * std::stoi(batch))};
       if (layers != "0") sets.push_back("model.layers=" + layers);
