@@ -19,8 +19,9 @@ std::optional<std::string> port_shortfall(std::int64_t ranks_here, const RankGro
   std::ostringstream m;
   m << "this host runs " << ranks_here << " ranks, and each listens on one TCP port per peer of each of its Gloo "
     << "groups (world " << RankGroups::sparse_peers(groups.world) << " + tp 2 x " << groups.tp - 1 << " + dp "
-    << RankGroups::sparse_peers(groups.dp) << " = "
-    << groups.ports() << "): " << need << " ports in all, more than the " << range.size()
+    << RankGroups::sparse_peers(groups.dp);
+  if (groups.pipeline > 1) m << " + pp " << groups.pipeline - 1;
+  m << " = " << groups.ports() << "): " << need << " ports in all, more than the " << range.size()
     << " ephemeral ports of net.ipv4.ip_local_port_range (" << range.first << "-" << range.last
     << "). Widen the range (sysctl -w net.ipv4.ip_local_port_range=\"1024 65535\"), or run fewer ranks per "
     << "host (one training process per GPU, on several hosts)";

@@ -3,8 +3,9 @@
 // kernel's ephemeral range. The Gloo TCP transport this project builds on gives
 // every pair of a group its own listening socket, bound to an ephemeral port of
 // the rank's address: a rank holds one port per peer per group, so a host that
-// runs R ranks of an N-rank job needs about R·(2·log2 N + 2·(tp−1) + 2·log2 dp)
-// ports while its groups are open (the world and DP groups are sparse). Past the range, group creation fails with "bind:
+// runs R ranks of an N-rank job needs about R·(2·log2 N + 2·(tp−1) + 2·log2 dp
+// + pp·tp − 1) ports while its groups are open (the world and DP groups are
+// sparse; the pipeline group, with stages only, is full). Past the range, group creation fails with "bind:
 // Address already in use" half way through connecting; checking first turns
 // that into one clear message before any worker starts.
 #include <cstdint>
@@ -20,13 +21,16 @@ struct PortRange {
 };
 
 // The groups one training rank opens (src/train/ntp_trainer.cpp): world and
-// the DP sync group (sparse meshes, GroupOptions::sparse) and two full TP
-// groups (compute and the sync thread). Fields are group sizes.
+// the DP sync group (sparse meshes, GroupOptions::sparse), two full TP
+// groups (compute and the sync thread) and, with pipeline stages, the full
+// pipeline group of its replica's ranks over every stage. Fields are group
+// sizes (pipeline 1: no stages).
 struct RankGroups {
   std::int64_t world = 1;
   std::int64_t tp = 1;
   std::int64_t dp = 1;
-  std::int64_t ports() const { return sparse_peers(world) + 2 * (tp - 1) + sparse_peers(dp); }
+  std::int64_t pipeline = 1;
+  std::int64_t ports() const { return sparse_peers(world) + 2 * (tp - 1) + sparse_peers(dp) + (pipeline - 1); }
   // Peers of each rank of a sparse mesh of `size` (the same for every rank).
   static std::int64_t sparse_peers(std::int64_t size);
 };

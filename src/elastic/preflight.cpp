@@ -38,7 +38,8 @@ void check_ports(const train::Config& config, int local_ranks, std::int64_t worl
   if (world < 2) return;  // one rank trains in-process, without groups
   const std::optional<comm::PortRange> range = comm::ephemeral_port_range();
   if (!range) return;
-  const comm::RankGroups groups{world, config.parallel.tp, config.parallel.dp};
+  const std::int64_t pipeline = config.parallel.pp > 1 ? config.parallel.pp * config.parallel.tp : 1;
+  const comm::RankGroups groups{world, config.parallel.tp, config.parallel.dp, pipeline};
   if (const std::optional<std::string> shortfall = comm::port_shortfall(local_ranks, groups, *range)) {
     throw UnsupportedRequest(*shortfall);
   }

@@ -59,6 +59,28 @@ int index_in(const std::vector<int>& ranks, int rank) {
   return static_cast<int>(it - ranks.begin());
 }
 
+// The vocabulary rows the input tokens of `samples` name (each sample's T
+// inputs).
+layout::IntervalSet input_token_rows(const model::TokenData& data, const std::vector<std::int64_t>& samples,
+                                     std::int64_t T) {
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(T)), targets(inputs.size());
+  std::vector<std::int32_t> tokens;
+  for (std::int64_t id : samples) {
+    data.sample(id, T, inputs.data(), targets.data());
+    tokens.insert(tokens.end(), inputs.begin(), inputs.end());
+  }
+  std::sort(tokens.begin(), tokens.end());
+  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+  layout::IntervalSet rows;
+  for (std::size_t i = 0; i < tokens.size();) {
+    std::size_t j = i + 1;
+    while (j < tokens.size() && tokens[j] == tokens[j - 1] + 1) ++j;
+    rows.add(tokens[i], tokens[j - 1] + 1);
+    i = j;
+  }
+  return rows;
+}
+
 // The group ranks of `ranks` in `group` (ascending).
 std::vector<int> indices_in(const std::vector<int>& group, const std::vector<int>& ranks) {
   std::vector<int> out;
@@ -463,8 +485,11 @@ NtpTrainer::LocalWork NtpTrainer::run_pipeline(std::int64_t s, const std::vector
       unsummed.assign(grad.begin(), grad.end());
       grad = unsummed;
     }
+    // The embedding's part touches only the rows of the step's input tokens
+    // (any replica's: the DP sync summed them), which both ends read alike.
+    const TiedSparsity sparse{input_token_rows(x.data, x.schedule.step_samples(s), T), stage == 0};
     sum_tied_embedding(grad, wte.units, wte.unit_size, x.tied, *x.pipe,
-                       [&x](int rank) { return index_in(x.layout.pipeline_group, rank); }, kTiedTag);
+                       [&x](int rank) { return index_in(x.layout.pipeline_group, rank); }, kTiedTag, &sparse);
   }
   if (traced) {
     for (const TraceSpan& span : work.sync.spans) x.comm_trace.add(span);

@@ -85,19 +85,28 @@ std::string check_tied_rows(const JobPlan& plan, const std::function<std::vector
 
 void sum_tied_embedding(std::span<float> grad, const layout::IntervalSet& mine, std::int64_t width,
                         const std::vector<TiedRows>& rows, comm::Group& group,
-                        const std::function<int(int global_rank)>& group_rank, std::uint32_t tag) {
+                        const std::function<int(int global_rank)>& group_rank, std::uint32_t tag,
+                        const TiedSparsity* sparse) {
   if (static_cast<std::int64_t>(grad.size()) != mine.size() * width) {
     throw std::invalid_argument(fmt::format("tied embedding: {} floats for {} rows of {}", grad.size(), mine.size(),
                                             width));
   }
+  // Per pair: the rows sent and the rows received (the embedding's part only
+  // those it may touch).
+  const auto part = [&](const layout::IntervalSet& pair, bool embedding_side) {
+    return sparse != nullptr && embedding_side ? pair.intersect(sparse->embedding_rows) : pair;
+  };
+  const bool embedding_end = sparse != nullptr && sparse->embedding_end;
   std::vector<std::vector<float>> out(rows.size()), in(rows.size());
+  std::vector<layout::IntervalSet> received(rows.size());
   std::vector<comm::P2POp> ops;
   for (std::size_t p = 0; p < rows.size(); ++p) {
-    for_each_block(mine, rows[p].rows, width, [&](std::size_t at, std::size_t n) {
+    for_each_block(mine, part(rows[p].rows, embedding_end), width, [&](std::size_t at, std::size_t n) {
       out[p].insert(out[p].end(), grad.begin() + static_cast<std::ptrdiff_t>(at),
                     grad.begin() + static_cast<std::ptrdiff_t>(at + n));
     });
-    in[p].resize(out[p].size());
+    received[p] = part(rows[p].rows, !embedding_end);
+    in[p].resize(static_cast<std::size_t>(received[p].size() * width));
     const int peer = group_rank(rows[p].peer);
     ops.push_back(comm::P2POp::send(comm::ConstView(out[p].data(), out[p].size()), peer, tag));
     ops.push_back(comm::P2POp::recv(comm::View(in[p].data(), in[p].size()), peer, tag));
@@ -105,9 +114,19 @@ void sum_tied_embedding(std::span<float> grad, const layout::IntervalSet& mine, 
   if (ops.empty()) return;
   group.exchange(ops);
   for (std::size_t p = 0; p < rows.size(); ++p) {
+    std::vector<float> dense;  // the pair's rows, +0 where nothing came
+    if (received[p] != rows[p].rows) {
+      dense.assign(static_cast<std::size_t>(rows[p].rows.size() * width), 0.0f);
+      std::size_t next = 0;
+      for_each_block(rows[p].rows, received[p], width, [&](std::size_t at, std::size_t n) {
+        std::copy_n(in[p].begin() + static_cast<std::ptrdiff_t>(next), n, dense.begin() + static_cast<std::ptrdiff_t>(at));
+        next += n;
+      });
+    }
+    const std::vector<float>& add = received[p] != rows[p].rows ? dense : in[p];
     std::size_t next = 0;
     for_each_block(mine, rows[p].rows, width, [&](std::size_t at, std::size_t n) {
-      for (std::size_t k = 0; k < n; ++k) grad[at + k] += in[p][next + k];
+      for (std::size_t k = 0; k < n; ++k) grad[at + k] += add[next + k];
       next += n;
     });
   }

@@ -45,6 +45,19 @@ std::vector<TiedRows> tied_embedding_rows(const JobPlan& plan, int rank);
 std::string check_tied_rows(const JobPlan& plan,
                             const std::function<std::vector<TiedRows>(int rank)>& rows_of);
 
+// The embedding's part of wte's gradient is sparse: only the rows of the
+// tokens the step read can be nonzero (after the DP sync, those of any
+// replica). Every rank of both ends computes the same superset of them from
+// the step's samples, so the embedding end sends only those rows and the
+// head end, which receives them, adds +0 to every other row: the embedding
+// end's sum there is 0 + b, so both copies stay bit for bit alike (b + 0
+// turns a -0 into +0 as 0 + b does). The dense half, the LM head's part,
+// still goes the other way.
+struct TiedSparsity {
+  layout::IntervalSet embedding_rows;  // a superset of the rows the embedding's gradient touches
+  bool embedding_end = false;          // this rank holds the embedding (the first stage)
+};
+
 // Adds the other end's part of wte's gradient to this rank's. `grad` holds
 // the rank's rows `mine` in unit-major order, `width` floats each. Each
 // peer's rows go out and come in within one exchange (every send and receive
@@ -52,9 +65,11 @@ std::string check_tied_rows(const JobPlan& plan,
 // `tag`; then they are added. `group_rank` maps a global rank to its rank in
 // `group`. Every wait keeps the group's deadline (comm::CommError naming the
 // peer). Throws std::invalid_argument when `grad` does not hold `mine` or a
-// pair's rows are not all in `mine`.
+// pair's rows are not all in `mine`. With `sparse`, the embedding's part
+// travels as the rows of sparse->embedding_rows only (above).
 void sum_tied_embedding(std::span<float> grad, const layout::IntervalSet& mine, std::int64_t width,
                         const std::vector<TiedRows>& rows, comm::Group& group,
-                        const std::function<int(int global_rank)>& group_rank, std::uint32_t tag);
+                        const std::function<int(int global_rank)>& group_rank, std::uint32_t tag,
+                        const TiedSparsity* sparse = nullptr);
 
 }  // namespace ntp::train

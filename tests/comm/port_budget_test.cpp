@@ -37,6 +37,21 @@ TEST(PortBudget, RefusesAJobWhoseRanksOnOneHostNeedMorePortsThanTheRange) {
   EXPECT_FALSE(port_shortfall(144, {144, 72, 2}, kDefaultRange).has_value());
 }
 
+// With stages each rank also holds its replica's pipeline group, a full mesh
+// of pp x tp ranks: dp 2 x pp 8 x tp 8 on one host (256 ranks) needs
+// 256 x (16 + 14 + 1 + 63) = 24,064 ports and fits the default range; the same
+// job counted without the pipeline group looked like 7,936.
+TEST(PortBudget, APipelineGroupCountsItsPeersToo) {
+  const RankGroups staged{256, 8, 2, 64};
+  EXPECT_EQ(staged.ports(), RankGroups::sparse_peers(256) + 2 * 7 + 1 + 63);
+  EXPECT_FALSE(port_shortfall(256, staged, kDefaultRange).has_value());
+  // dp 4 x pp 8 x tp 16 (512 ranks, 127 pipeline peers each) does not.
+  const std::optional<std::string> message = port_shortfall(512, {512, 16, 4, 128}, kDefaultRange);
+  ASSERT_TRUE(message.has_value());
+  EXPECT_NE(message->find("+ pp 127 = "), std::string::npos) << *message;
+  EXPECT_FALSE(port_shortfall(512, {512, 16, 4}, kDefaultRange).has_value()) << "the pipeline group decides it";
+}
+
 TEST(PortBudget, TheBoundaryIsTheRangeSize) {
   const RankGroups groups{5, 1, 1};  // 4 ports a rank (a sparse mesh of 5 holds every pair)
   EXPECT_FALSE(port_shortfall(25, groups, {1, 100}).has_value());

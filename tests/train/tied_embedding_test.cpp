@@ -6,9 +6,11 @@
 #include "train/tied_embedding.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -150,8 +152,11 @@ struct SumRun {
 };
 
 // Every rank of a one-replica plan on its own thread and a group over all of
-// them; `absent` (a rank or -1) never calls.
-SumRun run_sum(const JobPlan& plan, std::chrono::milliseconds timeout, int absent = -1) {
+// them; `absent` (a rank or -1) never calls. With `sparse`, the sum runs
+// sparse with its rows (the embedding end's flag set per rank).
+SumRun run_sum(const JobPlan& plan, std::chrono::milliseconds timeout, int absent = -1,
+               const layout::IntervalSet* sparse = nullptr,
+               const std::function<void(int rank, std::vector<float>&)>& shape = {}) {
   const int n = plan.world_size();
   comm::testing::TempStoreDir dir;
   auto store = comm::open_store(dir.spec());
@@ -161,10 +166,13 @@ SumRun run_sum(const JobPlan& plan, std::chrono::milliseconds timeout, int absen
     auto group = comm::create_group(store, comm::testing::group_options(n, rank, "embedding", 1, timeout));
     const RankPlace& at = plan.place(rank);
     std::vector<float> grad = grad_of(plan, rank);
+    if (shape) shape(rank, grad);
+    const TiedSparsity sparsity{sparse != nullptr ? *sparse : layout::IntervalSet{}, at.stage == 0};
     try {
       if (rank != absent) {
         sum_tied_embedding(grad, plan.layout(model::UnitKind::kVocab, at.stage).units_of(at.replica, at.slot), kWidth,
-                           tied_embedding_rows(plan, rank), *group, [](int r) { return r; }, 7);
+                           tied_embedding_rows(plan, rank), *group, [](int r) { return r; }, 7,
+                           sparse != nullptr ? &sparsity : nullptr);
       }
     } catch (...) {
       out.errors[static_cast<std::size_t>(rank)] = std::current_exception();
@@ -172,6 +180,31 @@ SumRun run_sum(const JobPlan& plan, std::chrono::milliseconds timeout, int absen
     out.grads[static_cast<std::size_t>(rank)] = std::move(grad);
   }));
   return out;
+}
+
+// The copies of every row of a one-replica pp 3 plan are the same bits.
+bool copies_equal(const JobPlan& plan, const SumRun& run, std::string* first_difference) {
+  for (int a : plan.tp_group(0, 0)) {
+    for (const TiedRows& pair : tied_embedding_rows(plan, a)) {
+      const auto& mine_a = plan.layout(model::UnitKind::kVocab, 0).units_of(0, plan.place(a).slot);
+      const auto& mine_b = plan.layout(model::UnitKind::kVocab, 2).units_of(0, plan.place(pair.peer).slot);
+      for (const layout::Interval& block : pair.rows.intervals()) {
+        for (layout::Unit row = block.start; row < block.end; ++row) {
+          for (std::int64_t c = 0; c < kWidth; ++c) {
+            const float x = run.grads[static_cast<std::size_t>(a)][static_cast<std::size_t>(mine_a.offset_of(row) * kWidth + c)];
+            const float y =
+                run.grads[static_cast<std::size_t>(pair.peer)][static_cast<std::size_t>(mine_b.offset_of(row) * kWidth + c)];
+            if (std::bit_cast<std::uint32_t>(x) != std::bit_cast<std::uint32_t>(y)) {
+              *first_difference = "row " + std::to_string(row) + " column " + std::to_string(c) + ": " +
+                                  std::to_string(x) + " against " + std::to_string(y);
+              return false;
+            }
+          }
+        }
+      }
+    }
+  }
+  return true;
 }
 
 TEST(TiedEmbedding, BothCopiesEndWithTheSameSumBitForBit) {
@@ -197,25 +230,56 @@ TEST(TiedEmbedding, BothCopiesEndWithTheSameSumBitForBit) {
         }
       }
     }
-    // The two copies of every row are the same bits.
-    for (int a : plan.tp_group(0, 0)) {
-      for (int b : plan.tp_group(0, 2)) {
-        for (const TiedRows& pair : tied_embedding_rows(plan, a)) {
-          if (pair.peer != b) continue;
-          const auto& mine_a = plan.layout(model::UnitKind::kVocab, 0).units_of(0, plan.place(a).slot);
-          const auto& mine_b = plan.layout(model::UnitKind::kVocab, 2).units_of(0, plan.place(b).slot);
-          for (const layout::Interval& block : pair.rows.intervals()) {
-            for (layout::Unit row = block.start; row < block.end; ++row) {
-              for (std::int64_t c = 0; c < kWidth; ++c) {
-                EXPECT_EQ(run.grads[static_cast<std::size_t>(a)][static_cast<std::size_t>(mine_a.offset_of(row) * kWidth + c)],
-                          run.grads[static_cast<std::size_t>(b)][static_cast<std::size_t>(mine_b.offset_of(row) * kWidth + c)]);
-              }
-            }
-          }
+    std::string difference;
+    EXPECT_TRUE(copies_equal(plan, run, &difference)) << difference;  // the same bits
+  }
+}
+
+// The sparse sum: the embedding's part (stage 0) is zero outside a few rows
+// and the LM head's part (stage 2) holds some -0s. Stage 0 sends only those
+// rows; both copies still end bit for bit alike, each the exact sum (a -0 of
+// the head's part becomes +0 on both ends). A row set that misses a row the
+// embedding touched is shown to break the copies: the superset matters.
+TEST(TiedEmbedding, TheSparseSumKeepsTheCopiesBitForBitAlike) {
+  const JobPlan plan = plan_of(1, 3, 3, Failed{{{0, 0}, {2}}});  // stage 0 at TP 2, stage 2 at TP 3
+  const layout::IntervalSet touched{{3, 5}, {17, 18}, {40, 44}};
+  const auto shape = [&](const layout::IntervalSet& nonzero) {
+    return [&plan, nonzero](int rank, std::vector<float>& grad) {
+      const RankPlace& at = plan.place(rank);
+      const layout::IntervalSet& mine = plan.layout(model::UnitKind::kVocab, at.stage).units_of(0, at.slot);
+      for (layout::Unit k = 0; k < mine.size(); ++k) {
+        const layout::Unit row = mine.unit_at(k);
+        for (std::int64_t c = 0; c < kWidth; ++c) {
+          float& g = grad[static_cast<std::size_t>(k * kWidth + c)];
+          if (at.stage == 0 && !nonzero.contains(row)) g = 0.0f;
+          if (at.stage == 2 && row % 5 == 0 && c == 0) g = -0.0f;
         }
+      }
+    };
+  };
+  const SumRun run = run_sum(plan, 10s, -1, &touched, shape(touched));
+  for (const std::exception_ptr& e : run.errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  std::string difference;
+  EXPECT_TRUE(copies_equal(plan, run, &difference)) << difference;
+  for (int rank : plan.tp_group(0, 2)) {  // the head end: head + embedding, +0 for a -0 head part
+    const layout::IntervalSet& mine = plan.layout(model::UnitKind::kVocab, 2).units_of(0, plan.place(rank).slot);
+    for (layout::Unit k = 0; k < mine.size(); ++k) {
+      const layout::Unit row = mine.unit_at(k);
+      for (std::int64_t c = 0; c < kWidth; ++c) {
+        const float head = row % 5 == 0 && c == 0 ? -0.0f : part(2, row, c);
+        const float embedding = touched.contains(row) ? part(0, row, c) : 0.0f;
+        const float got = run.grads[static_cast<std::size_t>(rank)][static_cast<std::size_t>(k * kWidth + c)];
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(head + embedding))
+            << "rank " << rank << " row " << row << " column " << c;
       }
     }
   }
+  // Broken: row 17 touched by the embedding but left out of the sparse rows.
+  const layout::IntervalSet missing{{3, 5}, {40, 44}};
+  const SumRun broken = run_sum(plan, 10s, -1, &missing, shape(touched));
+  EXPECT_FALSE(copies_equal(plan, broken, &difference));
 }
 
 TEST(TiedEmbedding, APeerThatNeverComesFailsTheOthersByTheDeadline) {
