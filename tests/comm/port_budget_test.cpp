@@ -39,8 +39,8 @@ TEST(PortBudget, RefusesAJobWhoseRanksOnOneHostNeedMorePortsThanTheRange) {
 
 // With stages each rank also holds its replica's pipeline group, a full mesh
 // of pp x tp ranks: dp 2 x pp 8 x tp 8 on one host (256 ranks) needs
-// 256 x (16 + 14 + 1 + 63) = 24,064 ports and fits the default range; the same
-// job counted without the pipeline group looked like 7,936.
+// 256 x (15 + 14 + 1 + 63) = 23,808 ports and fits the default range; the same
+// job counted without the pipeline group looked like 7,680.
 TEST(PortBudget, APipelineGroupCountsItsPeersToo) {
   const RankGroups staged{256, 8, 2, 64};
   EXPECT_EQ(staged.ports(), RankGroups::sparse_peers(256) + 2 * 7 + 1 + 63);
