@@ -108,11 +108,14 @@ TEST_F(PipelineCliTest, VerifyRejectsEachPipelineMutation) {
   }
 }
 
-std::vector<double> losses(const fs::path& run) {
+// One field of every row of the run's metrics.jsonl.
+std::vector<double> metric(const fs::path& run, const char* key) {
   std::vector<double> out;
-  for (const nlohmann::json& row : ntp::testing::read_jsonl_lines(run / "metrics.jsonl")) out.push_back(row["loss"]);
+  for (const nlohmann::json& row : ntp::testing::read_jsonl_lines(run / "metrics.jsonl")) out.push_back(row[key]);
   return out;
 }
+
+std::vector<double> losses(const fs::path& run) { return metric(run, "loss"); }
 
 // A pp 2 x tp 2 run's checkpoint after 2 of 4 steps resumes inside the run at
 // the same layout (the same losses, bit for bit), at pp 1, and at pp 4 (the
@@ -162,12 +165,6 @@ TEST_F(PipelineCliTest, WhatAPipelineDoesNotDoYetIsRefusedNamingTheKey) {
   }
 }
 
-std::vector<double> val_losses(const fs::path& run) {
-  std::vector<double> out;
-  for (const nlohmann::json& row : ntp::testing::read_jsonl_lines(run / "metrics.jsonl")) out.push_back(row["val_loss"]);
-  return out;
-}
-
 // Validation over stages (train.eval_every): the forward pass runs through
 // the stages and the last stage's loss counts. The dp 2 x pp 2 x tp 2 job's
 // validation losses equal the dp 2 x tp 2 job's within 1e-6 relative: the
@@ -184,7 +181,7 @@ TEST_F(PipelineCliTest, ValidationOverStagesMatchesTheJobWithoutStages) {
                          " --set train.steps=3 --set model.layers=2 --set parallel.dp=2 --set parallel.tp=2"
                          " --set train.eval_every=1 --set data.val_path='\"" + val.string() + "\"'" + sets);
     EXPECT_EQ(r.code, 0) << name << "\n" << r.output;
-    return val_losses(dir_ / name);
+    return metric(dir_ / name, "val_loss");
   };
   const std::vector<double> flat = run("pp1", " --set train.eval_batches=3");
   const std::vector<double> staged = run("pp2", " --set train.eval_batches=3 --set parallel.pp=2");
