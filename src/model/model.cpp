@@ -60,7 +60,7 @@ Model::Model(const GptConfig& config, const Shard& shard, tensor::Context& ctx, 
   adopt(shard, Buffer(static_cast<std::size_t>(layout_->size())));
 }
 
-Model::~Model() = default;
+Model::~Model() { ctx_.clear_rounded_copy(params_.data()); }
 
 void Model::adopt(const Shard& next, Buffer values) {
   auto layout = std::make_unique<ParameterLayout>(layout_->config(), next, layout_->stage());
@@ -69,6 +69,7 @@ void Model::adopt(const Shard& next, Buffer values) {
                                 std::to_string(values.size()) + " elements, layout needs " +
                                 std::to_string(layout->size()));
   layout_ = std::move(layout);
+  ctx_.clear_rounded_copy(params_.data());
   params_ = std::move(values);
   grads_ = Buffer(params_.size());
   grads_pending_zero_ = false;
@@ -77,6 +78,7 @@ void Model::adopt(const Shard& next, Buffer values) {
     device_grads_ = Buffer(params_.size(), gpu_);
   }
   params_changed_ = true;
+  rounded_stale_ = true;
   device_grads_pending_zero_ = false;
   blocks_.clear();
   for (int l = stage().first_layer; l < stage().end_layer; ++l) {  // indexed from the stage's first
@@ -120,7 +122,7 @@ std::vector<float> Model::gather_full() {
   const ParameterLayout full(config(), Shard::full(config()));
   std::vector<float> values(static_cast<std::size_t>(full.size()), 0.0f);
   // Each element has exactly one non-zero contributor, so the sum is exact.
-  gather_into_full(*layout_, params(), full, values, counts_replicated());
+  gather_into_full(*layout_, params_.span(), full, values, counts_replicated());
   if (tp_ != nullptr) tp_->all_reduce(values.data(), values.size());
   return values;
 }
@@ -128,6 +130,29 @@ std::vector<float> Model::gather_full() {
 void Model::zero_grad() {
   grads_pending_zero_ = true;
   device_grads_pending_zero_ = true;
+}
+
+std::span<float> Model::params() {
+  params_changed_ = true;
+  rounded_stale_ = true;
+  ctx_.clear_rounded_copy(params_.data());  // no GEMM may read the copy until it is rounded again
+  return params_.span();
+}
+
+Model::ParamsForUpdate Model::params_for_update() {
+  if (rounded_stale_ || rounded_params_.size() != params_.size()) return {params(), {}};
+  params_changed_ = true;
+  return {params_.span(), rounded_params_};
+}
+
+void Model::round_params() {
+  if (gpu_ != nullptr || ctx_.precision() != tensor::Precision::kBf16) return;
+  if (rounded_stale_) {
+    rounded_params_.resize(params_.size());
+    tensor::round_to_bf16(ctx_, params_.data(), static_cast<std::int64_t>(params_.size()), rounded_params_.data());
+    rounded_stale_ = false;
+  }
+  ctx_.set_rounded_copy(params_.data(), static_cast<std::int64_t>(params_.size()), rounded_params_.data());
 }
 
 void Model::upload_params() {
@@ -293,7 +318,7 @@ StageForward Model::forward_stage(const Batch& batch, std::span<const float> inp
     a.target_ids = a.target_store.put(gpu_, a.target_col);
   }
   upload_params();
-  ctx_.begin_weight_pass();  // ended by backward(): no weight changes in between
+  round_params();
 
   forward_embedding(batch, input);
   const std::int64_t residual_size = a.n * config().d_model;
@@ -416,11 +441,7 @@ std::span<const float> Model::backward_stage(std::span<const float> doutput, con
   const std::int64_t residual_size = a.n * c.d_model;
   check_boundary("backward_stage", "doutput", doutput.size(), stage().has_head(c) ? 0 : residual_size, *layout_);
   forwarded_[slot_] = false;  // dlogits are consumed
-  // The optimizer step follows: the weights' bf16 copies go stale.
-  const struct EndPass {
-    tensor::Context& ctx;
-    ~EndPass() { ctx.end_weight_pass(); }
-  } end_pass{ctx_};
+  round_params();  // a no-op after this step's forward, unless params() was taken since
   // On a GPU every host gradient is overwritten by its download below.
   if (gpu_ != nullptr) grads_pending_zero_ = false;
   const bool pending_zero = gpu_ != nullptr ? std::exchange(device_grads_pending_zero_, false)

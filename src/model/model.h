@@ -113,11 +113,18 @@ class Model {
   comm::Group* tp_group() const { return tp_; }
   tensor::Context& context() { return ctx_; }
 
-  // For writing: the next forward first copies the parameters to the GPU.
-  std::span<float> params() {
-    params_changed_ = true;
-    return params_.span();
-  }
+  // For writing: the next forward first copies the parameters to the GPU
+  // (with bf16 GEMMs, rounds them again).
+  std::span<float> params();
+  // For the optimizer: the parameters and, when the GEMMs read a bf16 copy of
+  // them that is current, that copy (else empty). The caller writes to_bf16
+  // of every parameter it changes into the copy too, which keeps it current:
+  // the next forward need not round the weights again (docs/model.md, "Mixed precision").
+  struct ParamsForUpdate {
+    std::span<float> params;
+    std::span<tensor::Bf16> rounded;
+  };
+  ParamsForUpdate params_for_update();
   std::span<const float> params() const { return params_.span(); }
   // The gradients; a zero_grad() not yet overtaken by backward() is applied first.
   std::span<float> grads() { return settled_grads(); }
@@ -230,6 +237,9 @@ class Model {
   const float* kernel_params() const { return gpu_ != nullptr ? device_params_.data() : params_.data(); }
   float* kernel_grads() { return gpu_ != nullptr ? device_grads_.data() : grads_.data(); }
   void upload_params();
+  // With bf16 GEMMs: rounds the parameters into rounded_params_ when they
+  // changed, and sets that copy as the one ctx_'s GEMMs read.
+  void round_params();
   void download_grads(std::size_t first, std::size_t last);  // tensors [first, last)
   void ensure_activations(std::int64_t batch, std::int64_t seq);
   std::span<float> settled_grads() const;
@@ -245,6 +255,8 @@ class Model {
   mutable bool grads_pending_zero_ = false;  // zero_grad() not yet applied
   tensor::Buffer device_params_, device_grads_;  // GPU only
   bool params_changed_ = true;                   // params() taken for writing since the last upload
+  std::vector<tensor::Bf16> rounded_params_;     // bf16 GEMMs: the copy the GEMMs read
+  bool rounded_stale_ = true;                    // params() taken for writing since the last rounding
   bool device_grads_pending_zero_ = false;       // zero_grad() not yet applied to device_grads_
   std::vector<float> staging_;                   // activations on their way through a TP all-reduce
   double tp_reduce_s_ = 0;                       // see tp_reduce_s()

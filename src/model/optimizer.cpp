@@ -60,8 +60,10 @@ StepStats AdamW::step_with_norm(Model& model, float lr, double grad_norm) {
     if (t.name == frozen_for_test_) continue;
     segments.push_back({t.offset, t.count, t.weight_decay ? config_.weight_decay : 0.0f});
   }
-  tensor::adamw_update(model.context().host(), model.params().data(), model.grads().data(), m_.data(), v_.data(),
-                       segments, s);  // one pass over the pool
+  // With bf16 GEMMs the weights' rounded copy is updated in the same pass.
+  const Model::ParamsForUpdate w = model.params_for_update();
+  tensor::adamw_update(model.context().host(), w.params.data(), model.grads().data(), m_.data(), v_.data(), segments,
+                       s, w.rounded.empty() ? nullptr : w.rounded.data());  // one pass over the pool
   return stats;
 }
 

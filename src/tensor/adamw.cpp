@@ -12,6 +12,9 @@ namespace ntp::tensor {
 namespace {
 
 constexpr std::int64_t kGrain = 1 << 15;
+// Elements per piece of a fused update and rounding: the four arrays' pieces
+// (128 KiB) stay in L2.
+constexpr std::int64_t kRoundPiece = 1 << 13;
 
 }  // namespace
 
@@ -22,7 +25,7 @@ void adamw_update(Context& ctx, float* param, const float* grad, float* m, float
 }
 
 void adamw_update(Context& ctx, float* param, const float* grad, float* m, float* v,
-                  const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
+                  const std::vector<AdamWSegment>& segments, const AdamWStep& step, Bf16* rounded) {
   const float c1 = 1.0f / (1.0f - static_cast<float>(std::pow(step.beta1, step.step)));
   const float c2 = 1.0f / (1.0f - static_cast<float>(std::pow(step.beta2, step.step)));
   // Element k of the pass is element k of the segments laid end to end.
@@ -36,7 +39,16 @@ void adamw_update(Context& ctx, float* param, const float* grad, float* m, float
       const std::int64_t at = segments[i].offset + (from - starts[i]);
       AdamWStep s = step;
       s.weight_decay = segments[i].weight_decay;
-      simd::loops().adamw(param + at, grad + at, m + at, v + at, to - from, s, c1, c2);
+      if (rounded == nullptr) {
+        simd::loops().adamw(param + at, grad + at, m + at, v + at, to - from, s, c1, c2);
+        continue;
+      }
+      // In pieces, so that each piece's new values are rounded while in cache.
+      for (std::int64_t p = at; p < at + (to - from); p += kRoundPiece) {
+        const std::int64_t n = std::min(kRoundPiece, at + (to - from) - p);
+        simd::loops().adamw(param + p, grad + p, m + p, v + p, n, s, c1, c2);
+        simd::loops().round_bf16(rounded + p, param + p, n);
+      }
     }
   });
 }

@@ -30,9 +30,12 @@ struct AdamWSegment {
 // The update over several ranges of flat buffers (every tensor of a model) in
 // one pass over the pool: each thread takes an equal share of the elements,
 // across range boundaries, instead of a pool job (and its barrier) per tensor
-// with the small tensors on one thread. step.weight_decay is ignored.
+// with the small tensors on one thread. step.weight_decay is ignored. With
+// `rounded`, a bf16 copy of param (same offsets), each updated element's
+// to_bf16 is written there too, while it is in cache: the copy stays current
+// without a second pass over the parameters.
 void adamw_update(Context& ctx, float* param, const float* grad, float* m, float* v,
-                  const std::vector<AdamWSegment>& segments, const AdamWStep& step);
+                  const std::vector<AdamWSegment>& segments, const AdamWStep& step, Bf16* rounded = nullptr);
 
 // Sum of squares in double (the global gradient norm is accumulated across
 // tensors and ranks), over fixed pieces added in order: the same bits at any

@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <mutex>
 #include <stdexcept>
 
@@ -51,16 +52,22 @@ Bf16Path Context::bf16_path() const {
   return setup_.emulate_bf16 || !cpu_has_bf16() ? Bf16Path::kEmulated : Bf16Path::kNative;
 }
 
-void Context::begin_weight_pass() {
-  ++weight_pass_;
-  weight_pass_open_ = true;
-  // A copy the previous pass did not read belongs to a weight no longer used
-  // (the model was laid out anew): its memory goes.
-  std::erase_if(bf16_copies_, [&](const auto& entry) { return entry.second.pass + 1 < weight_pass_; });
+void Context::set_rounded_copy(const float* base, std::int64_t count, const Bf16* copy) {
+  rounded_ = {base, count, copy};
 }
 
-Context::Bf16Copy* Context::bf16_copy(const float* weight) {
-  return weight_pass_open_ ? &bf16_copies_[weight] : nullptr;
+void Context::clear_rounded_copy(const float* base) {
+  if (rounded_.base == base) rounded_ = {};
+}
+
+const Bf16* Context::rounded_copy(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld) const {
+  if (rounded_.base == nullptr || rows <= 0) return nullptr;
+  // Compared as addresses: x may belong to another allocation.
+  const auto address = reinterpret_cast<std::uintptr_t>(x), base = reinterpret_cast<std::uintptr_t>(rounded_.base);
+  if (address < base || (address - base) % sizeof(float) != 0) return nullptr;
+  const auto at = static_cast<std::int64_t>((address - base) / sizeof(float));
+  if (at >= rounded_.count || (rows - 1) * ld + cols > rounded_.count - at) return nullptr;
+  return rounded_.copy + at;
 }
 
 Device Context::device() const { return gpu_ != nullptr ? Device::kCuda : Device::kCpu; }

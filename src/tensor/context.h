@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "tensor/gemm_backend.h"
@@ -56,21 +55,17 @@ class Context {
   // The operands of gemm()'s bf16 GEMMs, rounded once per call (the owning
   // thread's, like gemm_seconds).
   std::vector<Bf16>& bf16_scratch() { return bf16_scratch_; }
-  // A weight pass: from a forward's start to its backward's end (Model opens
-  // and closes it), a span in which no weight changes. Within one, a bf16
-  // GEMM's weight is rounded by the first GEMM that reads it and the copy
-  // reused by the rest (the backward's dinp GEMM); outside one, every GEMM
-  // rounds its operands itself. Opening a pass ends the previous one.
-  void begin_weight_pass();
-  void end_weight_pass() { weight_pass_open_ = false; }
-  struct Bf16Copy {
-    std::vector<Bf16> values;
-    std::uint64_t pass = 0;  // the pass it was rounded in; 0: never
-  };
-  // The copy kept for `weight` in the open pass (fresh when its `pass` is
-  // weight_pass()), or null when no pass is open.
-  Bf16Copy* bf16_copy(const float* weight);
-  std::uint64_t weight_pass() const { return weight_pass_; }
+  // A bf16 copy of a block of fp32 memory (a model's weights, which Model
+  // keeps current: rounded again only after they change). While it is set, a
+  // bf16 GEMM operand that lies inside [base, base + count) is read from the
+  // copy, at the same offset and leading dimension, instead of being rounded
+  // again; every other operand is rounded per call. One block at a time;
+  // clear_rounded_copy(base) ends it if base is still the one set.
+  void set_rounded_copy(const float* base, std::int64_t count, const Bf16* copy);
+  void clear_rounded_copy(const float* base);
+  // The copy's elements for an operand of `rows` rows of `cols` at leading
+  // dimension ld starting at x, or null when the operand is not all inside the block.
+  const Bf16* rounded_copy(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld) const;
   // Wall-clock seconds spent in gemm() on this context so far, and in the
   // attention's per-head sgemm calls (their thread-seconds over the pool's
   // threads); the rest of a step is the non-GEMM kernels, the sync and the
@@ -91,9 +86,11 @@ class Context {
   std::unique_ptr<Context> host_;  // GPU contexts only
   double gemm_seconds_ = 0.0;  // only the thread that owns the context calls gemm()
   std::vector<Bf16> bf16_scratch_;
-  std::unordered_map<const float*, Bf16Copy> bf16_copies_;  // by the weight's address
-  std::uint64_t weight_pass_ = 0;
-  bool weight_pass_open_ = false;
+  struct RoundedCopy {
+    const float* base = nullptr;
+    std::int64_t count = 0;
+    const Bf16* copy = nullptr;
+  } rounded_;  // see set_rounded_copy
 };
 
 }  // namespace ntp::tensor

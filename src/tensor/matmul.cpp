@@ -43,31 +43,27 @@ void round_block(Context& ctx, const float* x, std::int64_t rows, std::int64_t c
   });
 }
 
-// Which operand of gemm_blocks is a weight: one that stays the same for the
-// Context's weight pass, so its bf16 copy is kept (Context::bf16_copy).
-enum class Weight { kNone, kB };
-
-// The operands of a bf16 GEMM: a rounded into the context's scratch; b too,
-// or, when it is a weight and a pass is open, into the pass's copy of it,
-// rounded only by the first GEMM of the pass that reads it.
+// The operands of a bf16 GEMM, rounded: each read from the context's rounded
+// copy where it lies inside it (a weight), else rounded into the context's
+// scratch. (rows, cols) are each operand's as stored.
 std::pair<Operand, Operand> round_operands(Context& ctx, const float* a, std::int64_t a_rows, std::int64_t a_cols,
                                            std::int64_t lda, const float* b, std::int64_t b_rows,
-                                           std::int64_t b_cols, std::int64_t ldb, Weight weight) {
+                                           std::int64_t b_cols, std::int64_t ldb) {
+  const Bf16* ha = ctx.rounded_copy(a, a_rows, a_cols, lda);
+  const Bf16* hb = ctx.rounded_copy(b, b_rows, b_cols, ldb);
+  const std::int64_t a_size = ha != nullptr ? 0 : a_rows * a_cols, b_size = hb != nullptr ? 0 : b_rows * b_cols;
   std::vector<Bf16>& scratch = ctx.bf16_scratch();
-  const auto a_size = static_cast<std::size_t>(a_rows * a_cols), b_size = static_cast<std::size_t>(b_rows * b_cols);
-  Context::Bf16Copy* copy = weight == Weight::kB ? ctx.bf16_copy(b) : nullptr;
-  scratch.resize(a_size + (copy != nullptr ? 0 : b_size));
-  round_block(ctx, a, a_rows, a_cols, lda, scratch.data());
-  Bf16* hb = scratch.data() + a_size;
-  bool fresh = false;
-  if (copy != nullptr) {
-    fresh = copy->pass == ctx.weight_pass() && copy->values.size() == b_size;
-    copy->values.resize(b_size);
-    copy->pass = ctx.weight_pass();
-    hb = copy->values.data();
+  scratch.resize(static_cast<std::size_t>(a_size + b_size));
+  Operand A{nullptr, ha, lda}, B{nullptr, hb, ldb};
+  if (ha == nullptr) {
+    round_block(ctx, a, a_rows, a_cols, lda, scratch.data());
+    A = {nullptr, scratch.data(), a_cols};
   }
-  if (!fresh) round_block(ctx, b, b_rows, b_cols, ldb, hb);
-  return {Operand{nullptr, scratch.data(), a_cols}, Operand{nullptr, hb, b_cols}};
+  if (hb == nullptr) {
+    round_block(ctx, b, b_rows, b_cols, ldb, scratch.data() + a_size);
+    B = {nullptr, scratch.data() + a_size, b_cols};
+  }
+  return {A, B};
 }
 
 // C = op(a) op(b) (+ beta C), or, with `row_init`, each row of C set to
@@ -77,8 +73,7 @@ std::pair<Operand, Operand> round_operands(Context& ctx, const float* a, std::in
 // blocks run as bf16 GEMMs with fp32 accumulation and output.
 void gemm_blocks(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t k_out,
                  std::int64_t inner, float alpha, const float* a, std::int64_t lda, const float* b,
-                 std::int64_t ldb, float beta, float* c, std::int64_t ldc, const float* row_init,
-                 Weight weight = Weight::kNone) {
+                 std::int64_t ldb, float beta, float* c, std::int64_t ldc, const float* row_init) {
   if (m == 0 || k_out == 0) return;  // a rank may hold no units of a kind
   if (inner == 0) {
     // Nothing to multiply: C = beta * C (or the rows), which BLAS would do,
@@ -96,7 +91,7 @@ void gemm_blocks(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::
   Operand A{a, nullptr, lda}, B{b, nullptr, ldb};
   if (bf16) {
     std::tie(A, B) = round_operands(ctx, a, trans_a ? inner : m, trans_a ? m : inner, lda, b,
-                                    trans_b ? k_out : inner, trans_b ? inner : k_out, ldb, weight);
+                                    trans_b ? k_out : inner, trans_b ? inner : k_out, ldb);
   }
   // One block: rows [r, r + rows) of C against columns [col, col + cols).
   const auto run = [&](std::int64_t rows, std::int64_t cols, Operand x, Operand y, float block_beta, float* out) {
@@ -134,6 +129,13 @@ void gemm_blocks(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::
 
 }  // namespace
 
+void round_to_bf16(Context& ctx, const float* x, std::int64_t count, Bf16* out) {
+  const auto round = simd::loops().round_bf16;
+  ctx.pool().parallel_for(count, 1 << 15, [&](std::int64_t first, std::int64_t last) {
+    round(out + first, x + first, last - first);
+  });
+}
+
 void gemm(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t k_out,
           std::int64_t inner, float alpha, const float* a, std::int64_t lda, const float* b,
           std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
@@ -146,11 +148,9 @@ void matmul_forward(Context& ctx, float* out, const float* inp, const float* wei
   NTP_ON_GPU(ctx, matmul_forward, out, inp, weight, bias, n, in_dim, out_dim, layout);
   // With a bias, each output row starts as the bias and the GEMM adds onto it.
   if (layout == WeightLayout::kOutIn) {
-    gemm_blocks(ctx, false, true, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, in_dim, 0.0f, out, out_dim, bias,
-                Weight::kB);
+    gemm_blocks(ctx, false, true, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, in_dim, 0.0f, out, out_dim, bias);
   } else {
-    gemm_blocks(ctx, false, false, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, out_dim, 0.0f, out, out_dim, bias,
-                Weight::kB);
+    gemm_blocks(ctx, false, false, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, out_dim, 0.0f, out, out_dim, bias);
   }
 }
 
@@ -162,7 +162,7 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
   const auto beta = [](Into mode) { return mode == Into::kAdd ? 1.0f : 0.0f; };
   if (dinp != nullptr) {  // dinp[n, in] += dout[n, out] · Wᵀ
     gemm_blocks(ctx, false, !out_in, n, in_dim, out_dim, 1.0f, dout, out_dim, weight, out_in ? in_dim : out_dim,
-                beta(into.dinp), dinp, in_dim, nullptr, Weight::kB);
+                beta(into.dinp), dinp, in_dim, nullptr);
   }
   if (dweight != nullptr) {
     if (out_in) {  // dW[out, in] += doutᵀ · inp

@@ -31,6 +31,10 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
                      const float* inp, const float* weight, std::int64_t n, std::int64_t in_dim,
                      std::int64_t out_dim, WeightLayout layout, BackwardInto into = {});
 
+// out[i] = to_bf16(x[i]) for count elements, split over the pool (a model's
+// weights, rounded once for the GEMMs that read them: Context::set_rounded_copy).
+void round_to_bf16(Context& ctx, const float* x, std::int64_t count, Bf16* out);
+
 // c[m, k] = alpha · op(a) · op(b) + beta · c, row-major; op transposes when asked.
 // The output is split into one block of rows (or columns, when it is wider than
 // tall) per pool thread, each computed whole by one library call: an element's

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "model_test_util.h"
 #include "tests/comm/thread_ranks.h"
@@ -53,6 +55,48 @@ TEST(AdamW, DecaysOnlyTwoDimensionalWeights) {
     }
   }
   EXPECT_EQ(opt.steps(), 1);
+}
+
+// With bf16 GEMMs the optimizer rounds each weight it updates into the copy
+// the GEMMs read, so the next forward need not round them again: after every
+// step the model computes exactly what a model freshly given its fp32
+// weights computes. The check is shown to fail on a copy left stale.
+TEST(AdamW, KeepsTheBf16CopyOfTheWeightsCurrent) {
+  const GptConfig c = testing::small_test_config();
+  const testing::TokenBatch train = testing::random_batch(c, 2, 16, 4), probe = testing::random_batch(c, 2, 16, 5);
+  tensor::Context ctx({.threads = 2, .precision = tensor::Precision::kBf16});
+  Model m(c, Shard::full(c), ctx);
+  m.init(9);
+  AdamWConfig cfg;
+  cfg.lr = 1e-2f;
+  AdamW opt(cfg, m.layout());
+  const auto probe_loss = [&](Model& model) { return model.forward(probe.view()).sum; };
+  const auto fresh_loss = [&] {
+    tensor::Context fresh_ctx({.threads = 2, .precision = tensor::Precision::kBf16});
+    Model fresh(c, Shard::full(c), fresh_ctx);
+    std::ranges::copy(std::as_const(m).params(), fresh.params().begin());
+    return probe_loss(fresh);
+  };
+  for (int step = 0; step < 3; ++step) {
+    m.zero_grad();
+    m.forward(train.view());
+    m.backward();
+    ASSERT_FALSE(m.params_for_update().rounded.empty()) << "step " << step << ": the fused update is not taken";
+    opt.step(m, cfg.lr);
+    ASSERT_EQ(probe_loss(m), fresh_loss()) << "step " << step;
+  }
+  // A copy left stale: the weights change, the copy does not.
+  for (float& w : m.params_for_update().params) w *= 2.0f;
+  EXPECT_NE(probe_loss(m), fresh_loss());
+  // Taking params() for writing makes the next pass round them again.
+  m.params();
+  EXPECT_TRUE(m.params_for_update().rounded.empty());
+  EXPECT_EQ(probe_loss(m), fresh_loss());
+
+  tensor::Context fp32_ctx({2});
+  Model fp32(c, Shard::full(c), fp32_ctx);
+  fp32.forward(probe.view());
+  EXPECT_TRUE(fp32.params_for_update().rounded.empty()) << "fp32 GEMMs keep no bf16 copy";
 }
 
 TEST(AdamW, RejectsBadSettingsNamingTheField) {

@@ -153,39 +153,42 @@ TEST_P(Bf16GemmTest, MatmulForwardAndBackwardRoundOnlyTheirInputs) {
   EXPECT_LE(worst_ratio({out, in, n, true, false}, 1.0f, dy, x, 1.0f, dw0, dw, true), 1.0);
 }
 
-// Within a weight pass the weight is rounded once and the copy reused: the
-// same bits as rounding it per call, for forward and the backward's dinp, in
-// both layouts; a new pass sees the weight's new values. The copy is really
-// kept: a weight changed inside a pass (which Model never does) is not seen.
-TEST_P(Bf16GemmTest, AWeightPassRoundsEachWeightOnce) {
-  const std::int64_t n = 24, in = 80, out = 40;
+// An operand inside the context's rounded copy is read from it: the same bits
+// as rounding it per call, for forward and the backward's dinp, in both
+// layouts, and for a weight block that starts inside the copy. The copy is
+// really read (a weight changed behind it is not seen, which is why Model
+// rounds again whenever params() is taken), and an operand that reaches past
+// its end is rounded per call.
+TEST_P(Bf16GemmTest, AnOperandInsideTheRoundedCopyIsReadFromIt) {
+  const std::int64_t n = 24, in = 80, out = 40, lead = 16;
   std::mt19937 rng(5);
   const auto x = random_vector(n * in, rng), dy = random_vector(n * out, rng);
-  auto w = random_vector(out * in, rng);
+  auto block = random_vector(lead + out * in, rng);  // the weight starts `lead` elements in
+  float* w = block.data() + lead;
   for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
     const auto run = [&](std::vector<float>& y, std::vector<float>& dx) {
-      matmul_forward(ctx_, y.data(), x.data(), w.data(), nullptr, n, in, out, layout);
-      matmul_backward(ctx_, dx.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), n, in, out, layout,
+      matmul_forward(ctx_, y.data(), x.data(), w, nullptr, n, in, out, layout);
+      matmul_backward(ctx_, dx.data(), nullptr, nullptr, dy.data(), x.data(), w, n, in, out, layout,
                       {Into::kOverwrite, Into::kAdd});
     };
     std::vector<float> y0(n * out), dx0(n * in), y1(n * out), dx1(n * in);
-    run(y0, dx0);  // no pass: rounded per call
-    ctx_.begin_weight_pass();
+    run(y0, dx0);  // no copy: rounded per call
+    std::vector<Bf16> copy(block.size());
+    round_to_bf16(ctx_, block.data(), static_cast<std::int64_t>(block.size()), copy.data());
+    ctx_.set_rounded_copy(block.data(), static_cast<std::int64_t>(block.size()), copy.data());
     run(y1, dx1);
     EXPECT_EQ(y1, y0);
     EXPECT_EQ(dx1, dx0);
-    ctx_.end_weight_pass();
 
-    for (float& v : w) v *= 2.0f;  // exact in bf16 too: every result doubles
-    ctx_.begin_weight_pass();
+    for (float& v : block) v *= 2.0f;  // exact in bf16 too: every result would double
     run(y1, dx1);
+    EXPECT_EQ(y1, y0) << "the copy, not the changed weight, is read";
+    ctx_.set_rounded_copy(block.data(), static_cast<std::int64_t>(block.size()) - 1, copy.data());
+    run(y1, dx1);  // the weight's last element lies outside: rounded per call
     for (std::size_t i = 0; i < y0.size(); ++i) ASSERT_EQ(y1[i], 2.0f * y0[i]) << i;
     for (std::size_t i = 0; i < dx0.size(); ++i) ASSERT_EQ(dx1[i], 2.0f * dx0[i]) << i;
-    for (float& v : w) v *= 0.5f;  // inside the pass: the kept copy still holds 2 w
-    matmul_backward(ctx_, dx1.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), n, in, out, layout,
-                    {Into::kOverwrite, Into::kAdd});
-    for (std::size_t i = 0; i < dx0.size(); ++i) ASSERT_EQ(dx1[i], 2.0f * dx0[i]) << i;
-    ctx_.end_weight_pass();
+    ctx_.clear_rounded_copy(block.data());
+    for (float& v : block) v *= 0.5f;
   }
 }
 
