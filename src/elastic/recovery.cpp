@@ -297,7 +297,7 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   const double connect_cpu = process_cpu_s();
   const int writer = plan.writer;
   trainer_.connect(writer);
-  trainer_.resume_at(newest + 1);
+  trainer_.resume_at(newest + 1, failure);
   for (int r : agreed.joined) {
     if (r == options_.rank) trainer_.event("rank_rejoined", {{"epoch", epoch}, {"step", newest + 1}});
   }

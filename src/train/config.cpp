@@ -658,6 +658,11 @@ void validate_lease(const Config& c) {
 
 }  // namespace
 
+bool eval_due(const OptimConfig& train, std::int64_t step) {
+  if (train.eval_every <= 0) return false;
+  return (step + 1) % train.eval_every == 0 || step + 1 == train.steps;
+}
+
 double lease_seconds(const DeadlineConfig& d) { return d.lease_s > 0 ? d.lease_s : 2 * d.heartbeat_s; }
 double heartbeat_interval_s(const DeadlineConfig& d) { return std::max(0.05, d.heartbeat_s / 5); }
 double settle_bound_s(const ElasticConfig& e) { return e.settle_s > 0 ? e.settle_s : kMaxDerivedSettleS; }
@@ -730,6 +735,9 @@ void validate_rest(const Config& c) {
             fmt::format("'{}': no such rank (the job has {} ranks)", to_string(f), ranks));
     require(f.step < c.train.steps, "test.failures",
             fmt::format("'{}': no such step (train.steps = {})", to_string(f), c.train.steps));
+    require(f.phase != "validation" || eval_due(c.train, f.step), "test.failures",
+            fmt::format("'{}': step {} has no validation pass (train.eval_every = {})", to_string(f), f.step,
+                        c.train.eval_every));
   }
   require(c.test.kill_rank < ranks, "test.kill_rank",
           fmt::format("no such rank (the job has {} ranks)", ranks));

@@ -107,6 +107,10 @@ struct OptimConfig {  // the [train] table
   bool operator==(const OptimConfig&) const = default;
 };
 
+// Whether step `step` (from 0) ends with a validation pass: every
+// eval_every steps and after the last.
+bool eval_due(const OptimConfig& train, std::int64_t step);
+
 // One pipeline stage of one replica: the TP group a failed slot belongs to.
 struct ReplicaStage {
   std::int64_t replica = 0;

@@ -8,11 +8,6 @@
 
 namespace ntp::train {
 
-bool eval_due(const OptimConfig& train, std::int64_t step) {
-  if (train.eval_every <= 0) return false;
-  return (step + 1) % train.eval_every == 0 || step + 1 == train.steps;
-}
-
 std::vector<std::int64_t> eval_samples(const model::TokenData& val, std::int64_t seq_len,
                                        const OptimConfig& train) {
   const std::int64_t count = std::min(train.eval_batches * train.micro_batch, val.samples(seq_len));

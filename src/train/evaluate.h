@@ -14,9 +14,6 @@
 
 namespace ntp::train {
 
-// Whether step `step` (from 0) ends with a validation pass.
-bool eval_due(const OptimConfig& train, std::int64_t step);
-
 // The validation sequences: [0, min(eval_batches x micro_batch, available)).
 std::vector<std::int64_t> eval_samples(const model::TokenData& val, std::int64_t seq_len,
                                        const OptimConfig& train);

@@ -65,7 +65,7 @@ FaultSpec parse_one(const std::string& entry) {
   f.phase = parts[1];
   if (std::find(kFaultPhases.begin(), kFaultPhases.end(), f.phase) == kFaultPhases.end()) {
     throw std::invalid_argument(fmt::format("'{}': unknown phase '{}' (start, forward, backward, sync, "
-                                            "commit, optimizer, recovery, checkpoint)",
+                                            "commit, optimizer, recovery, validation, checkpoint)",
                                             entry, f.phase));
   }
   if (parts.size() == 3) {
@@ -96,10 +96,12 @@ FaultSpec parse_one(const std::string& entry) {
 
 }  // namespace
 
-// "checkpoint" (last): in the save made after the step, before this rank's
-// part is written; random faults never pick it.
-const std::vector<std::string> kFaultPhases = {"start",     "forward",   "backward", "sync",
-                                               "commit",    "optimizer", "recovery", "checkpoint"};
+// The last two, which random faults never pick (a step may have neither):
+// "validation", at the start of the validation pass after the step's update
+// (train.eval_every), and "checkpoint", in the save made after the step,
+// before this rank's part is written.
+const std::vector<std::string> kFaultPhases = {"start",     "forward",   "backward",   "sync",      "commit",
+                                               "optimizer", "recovery",  "validation", "checkpoint"};
 
 std::vector<FaultSpec> parse_faults(const std::string& text) {
   std::vector<FaultSpec> out;
@@ -121,7 +123,7 @@ std::vector<FaultSpec> chaos_faults(std::int64_t count, std::uint64_t seed, int 
     FaultSpec f;
     f.rank = order[static_cast<std::size_t>(i)];
     f.step = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(steps - 1));
-    f.phase = kFaultPhases[rng() % (kFaultPhases.size() - 1)];
+    f.phase = kFaultPhases[rng() % (kFaultPhases.size() - 2)];
     f.signal = rng() % 2 == 0 ? SIGKILL : SIGSTOP;
     out.push_back(f);
   }

@@ -595,6 +595,7 @@ void NtpTrainer::after_commit(std::int64_t s, const std::vector<std::vector<std:
   last_parts_ = parts;
   // After the update: a death in this pass is a death before the next step.
   if (x.val && eval_due(config_.train, s)) {
+    hooks_.fault(s, StepPhase::kValidation);
     const double eval_start = unix_time_s();
     m.val_loss = validation_loss();
     x.clock.off_clock(unix_time_s() - eval_start);
@@ -778,12 +779,19 @@ void NtpTrainer::complete_commit(std::int64_t s, const CommitOutcome& outcome) {
   apply_update(s, outcome.grad_norm, outcome.skipped);
 }
 
-void NtpTrainer::resume_at(std::int64_t resume) {
-  if (is_writer()) take_over_logs(resume);
+void NtpTrainer::resume_at(std::int64_t resume, bool after_failure) {
+  // Every member runs the pass again, on the parameters it would have seen,
+  // whether or not its own pass ended: the members cannot all know whether
+  // the writer logged the loss (a pass that did end is run once more).
+  std::optional<double> val_loss;
+  if (after_failure && impl_->val && resume >= 1 && eval_due(config_.train, resume - 1)) {
+    val_loss = validation_loss();
+  }
+  if (is_writer()) take_over_logs(resume, val_loss);
   save_resume_state(resume);
 }
 
-void NtpTrainer::take_over_logs(std::int64_t resume) {
+void NtpTrainer::take_over_logs(std::int64_t resume, std::optional<double> val_loss) {
   Impl& x = *impl_;
   const auto last_step = [&](const char* name) {
     const std::vector<nlohmann::json> rows = x.run.truncate_jsonl_from_step(name, resume);
@@ -793,7 +801,11 @@ void NtpTrainer::take_over_logs(std::int64_t resume) {
   const std::int64_t logged_metrics = last_step("metrics.jsonl");
   if (!last_metrics_ || last_metrics_->step != resume - 1) return;
   if (logged_schedule < resume - 1) x.run.append_schedule(resume - 1, last_metrics_->epoch, *last_parts_);
-  if (logged_metrics < resume - 1) x.run.append_metrics(*last_metrics_);
+  if (logged_metrics < resume - 1) {
+    StepMetrics m = *last_metrics_;
+    m.val_loss = val_loss;
+    x.run.append_metrics(m);
+  }
 }
 
 StateHashes NtpTrainer::state_hashes() const {

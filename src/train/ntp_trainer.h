@@ -146,7 +146,7 @@ class NtpTrainer final : public RecoveryExecutor {
   StateMoveStats move_state(const StateMoveOrder& order, comm::Group& exchange) override;
   void adopt(const JobPlan& next) override;
   void connect(int writer) override;
-  void resume_at(std::int64_t resume) override;
+  void resume_at(std::int64_t resume, bool after_failure) override;
   void event(const std::string& name, nlohmann::json fields) const override;
 
   // --- the end of a run
@@ -197,8 +197,10 @@ class NtpTrainer final : public RecoveryExecutor {
   void wait_for_checkpoint_copy(std::int64_t s);
   // As the new writer after a recovery that resumes at `resume`: drops rows of
   // steps >= resume (a writer that applied them died and they are redone) and
-  // appends the rows of step resume - 1 if its writer died before logging it.
-  void take_over_logs(std::int64_t resume);
+  // appends the rows of step resume - 1 if they were not logged (their writer
+  // died, or the failure cut the step's validation pass short), with
+  // `val_loss`, the pass run again.
+  void take_over_logs(std::int64_t resume, std::optional<double> val_loss);
   // After a recovery that resumes at `resume` (steps applied): the save of
   // that state begun before the failure may have lost a writer, and when it
   // is the final state or a train.checkpoint_every boundary no later save

@@ -79,10 +79,12 @@ class RecoveryExecutor {
   // writes the run's logs from now on. Throws comm::CommError when a member
   // is gone.
   virtual void connect(int writer) = 0;
-  // Training goes on at step `resume`: the writer drops the rows of redone
-  // steps and logs the last applied one if its writer died first; a save of
-  // the resume state that may have lost a writer is made again.
-  virtual void resume_at(std::int64_t resume) = 0;
+  // Training goes on at step `resume`: after a failure, a validation pass due
+  // after step resume - 1 runs again (the failure may have cut it short); the
+  // writer drops the rows of redone steps and logs the last applied one if its
+  // writer died first; a save of the resume state that may have lost a writer
+  // is made again.
+  virtual void resume_at(std::int64_t resume, bool after_failure) = 0;
   // Appends an event to events.jsonl with this rank's number.
   virtual void event(const std::string& name, nlohmann::json fields) const = 0;
 };

@@ -35,6 +35,8 @@ const char* to_string(StepPhase phase) {
       return "commit";
     case StepPhase::kOptimizer:
       return "optimizer";
+    case StepPhase::kValidation:
+      return "validation";
     case StepPhase::kCheckpoint:
       return "checkpoint";
   }

@@ -18,7 +18,7 @@ namespace ntp::train {
 // Where a step is when a fault point fires (fault injection, test.failures).
 // kCheckpoint: in the background save after the step, before this rank's
 // part is written.
-enum class StepPhase { kStart, kForward, kBackward, kSync, kCommit, kOptimizer, kCheckpoint };
+enum class StepPhase { kStart, kForward, kBackward, kSync, kCommit, kOptimizer, kValidation, kCheckpoint };
 const char* to_string(StepPhase phase);
 
 class StepHooks {

@@ -223,6 +223,39 @@ INSTANTIATE_TEST_SUITE_P(
                          " --set model.kv_heads=4 --set 'test.failures=\"6@2:backward\"'"}),
     [](const ::testing::TestParamInfo<FaultCase>& param_info) { return std::string(param_info.param.name); });
 
+// A rank lost in the validation pass after a step's update (train.eval_every
+// 2: passes after steps 1, 3 and 5), without stages and in either stage of a
+// pipeline, killed or stopped, the writer too: the job recovers, the step's
+// update stands, every step has its row and every due step its validation
+// loss (the survivors run the cut pass again; without that, step 3's row
+// had none).
+TEST_F(RecoveryCliTest, ARankLostInTheValidationPassIsRecovered) {
+  fs::create_directories(dir_);
+  const fs::path val = dir_.string() + "_val.txt";
+  ntp::testing::write_text_data(val, "validation");
+  const std::string eval = "--set train.steps=6 --set train.eval_every=2 --set train.eval_batches=2"
+                           " --set data.val_path='\"" + val.string() + "\"' ";
+  const FaultCase cases[] = {
+      {"dp2_tp2_killed", "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"3@3:validation\"'"},
+      {"dp2_tp2_writer_killed", "--set parallel.dp=2 --set parallel.tp=2 --set 'test.failures=\"0@3:validation\"'"},
+      {"pp2_last_stage_killed", kPp2 + "--set 'test.failures=\"6@3:validation\"'"},
+      {"pp2_first_stage_stopped", kPp2 + "--set 'test.failures=\"1@3:validation:STOP\"'"},
+  };
+  for (const FaultCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    fs::remove_all(dir_);
+    const TrainRun run = train(dir_, eval + c.sets);
+    expect_recovered(run, 6);
+    EXPECT_FALSE(events_named(dir_, "failure_injected").empty()) << run.output;
+    const std::vector<nlohmann::json> rows = read_lines(dir_ / "metrics.jsonl");
+    for (std::size_t s = 0; s < rows.size(); ++s) {
+      EXPECT_EQ(rows[s].contains("val_loss"), s % 2 == 1) << "step " << s << ": " << rows[s].dump();
+    }
+    if (HasFailure()) return;
+  }
+  fs::remove(val);
+}
+
 // A crash (SIGSEGV, as a faulty driver would raise) is recovered like any
 // death, and the dead rank's log says what killed it and where.
 TEST_F(RecoveryCliTest, ACrashedRankIsRecoveredAndItsLogHoldsABacktrace) {

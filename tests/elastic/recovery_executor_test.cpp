@@ -49,7 +49,7 @@ class RecordingExecutor final : public train::RecoveryExecutor {
     calls.push_back("connect");
     writer_ = writer;
   }
-  void resume_at(std::int64_t resume) override {
+  void resume_at(std::int64_t resume, bool /*after_failure*/) override {
     calls.push_back("resume_at");
     resumed_at = resume;
   }

@@ -371,6 +371,19 @@ TEST(Config, FailedSlotsNameTheirStageInAPipeline) {
   EXPECT_EQ(parsed(to_toml(flat)).parallel, flat.parallel);
 }
 
+// A fault in the validation pass needs a step that has one (train.eval_every
+// 2 of 6 steps: after steps 1, 3 and 5).
+TEST(Config, AValidationFaultNeedsAStepWithAValidationPass) {
+  const std::filesystem::path val = std::filesystem::temp_directory_path() / "ntp_config_validation_fault.txt";
+  std::ofstream(val) << "some text";
+  const std::string job = "[parallel]\ntp = 2\ndp = 2\n[train]\nsteps = 6\neval_every = 2\n[data]\nval_path = \"" +
+                          val.string() + "\"\n[test]\n";
+  EXPECT_NO_THROW(validate(parsed(job + "failures = \"3@3:validation\"\n")));
+  expect_error([&] { validate(parsed(job + "failures = \"3@2:validation\"\n")); },
+               {"test.failures", "'3@2:validation", "step 2 has no validation pass (train.eval_every = 2)"});
+  std::filesystem::remove(val);
+}
+
 // A rank of a later stage is a rank of the job: dp 2 x pp 3 x tp 4 with one
 // failed slot has 23 ranks (0-22).
 TEST(Config, InjectedFailuresMayNameARankOfAnyStage) {
