@@ -297,15 +297,21 @@ RecoveryOutcome Recovery::attempt(const std::string& error, double start, bool f
   const double connect_cpu = process_cpu_s();
   const int writer = plan.writer;
   trainer_.connect(writer);
-  trainer_.resume_at(newest + 1, failure);
+  const double validation_start = unix_time_s();
+  const double validation_cpu = process_cpu_s();
+  trainer_.rerun_validation(newest + 1);
+  const double validation_s = unix_time_s() - validation_start;
+  const double validation_cpu_s = process_cpu_s() - validation_cpu;
+  trainer_.resume_at(newest + 1);
   for (int r : agreed.joined) {
     if (r == options_.rank) trainer_.event("rank_rejoined", {{"epoch", epoch}, {"step", newest + 1}});
   }
   trainer_.event("step_resumed", {{"step", newest + 1}, {"epoch", epoch}, {"joined", agreed.joined},
                                   {"tp", next.split().active},
                                   {"writer", writer}, {"recovery_s", unix_time_s() - start},
-                                  {"connect_s", unix_time_s() - connect_start},
-                                  {"connect_cpu_s", process_cpu_s() - connect_cpu}});
+                                  {"connect_s", unix_time_s() - connect_start - validation_s},
+                                  {"connect_cpu_s", process_cpu_s() - connect_cpu - validation_cpu_s},
+                                  {"validation_s", validation_s}});
   return {false, newest + 1};
 }
 

@@ -114,7 +114,9 @@ class Model {
   tensor::Context& context() { return ctx_; }
 
   // For writing: the next forward first copies the parameters to the GPU
-  // (with bf16 GEMMs, rounds them again).
+  // (with bf16 GEMMs, rounds them again, and the copy leaves the Context at
+  // once). Readers take the const overload (std::as_const), which changes
+  // nothing and may be called from another thread, e.g. a checkpoint copy.
   std::span<float> params();
   // For the optimizer: the parameters and, when the GEMMs read a bf16 copy of
   // them that is current, that copy (else empty). The caller writes to_bf16

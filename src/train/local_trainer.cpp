@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "model/model_file.h"
 #include "train/checkpoint_saver.h"
@@ -106,8 +107,11 @@ void LocalTrainer::load_checkpoint(const Checkpoint& checkpoint) {
 }
 
 CheckpointPart LocalTrainer::snapshot(std::vector<float> reuse, bool copy) const {
-  if (!copy) return part_view(model_->layout(), model_->params(), optimizer_->m().span(), optimizer_->v().span(), true);
-  return snapshot_part(model_->layout(), model_->params(), optimizer_->m().span(), optimizer_->v().span(), true,
+  // Read only, from the saver's thread too: the const params() (the other
+  // marks the weights changed and takes their bf16 copy off the Context).
+  const model::Model& model = *model_;
+  if (!copy) return part_view(model.layout(), model.params(), optimizer_->m().span(), optimizer_->v().span(), true);
+  return snapshot_part(model.layout(), model.params(), optimizer_->m().span(), optimizer_->v().span(), true,
                        std::move(reuse));
 }
 

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <vector>
+#include <utility>
 
 #include "model/model.h"
 #include "model/optimizer.h"
@@ -55,7 +56,7 @@ class LocalTrainer {
   const DataIdentity& data_identity() const { return input_.identity.train; }
   // The job this trainer runs (--verify: the run it replays) as planned.
   const JobPlan& plan() const { return plan_; }
-  std::span<const float> params() const { return model_->params(); }
+  std::span<const float> params() const { return std::as_const(*model_).params(); }
   std::string describe_threads() const { return ctx_->describe(); }
   // Seconds the parameters' first values took (model.init_from's read, or the random init).
   double init_seconds() const { return init_s_; }

@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -666,7 +667,7 @@ void NtpTrainer::save_checkpoint(std::int64_t steps_done, bool last) {
     // Runs in the save thread while the next step computes; the state changes
     // only at that step's update, which waits for it (apply_update). The last
     // save writes the state itself: nothing waits for it but the end.
-    job.copy = [&layout = x.model->layout(), params = std::span<const float>(x.model->params()),
+    job.copy = [&layout = x.model->layout(), params = std::as_const(*x.model).params(),
                 m = std::span<const float>(x.optimizer->m().span()),
                 v = std::span<const float>(x.optimizer->v().span()),
                 replicated = x.tp.rank() == 0, last](std::vector<float> reuse) {
@@ -779,14 +780,15 @@ void NtpTrainer::complete_commit(std::int64_t s, const CommitOutcome& outcome) {
   apply_update(s, outcome.grad_norm, outcome.skipped);
 }
 
-void NtpTrainer::resume_at(std::int64_t resume, bool after_failure) {
-  // Every member runs the pass again, on the parameters it would have seen,
-  // whether or not its own pass ended: the members cannot all know whether
-  // the writer logged the loss (a pass that did end is run once more).
-  std::optional<double> val_loss;
-  if (after_failure && impl_->val && resume >= 1 && eval_due(config_.train, resume - 1)) {
-    val_loss = validation_loss();
-  }
+void NtpTrainer::rerun_validation(std::int64_t resume) {
+  // On the parameters after step resume - 1, which the pass would have seen;
+  // whether or not this member's own pass ended (one that did runs once more).
+  rerun_val_loss_.reset();
+  if (impl_->val && resume >= 1 && eval_due(config_.train, resume - 1)) rerun_val_loss_ = validation_loss();
+}
+
+void NtpTrainer::resume_at(std::int64_t resume) {
+  const std::optional<double> val_loss = std::exchange(rerun_val_loss_, std::nullopt);
   if (is_writer()) take_over_logs(resume, val_loss);
   save_resume_state(resume);
 }
@@ -810,7 +812,8 @@ void NtpTrainer::take_over_logs(std::int64_t resume, std::optional<double> val_l
 
 StateHashes NtpTrainer::state_hashes() const {
   const Impl& x = *impl_;
-  return hash_state(x.model->layout(), x.model->params(), x.optimizer->m().span(), x.optimizer->v().span());
+  return hash_state(x.model->layout(), std::as_const(*x.model).params(), x.optimizer->m().span(),
+                    x.optimizer->v().span());
 }
 
 StateMoveStats NtpTrainer::move_state(const StateMoveOrder& order, comm::Group& exchange) {
@@ -879,7 +882,7 @@ void NtpTrainer::finish() {
   std::vector<float> values(static_cast<std::size_t>(whole.size()), 0.0f);
   const RankPlace writer_place = plan_.place(writer_rank_);
   if (me_.replica == writer_place.replica) {
-    model::gather_into_full(x.model->layout(), x.model->params(), whole, values, x.tp.rank() == 0);
+    model::gather_into_full(x.model->layout(), std::as_const(*x.model).params(), whole, values, x.tp.rank() == 0);
     if (x.pipe) x.pipe->all_reduce(values.data(), values.size());
     else x.tp.all_reduce(values.data(), values.size());
   }

@@ -146,7 +146,8 @@ class NtpTrainer final : public RecoveryExecutor {
   StateMoveStats move_state(const StateMoveOrder& order, comm::Group& exchange) override;
   void adopt(const JobPlan& next) override;
   void connect(int writer) override;
-  void resume_at(std::int64_t resume, bool after_failure) override;
+  void rerun_validation(std::int64_t resume) override;
+  void resume_at(std::int64_t resume) override;
   void event(const std::string& name, nlohmann::json fields) const override;
 
   // --- the end of a run
@@ -226,6 +227,7 @@ class NtpTrainer final : public RecoveryExecutor {
   bool stop_requested_ = false;
   int writer_rank_ = 0;
   std::optional<StepMetrics> last_metrics_;
+  std::optional<double> rerun_val_loss_;  // rerun_validation's, for the row resume_at logs
   std::optional<std::vector<std::vector<std::int64_t>>> last_parts_;
   StepHooks hooks_;  // fault points, test.mutation, slow ranks
   std::shared_ptr<comm::Store> store_;

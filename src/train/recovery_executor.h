@@ -79,12 +79,17 @@ class RecoveryExecutor {
   // writes the run's logs from now on. Throws comm::CommError when a member
   // is gone.
   virtual void connect(int writer) = 0;
-  // Training goes on at step `resume`: after a failure, a validation pass due
-  // after step resume - 1 runs again (the failure may have cut it short); the
-  // writer drops the rows of redone steps and logs the last applied one if its
-  // writer died first; a save of the resume state that may have lost a writer
+  // The validation pass due after step resume - 1 (train.eval_every), if
+  // any, run again by every member of the new epoch: a failure may have cut
+  // it short, and the members cannot all know whether the writer logged its
+  // loss, so they all run it, whatever brought them here (a failure, a
+  // rejoin, a relayout). Throws comm::CommError when a member is gone.
+  virtual void rerun_validation(std::int64_t resume) = 0;
+  // Training goes on at step `resume`: the writer drops the rows of redone
+  // steps and logs the last applied one (with rerun_validation's loss) if it
+  // was not logged; a save of the resume state that may have lost a writer
   // is made again.
-  virtual void resume_at(std::int64_t resume, bool after_failure) = 0;
+  virtual void resume_at(std::int64_t resume) = 0;
   // Appends an event to events.jsonl with this rank's number.
   virtual void event(const std::string& name, nlohmann::json fields) const = 0;
 };

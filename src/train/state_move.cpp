@@ -5,6 +5,7 @@
 #include <array>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -149,7 +150,7 @@ std::vector<std::pair<int, int>> move_links(const KindPlans& plans,
 StateMoveStats move_state(model::Model& model, model::AdamW& optimizer, const model::Shard& next,
                           const KindPlans& plans, const StateMoveRank& rank, comm::Group& group) {
   const model::ParameterLayout& layout = model.layout();
-  const std::array<std::span<const float>, 3> state = {model.params(), optimizer.m().span(),
+  const std::array<std::span<const float>, 3> state = {std::as_const(model).params(), optimizer.m().span(),
                                                        optimizer.v().span()};
   std::vector<Message> sent;
   std::vector<Message> received;

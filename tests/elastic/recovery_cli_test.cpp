@@ -251,6 +251,9 @@ TEST_F(RecoveryCliTest, ARankLostInTheValidationPassIsRecovered) {
     for (std::size_t s = 0; s < rows.size(); ++s) {
       EXPECT_EQ(rows[s].contains("val_loss"), s % 2 == 1) << "step " << s << ": " << rows[s].dump();
     }
+    for (const nlohmann::json& e : events_named(dir_, "step_resumed")) {
+      EXPECT_GT(e.value("validation_s", 0.0), 0.0) << "the pass was not run again: " << e.dump();
+    }
     if (HasFailure()) return;
   }
   fs::remove(val);

@@ -49,7 +49,8 @@ class RecordingExecutor final : public train::RecoveryExecutor {
     calls.push_back("connect");
     writer_ = writer;
   }
-  void resume_at(std::int64_t resume, bool /*after_failure*/) override {
+  void rerun_validation(std::int64_t /*resume*/) override { calls.push_back("rerun_validation"); }
+  void resume_at(std::int64_t resume) override {
     calls.push_back("resume_at");
     resumed_at = resume;
   }
@@ -103,7 +104,7 @@ TEST(RecoveryExecutor, ALostRankIsRecoveredThroughTheExecutorAlone) {
 
   EXPECT_FALSE(outcome.leaving);
   EXPECT_EQ(outcome.resume, 7);
-  EXPECT_EQ(trainer.calls, (std::vector<std::string>{"drop_groups", "move_state", "adopt", "connect", "resume_at"}));
+  EXPECT_EQ(trainer.calls, (std::vector<std::string>{"drop_groups", "move_state", "adopt", "connect", "rerun_validation", "resume_at"}));
   EXPECT_EQ(trainer.moved_to, (std::vector<int>{0}));
   EXPECT_FALSE(trainer.stale);
   EXPECT_EQ(trainer.plan().epoch(), 1u);
