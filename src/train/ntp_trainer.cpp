@@ -73,12 +73,7 @@ layout::IntervalSet input_token_rows(const model::TokenData& data, const std::ve
   std::sort(tokens.begin(), tokens.end());
   tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
   layout::IntervalSet rows;
-  for (std::size_t i = 0; i < tokens.size();) {
-    std::size_t j = i + 1;
-    while (j < tokens.size() && tokens[j] == tokens[j - 1] + 1) ++j;
-    rows.add(tokens[i], tokens[j - 1] + 1);
-    i = j;
-  }
+  for (std::int32_t t : tokens) rows.add(t, t + 1);  // merges neighbours; in order, each add appends
   return rows;
 }
 
