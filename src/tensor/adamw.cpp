@@ -12,9 +12,6 @@ namespace ntp::tensor {
 namespace {
 
 constexpr std::int64_t kGrain = 1 << 15;
-// Elements per piece of a fused update and rounding: the four arrays' pieces
-// (128 KiB) stay in L2.
-constexpr std::int64_t kRoundPiece = 1 << 13;
 
 }  // namespace
 
@@ -39,16 +36,8 @@ void adamw_update(Context& ctx, float* param, const float* grad, float* m, float
       const std::int64_t at = segments[i].offset + (from - starts[i]);
       AdamWStep s = step;
       s.weight_decay = segments[i].weight_decay;
-      if (rounded == nullptr) {
-        simd::loops().adamw(param + at, grad + at, m + at, v + at, to - from, s, c1, c2);
-        continue;
-      }
-      // In pieces, so that each piece's new values are rounded while in cache.
-      for (std::int64_t p = at; p < at + (to - from); p += kRoundPiece) {
-        const std::int64_t n = std::min(kRoundPiece, at + (to - from) - p);
-        simd::loops().adamw(param + p, grad + p, m + p, v + p, n, s, c1, c2);
-        simd::loops().round_bf16(rounded + p, param + p, n);
-      }
+      simd::loops().adamw(param + at, grad + at, m + at, v + at, rounded != nullptr ? rounded + at : nullptr,
+                          to - from, s, c1, c2);
     }
   });
 }

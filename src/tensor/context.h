@@ -7,6 +7,7 @@
 // on device pointers; host() is the CPU context beside it (the same pool) for
 // work on host memory (the optimizer on the master weights, norms). The kernel
 // signatures are the same for both.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,9 +53,10 @@ class Context {
   // How this context's bf16 GEMMs run: natively where the CPU has AVX512-BF16,
   // else (or with setup.emulate_bf16) emulated; the same rounding points either way.
   Bf16Path bf16_path() const;
-  // The operands of gemm()'s bf16 GEMMs, rounded once per call (the owning
+  // Two buffers for the operands of gemm()'s bf16 GEMMs, rounded once per
+  // call, or once for both of a linear layer's backward GEMMs (the owning
   // thread's, like gemm_seconds).
-  std::vector<Bf16>& bf16_scratch() { return bf16_scratch_; }
+  std::vector<Bf16>& bf16_scratch(int slot) { return bf16_scratch_.at(static_cast<std::size_t>(slot)); }
   // A bf16 copy of a block of fp32 memory (a model's weights, which Model
   // keeps current: rounded again only after they change). While it is set, a
   // bf16 GEMM operand that lies inside [base, base + count) is read from the
@@ -85,7 +87,7 @@ class Context {
   std::unique_ptr<Gpu> gpu_;
   std::unique_ptr<Context> host_;  // GPU contexts only
   double gemm_seconds_ = 0.0;  // only the thread that owns the context calls gemm()
-  std::vector<Bf16> bf16_scratch_;
+  std::array<std::vector<Bf16>, 2> bf16_scratch_;
   struct RoundedCopy {
     const float* base = nullptr;
     std::int64_t count = 0;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "tensor/gpu.h"
@@ -26,9 +24,9 @@ std::int64_t block_begin(std::int64_t extent, std::int64_t blocks, std::int64_t 
 // A matrix as stored (row-major, leading dimension ld), fp32 or, for bf16
 // GEMMs, its rounded copy: at(r, c) is the block starting at stored row r, column c.
 struct Operand {
-  const float* f;
-  const Bf16* h;
-  std::int64_t ld;
+  const float* f = nullptr;
+  const Bf16* h = nullptr;
+  std::int64_t ld = 0;
   Operand at(std::int64_t r, std::int64_t c) const {
     return {f != nullptr ? f + r * ld + c : nullptr, h != nullptr ? h + r * ld + c : nullptr, ld};
   }
@@ -43,37 +41,37 @@ void round_block(Context& ctx, const float* x, std::int64_t rows, std::int64_t c
   });
 }
 
-// The operands of a bf16 GEMM, rounded: each read from the context's rounded
-// copy where it lies inside it (a weight), else rounded into the context's
-// scratch. (rows, cols) are each operand's as stored.
-std::pair<Operand, Operand> round_operands(Context& ctx, const float* a, std::int64_t a_rows, std::int64_t a_cols,
-                                           std::int64_t lda, const float* b, std::int64_t b_rows,
-                                           std::int64_t b_cols, std::int64_t ldb) {
-  const Bf16* ha = ctx.rounded_copy(a, a_rows, a_cols, lda);
-  const Bf16* hb = ctx.rounded_copy(b, b_rows, b_cols, ldb);
-  const std::int64_t a_size = ha != nullptr ? 0 : a_rows * a_cols, b_size = hb != nullptr ? 0 : b_rows * b_cols;
-  std::vector<Bf16>& scratch = ctx.bf16_scratch();
-  scratch.resize(static_cast<std::size_t>(a_size + b_size));
-  Operand A{nullptr, ha, lda}, B{nullptr, hb, ldb};
-  if (ha == nullptr) {
-    round_block(ctx, a, a_rows, a_cols, lda, scratch.data());
-    A = {nullptr, scratch.data(), a_cols};
-  }
-  if (hb == nullptr) {
-    round_block(ctx, b, b_rows, b_cols, ldb, scratch.data() + a_size);
-    B = {nullptr, scratch.data() + a_size, b_cols};
-  }
-  return {A, B};
+// An operand ready for this context's GEMMs: fp32 as stored, or for bf16 GEMMs
+// the weights' rounded copy where x lies inside it, else x rounded into the
+// context's scratch `slot` (which it then holds until that slot is reused).
+// (rows, cols) are x's as stored.
+Operand prepare(Context& ctx, const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, int slot) {
+  if (ctx.precision() != Precision::kBf16) return {x, nullptr, ld};
+  if (const Bf16* copy = ctx.rounded_copy(x, rows, cols, ld)) return {nullptr, copy, ld};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Bf16>& scratch = ctx.bf16_scratch(slot);
+  scratch.resize(static_cast<std::size_t>(rows * cols));
+  round_block(ctx, x, rows, cols, ld, scratch.data());
+  ctx.add_gemm_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return {nullptr, scratch.data(), cols};
 }
 
-// C = op(a) op(b) (+ beta C), or, with `row_init`, each row of C set to
+// A linear layer's weight as stored: [out, in] (kOutIn) or [in, out].
+Operand prepare_weight(Context& ctx, const float* weight, std::int64_t in_dim, std::int64_t out_dim,
+                       WeightLayout layout) {
+  const bool out_in = layout == WeightLayout::kOutIn;
+  const std::int64_t cols = out_in ? in_dim : out_dim;
+  return prepare(ctx, weight, out_in ? out_dim : in_dim, cols, cols, 1);
+}
+
+// C = op(A) op(B) (+ beta C), or, with `row_init`, each row of C set to
 // row_init (k_out values) first and the product added onto it: every thread
 // fills its own block just before its GEMM, while the block is in its cache.
-// With bf16 GEMMs both operands are rounded first (round_operands), then the
-// blocks run as bf16 GEMMs with fp32 accumulation and output.
+// A and B come from prepare(): bf16 GEMMs (fp32 accumulation and output) when
+// they carry rounded values.
 void gemm_blocks(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t k_out,
-                 std::int64_t inner, float alpha, const float* a, std::int64_t lda, const float* b,
-                 std::int64_t ldb, float beta, float* c, std::int64_t ldc, const float* row_init) {
+                 std::int64_t inner, float alpha, Operand A, Operand B, float beta, float* c, std::int64_t ldc,
+                 const float* row_init) {
   if (m == 0 || k_out == 0) return;  // a rank may hold no units of a kind
   if (inner == 0) {
     // Nothing to multiply: C = beta * C (or the rows), which BLAS would do,
@@ -86,13 +84,8 @@ void gemm_blocks(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::
   }
   const auto start = std::chrono::steady_clock::now();
   const GemmBackend backend = ctx.gemm_backend();
-  const bool bf16 = ctx.precision() == Precision::kBf16;
   const Bf16Path path = ctx.bf16_path();
-  Operand A{a, nullptr, lda}, B{b, nullptr, ldb};
-  if (bf16) {
-    std::tie(A, B) = round_operands(ctx, a, trans_a ? inner : m, trans_a ? m : inner, lda, b,
-                                    trans_b ? k_out : inner, trans_b ? inner : k_out, ldb);
-  }
+  const bool bf16 = ctx.precision() == Precision::kBf16;
   // One block: rows [r, r + rows) of C against columns [col, col + cols).
   const auto run = [&](std::int64_t rows, std::int64_t cols, Operand x, Operand y, float block_beta, float* out) {
     if (bf16) {
@@ -140,18 +133,18 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t
           std::int64_t inner, float alpha, const float* a, std::int64_t lda, const float* b,
           std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   NTP_ON_GPU(ctx, gemm, trans_a, trans_b, m, k_out, inner, alpha, a, lda, b, ldb, beta, c, ldc);
-  gemm_blocks(ctx, trans_a, trans_b, m, k_out, inner, alpha, a, lda, b, ldb, beta, c, ldc, nullptr);
+  const Operand A = prepare(ctx, a, trans_a ? inner : m, trans_a ? m : inner, lda, 0);
+  const Operand B = prepare(ctx, b, trans_b ? k_out : inner, trans_b ? inner : k_out, ldb, 1);
+  gemm_blocks(ctx, trans_a, trans_b, m, k_out, inner, alpha, A, B, beta, c, ldc, nullptr);
 }
 
 void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight, const float* bias,
                     std::int64_t n, std::int64_t in_dim, std::int64_t out_dim, WeightLayout layout) {
   NTP_ON_GPU(ctx, matmul_forward, out, inp, weight, bias, n, in_dim, out_dim, layout);
   // With a bias, each output row starts as the bias and the GEMM adds onto it.
-  if (layout == WeightLayout::kOutIn) {
-    gemm_blocks(ctx, false, true, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, in_dim, 0.0f, out, out_dim, bias);
-  } else {
-    gemm_blocks(ctx, false, false, n, out_dim, in_dim, 1.0f, inp, in_dim, weight, out_dim, 0.0f, out, out_dim, bias);
-  }
+  gemm_blocks(ctx, false, layout == WeightLayout::kOutIn, n, out_dim, in_dim, 1.0f,
+              prepare(ctx, inp, n, in_dim, in_dim, 0), prepare_weight(ctx, weight, in_dim, out_dim, layout), 0.0f,
+              out, out_dim, bias);
 }
 
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
@@ -160,17 +153,18 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
   NTP_ON_GPU(ctx, matmul_backward, dinp, dweight, dbias, dout, inp, weight, n, in_dim, out_dim, layout, into);
   const bool out_in = layout == WeightLayout::kOutIn;
   const auto beta = [](Into mode) { return mode == Into::kAdd ? 1.0f : 0.0f; };
+  // dout feeds both GEMMs: rounded once (scratch slot 0) for bf16.
+  const Operand d = dinp != nullptr || dweight != nullptr ? prepare(ctx, dout, n, out_dim, out_dim, 0) : Operand{};
   if (dinp != nullptr) {  // dinp[n, in] += dout[n, out] · Wᵀ
-    gemm_blocks(ctx, false, !out_in, n, in_dim, out_dim, 1.0f, dout, out_dim, weight, out_in ? in_dim : out_dim,
+    gemm_blocks(ctx, false, !out_in, n, in_dim, out_dim, 1.0f, d, prepare_weight(ctx, weight, in_dim, out_dim, layout),
                 beta(into.dinp), dinp, in_dim, nullptr);
   }
   if (dweight != nullptr) {
+    const Operand x = prepare(ctx, inp, n, in_dim, in_dim, 1);
     if (out_in) {  // dW[out, in] += doutᵀ · inp
-      gemm(ctx, true, false, out_dim, in_dim, n, 1.0f, dout, out_dim, inp, in_dim,
-           beta(into.dweight), dweight, in_dim);
+      gemm_blocks(ctx, true, false, out_dim, in_dim, n, 1.0f, d, x, beta(into.dweight), dweight, in_dim, nullptr);
     } else {  // dW[in, out] += inpᵀ · dout
-      gemm(ctx, true, false, in_dim, out_dim, n, 1.0f, inp, in_dim, dout, out_dim,
-           beta(into.dweight), dweight, out_dim);
+      gemm_blocks(ctx, true, false, in_dim, out_dim, n, 1.0f, x, d, beta(into.dweight), dweight, out_dim, nullptr);
     }
   }
   if (dbias != nullptr) bias_backward(ctx, dbias, dout, n, out_dim);

@@ -153,6 +153,33 @@ TEST_P(Bf16GemmTest, MatmulForwardAndBackwardRoundOnlyTheirInputs) {
   EXPECT_LE(worst_ratio({out, in, n, true, false}, 1.0f, dy, x, 1.0f, dw0, dw, true), 1.0);
 }
 
+// Both backward GEMMs in one call share dOut's rounding (one scratch buffer)
+// while the weight and the input take the other: each result is still the
+// product of its own rounded inputs, in both layouts. Unrounded inputs fall
+// far outside the bound, so a GEMM that read the wrong buffer or unrounded
+// values would fail.
+TEST_P(Bf16GemmTest, BackwardRoundsDoutOnceForBothGemms) {
+  const std::int64_t n = 40, in = 96, out = 48;
+  std::mt19937 rng(9);
+  const auto x = random_vector(n * in, rng), w = random_vector(out * in, rng), dy = random_vector(n * out, rng);
+  for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+    const bool out_in = layout == WeightLayout::kOutIn;
+    auto dx0 = random_vector(n * in, rng), dw0 = random_vector(out * in, rng);
+    for (float& g : dx0) g = 1.0f + 1e-3f * g;  // bits below bf16's: added onto in fp32
+    for (float& g : dw0) g = 1.0f + 1e-3f * g;
+    auto dx = dx0, dw = dw0;
+    matmul_backward(ctx_, dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out, layout);
+    const Shape dinp{n, in, out, false, !out_in};
+    const Shape dweight = out_in ? Shape{out, in, n, true, false} : Shape{in, out, n, true, false};
+    const auto& a = out_in ? dy : x;
+    const auto& b = out_in ? x : dy;
+    EXPECT_LE(worst_ratio(dinp, 1.0f, dy, w, 1.0f, dx0, dx, true), 1.0) << out_in;
+    EXPECT_LE(worst_ratio(dweight, 1.0f, a, b, 1.0f, dw0, dw, true), 1.0) << out_in;
+    EXPECT_GT(worst_ratio(dinp, 1.0f, dy, w, 1.0f, dx0, dx, false), 3.0) << out_in;
+    EXPECT_GT(worst_ratio(dweight, 1.0f, a, b, 1.0f, dw0, dw, false), 3.0) << out_in;
+  }
+}
+
 // An operand inside the context's rounded copy is read from it: the same bits
 // as rounding it per call, for forward and the backward's dinp, in both
 // layouts, and for a weight block that starts inside the copy. The copy is

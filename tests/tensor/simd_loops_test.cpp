@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tensor/adamw.h"
+#include "tensor/gemm_backend.h"
 
 namespace ntp::tensor::simd {
 namespace {
@@ -86,7 +87,12 @@ std::vector<float> run_all(const Loops& l) {
     step.lr = 1e-3f;
     step.weight_decay = 0.1f;
     step.grad_scale = 0.5f;
-    l.adamw(param.data(), c.data(), m.data(), v.data(), n, step, 1.25f, 1.5f);
+    std::vector<std::uint16_t> rounded(size);
+    auto plain = param, plain_m = m, plain_v = v;
+    l.adamw(param.data(), c.data(), m.data(), v.data(), rounded.data(), n, step, 1.25f, 1.5f);
+    l.adamw(plain.data(), c.data(), plain_m.data(), plain_v.data(), nullptr, n, step, 1.25f, 1.5f);
+    EXPECT_TRUE(plain == param && plain_m == m && plain_v == v);  // the rounded output changes nothing else
+    for (std::size_t i = 0; i < size; ++i) EXPECT_EQ(rounded[i], to_bf16(param[i])) << i;
     append(param);
     append(m);
     append(v);
@@ -192,6 +198,37 @@ TEST(SimdLoops, TheScalarReductionsMatchDoubleLoops) {
     double exp_sum = 0;
     for (float x : a) exp_sum += std::exp(static_cast<double>(x) - 1.0);
     EXPECT_NEAR(l.exp_shifted_sum(e.data(), 1.0f, n), exp_sum, 1e-6 * (exp_sum + 1)) << n;
+  }
+}
+
+// Every upper half with the lower halves around its rounding boundary (ties,
+// just below and above, the extremes), and every 5th subnormal: each build's
+// round_bf16 gives to_bf16's bits, starting one element off alignment so the
+// vector loops' tails run too. The set holds subnormals that round to non-zero
+// subnormals, so a build that flushed them (AVX512-BF16's conversion alone
+// does) would fail here.
+TEST(SimdLoops, RoundBf16GivesToBf16sBitsForEveryExponent) {
+  std::vector<float> x(1, 0.0f);
+  for (std::uint32_t upper = 0; upper < 0x10000u; ++upper)
+    for (std::uint32_t lower : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+      x.push_back(std::bit_cast<float>(upper << 16 | lower));
+  for (std::uint32_t mantissa = 1; mantissa < 0x800000u; mantissa += 5) {
+    x.push_back(std::bit_cast<float>(mantissa));
+    x.push_back(std::bit_cast<float>(0x80000000u | mantissa));
+  }
+  std::vector<std::uint16_t> expected(x.size());
+  std::size_t nonzero_subnormals = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    expected[i] = to_bf16(x[i]);
+    nonzero_subnormals += (expected[i] & 0x7f80u) == 0 && (expected[i] & 0x7fu) != 0;
+  }
+  ASSERT_GT(nonzero_subnormals, 1000u);
+  for (Isa isa : runnable_isas()) {
+    std::vector<std::uint16_t> got(x.size(), 0xdeadu);
+    loops_for(isa).round_bf16(got.data() + 1, x.data() + 1, static_cast<std::int64_t>(x.size()) - 1);
+    for (std::size_t i = 1; i < x.size(); ++i)
+      ASSERT_EQ(got[i], expected[i]) << isa_name(isa) << ": input bits " << std::hex
+                                     << std::bit_cast<std::uint32_t>(x[i]);
   }
 }
 

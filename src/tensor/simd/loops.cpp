@@ -10,6 +10,7 @@ namespace scalar { extern const Loops kLoops; }
 namespace sse2 { extern const Loops kLoops; }
 namespace avx2 { extern const Loops kLoops; }
 namespace avx512 { extern const Loops kLoops; }
+namespace avx512_bf16 { extern const Loops kLoops; }
 
 namespace {
 bool cpu_runs(Isa isa) {
@@ -21,6 +22,7 @@ bool cpu_runs(Isa isa) {
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+    case Isa::kAvx512Bf16: return cpu_runs(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
   }
   return false;
 }
@@ -32,13 +34,14 @@ std::string_view isa_name(Isa isa) {
     case Isa::kSse2: return "sse2";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Bf16: return "avx512_bf16";
   }
   return "unknown";
 }
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kSse2, Isa::kAvx2, Isa::kAvx512})
+  for (Isa isa : {Isa::kScalar, Isa::kSse2, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16})
     if (cpu_runs(isa)) out.push_back(isa);
   return out;
 }
@@ -52,6 +55,7 @@ const Loops& loops_for(Isa isa) {
     case Isa::kSse2: return sse2::kLoops;
     case Isa::kAvx2: return avx2::kLoops;
     case Isa::kAvx512: return avx512::kLoops;
+    case Isa::kAvx512Bf16: return avx512_bf16::kLoops;
   }
   return scalar::kLoops;
 }

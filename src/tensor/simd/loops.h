@@ -17,8 +17,9 @@ struct AdamWStep;
 namespace ntp::tensor::simd {
 
 struct Loops {
-  // param, m, v updated in place; c1, c2 the bias corrections.
-  void (*adamw)(float* param, const float* grad, float* m, float* v, std::int64_t count,
+  // param, m, v updated in place; c1, c2 the bias corrections. Unless null,
+  // rounded[i] = tensor::to_bf16 of the new param[i].
+  void (*adamw)(float* param, const float* grad, float* m, float* v, std::uint16_t* rounded, std::int64_t count,
                 const AdamWStep& step, float c1, float c2);
   double (*sum_squares)(const float* x, std::int64_t count);  // in double
   // Four arrays of `count` floats read side by side: out[a] has the bits of
@@ -60,7 +61,9 @@ struct Loops {
   void (*round_bf16)(std::uint16_t* out, const float* x, std::int64_t count);
 };
 
-enum class Isa { kScalar, kSse2, kAvx2, kAvx512 };
+// kAvx512Bf16: the AVX-512 build with AVX512-BF16's conversion for round_bf16
+// (the other loops have no use for it).
+enum class Isa { kScalar, kSse2, kAvx2, kAvx512, kAvx512Bf16 };
 
 std::string_view isa_name(Isa isa);
 // The instruction sets this CPU runs, scalar first.
