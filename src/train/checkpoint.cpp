@@ -343,6 +343,10 @@ std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const st
     std::ifstream in(record);
     parts.push_back(PartRecord::from_json(nlohmann::json::parse(in), record.string()));
   }
+  // The check a reader makes, before the folder is published: a writer list
+  // that misses a shard or holds one twice must fail this save, not leave a
+  // "complete" checkpoint that no resume can open.
+  check_coverage(parts, info.model, partial / "manifest.json");
   write_file_atomic(partial / "config.toml", config_toml);
   nlohmann::json manifest = {{"format", "ntp-checkpoint"},
                              {"version", kFormatVersion},

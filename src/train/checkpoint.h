@@ -125,7 +125,8 @@ std::filesystem::path final_dir(const std::filesystem::path& root, std::int64_t 
 // Waits until every rank of `writers` completed its part in `partial` (at most
 // `deadline`), then writes config.toml and manifest.json, fsyncs and renames
 // the folder to `final`. Throws CheckpointError when a part is missing at the
-// deadline (the partial folder is left for prune_checkpoints). An existing
+// deadline (the partial folder is left for prune_checkpoints), and when the
+// parts do not hold every unit of the model exactly once. An existing
 // `final` (the same step saved before a recovery redid it) is kept and the new
 // copy dropped. Returns the total bytes.
 // `abandoned(rank)` (polled while waiting for that writer's part; may be

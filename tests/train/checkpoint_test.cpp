@@ -97,20 +97,31 @@ fs::path complete(const fs::path& root, const fs::path& partial, const ntp::mode
   return final;
 }
 
-// Writes a checkpoint of `state` as the parts of `split` (rank = index).
-fs::path save(const fs::path& root, const ntp::model::GptConfig& c, const FullState& state,
-              const std::vector<Shard>& split, std::int64_t step) {
+// Writes the parts of `split` (rank = index) of `state` into the save of
+// `step` in progress; returns that folder.
+fs::path write_parts(const fs::path& root, const ntp::model::GptConfig& c, const FullState& state,
+                     const std::vector<Shard>& split, std::int64_t step) {
   const ParameterLayout full(c, Shard::full(c));
   const fs::path partial = ntp::train::partial_dir(root, step, 0);
   fs::create_directories(partial);
-  std::vector<int> writers;
   for (std::size_t r = 0; r < split.size(); ++r) {
     const ParameterLayout layout(c, split[r]);
     const RankState x = rank_state(full, state, layout);
     ntp::train::write_part(partial, static_cast<int>(r), ntp::train::snapshot_part(layout, x.p, x.m, x.v, r == 0));
-    writers.push_back(static_cast<int>(r));
   }
-  return complete(root, partial, c, writers, step);
+  return partial;
+}
+
+std::vector<int> ranks_of(const std::vector<Shard>& split) {
+  std::vector<int> writers(split.size());
+  for (std::size_t r = 0; r < split.size(); ++r) writers[r] = static_cast<int>(r);
+  return writers;
+}
+
+// Writes a checkpoint of `state` as the parts of `split` (rank = index).
+fs::path save(const fs::path& root, const ntp::model::GptConfig& c, const FullState& state,
+              const std::vector<Shard>& split, std::int64_t step) {
+  return complete(root, write_parts(root, c, state, split, step), c, ranks_of(split), step);
 }
 
 // Loads `checkpoint` into `layout` and compares every parameter and moment
@@ -425,6 +436,26 @@ TEST_F(CheckpointTest, AMissingPartEndsTheSaveAtItsDeadline) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
   EXPECT_FALSE(fs::exists(ntp::train::final_dir(root_, 3)));
+}
+
+// A save whose writers' parts leave units out (or hold some twice) fails
+// before the folder is published, naming the units: a resume would refuse it.
+TEST_F(CheckpointTest, PartsThatMissOrRepeatUnitsAreNotPublished) {
+  const ntp::model::GptConfig c = small_model();
+  const ParameterLayout full(c, Shard::full(c));
+  const FullState state = random_state(full, 6);
+  std::mt19937_64 rng(11);
+  const std::vector<Shard> split = random_split(c, 2, rng);
+  std::int64_t step = 4;
+  for (const std::vector<Shard>& parts : {std::vector<Shard>{split[0]}, std::vector<Shard>{split[0], split[0]}}) {
+    const fs::path partial = write_parts(root_, c, state, parts, step);
+    expect_error([&] { complete(root_, partial, c, ranks_of(parts), step); },
+                 parts.size() == 1 ? "the parts hold" : "held by two parts");
+    EXPECT_FALSE(fs::exists(ntp::train::final_dir(root_, step)));
+    EXPECT_TRUE(fs::exists(partial));  // left for prune_checkpoints
+    ++step;
+  }
+  EXPECT_TRUE(ntp::train::complete_checkpoints(root_).empty());
 }
 
 TEST_F(CheckpointTest, PruningKeepsTheNewestAndSavesStillInFlight) {
