@@ -219,6 +219,33 @@ TEST_P(Bf16GemmTest, AnOperandInsideTheRoundedCopyIsReadFromIt) {
   }
 }
 
+// A weight operand narrower than its rows (leading dimension 2n: the left
+// half of a wider block, as a column slice of a stored matrix is) is read
+// from the copy at that leading dimension; one that starts before the copy is
+// rounded per call.
+TEST_P(Bf16GemmTest, TheCopyIsReadAtTheOperandsLeadingDimensionAndOnlyInsideIt) {
+  const std::int64_t m = 12, n = 20, k = 36;
+  std::mt19937 rng(13);
+  const auto a = random_vector(m * k, rng);
+  auto block = random_vector(k * 2 * n + 1, rng);
+  float* b = block.data() + 1;  // [k, n] at leading dimension 2n, one element into the block
+  const auto product = [&] {
+    std::vector<float> c(m * n);
+    gemm(ctx_, false, false, m, n, k, 1.0f, a.data(), k, b, 2 * n, 0.0f, c.data(), n);
+    return c;
+  };
+  const std::vector<float> c0 = product();
+  std::vector<Bf16> copy(block.size());
+  round_to_bf16(ctx_, block.data(), static_cast<std::int64_t>(block.size()), copy.data());
+  ctx_.set_rounded_copy(block.data(), static_cast<std::int64_t>(block.size()), copy.data());
+  for (float& v : block) v *= 2.0f;  // exact in bf16: a result read from the fp32 values doubles
+  EXPECT_EQ(product(), c0) << "read from the copy, at leading dimension 2n";
+  ctx_.set_rounded_copy(block.data() + 2, static_cast<std::int64_t>(block.size()) - 2, copy.data() + 2);
+  const std::vector<float> c1 = product();  // b starts one element before this copy
+  for (std::size_t i = 0; i < c0.size(); ++i) ASSERT_EQ(c1[i], 2.0f * c0[i]) << i;
+  ctx_.clear_rounded_copy(block.data() + 2);
+}
+
 // The native path (oneDNN's bf16 matmul) and the emulated one (fp32 sgemm on
 // the rounded inputs) agree within twice the bound: the same exact products.
 TEST(Bf16Paths, NativeAndEmulatedAgree) {
