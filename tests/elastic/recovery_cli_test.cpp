@@ -693,6 +693,60 @@ TEST_F(RecoveryCliTest, AStageWorkerSignalledByPidIsRecoveredInJob) {
   }
 }
 
+// Signals sent by pid from outside while the validation pass runs: with a
+// pass after every step that takes most of each step's wall time (256
+// micro-batches against one training step), a signal 0.6 s after a step's
+// row is logged lands in the next step's pass. The step's update stands (the
+// job resumes at the step after it), the survivors run the cut pass again,
+// and every row has its validation loss. A non-writer killed without stages,
+// and a first-stage worker stopped with two stages.
+TEST_F(RecoveryCliTest, ARankSignalledByPidDuringTheValidationPassIsRecovered) {
+  fs::create_directories(dir_);
+  const fs::path val = dir_.string() + "_val.txt";
+  ntp::testing::write_text_data(val, "validation");
+  const std::vector<std::string> eval = {"train.steps=6", "train.eval_every=1", "train.eval_batches=256",
+                                         "data.val_path=\"" + val.string() + "\""};
+  const std::vector<std::string> flat = {"parallel.dp=2", "parallel.tp=2"};
+  const std::vector<std::string> staged = {"model.layers=2", "parallel.dp=2", "parallel.pp=2", "parallel.tp=2"};
+  struct Case {
+    const std::vector<std::string>& layout;
+    int rank;
+    int sig;
+  };
+  for (const Case& c : {Case{flat, 3, SIGKILL}, Case{staged, 1, SIGSTOP}}) {
+    SCOPED_TRACE("rank " + std::to_string(c.rank) + " signal " + std::to_string(c.sig));
+    fs::remove_all(dir_);
+    std::vector<std::string> sets = eval;
+    sets.insert(sets.end(), c.layout.begin(), c.layout.end());
+    bool sent = false;
+    std::size_t logged = 0;  // rows out when the second one was first seen
+    std::chrono::steady_clock::time_point seen;
+    const TrainRun run = train_and_signal(
+        dir_, sets, c.rank, c.sig,
+        [&] {
+          if (logged < 2) {
+            logged = read_lines(dir_ / "metrics.jsonl").size();
+            seen = std::chrono::steady_clock::now();
+            return false;
+          }
+          return std::chrono::steady_clock::now() - seen >= std::chrono::milliseconds(600);
+        },
+        sent);
+    ASSERT_TRUE(sent) << "no second step within 60 s\n" << run.output;
+    expect_recovered(run, 6);
+    const std::vector<nlohmann::json> resumed = events_named(dir_, "step_resumed");
+    ASSERT_FALSE(resumed.empty());
+    // Rows 0 .. logged - 1 were out; step `logged` trained, and its pass was cut.
+    EXPECT_EQ(resumed.front()["step"], logged + 1) << "the signal missed the pass: " << resumed.front().dump();
+    EXPECT_GT(resumed.front().value("validation_s", 0.0), 0.0) << resumed.front().dump();
+    for (const nlohmann::json& row : read_lines(dir_ / "metrics.jsonl")) {
+      EXPECT_TRUE(row.contains("val_loss")) << row.dump();
+    }
+    if (HasFailure()) break;
+  }
+  fs::remove(val);
+}
+
 // A repaired rank of stage 1 rejoins: its stage goes back to TP 2, the
 // replica's units of that stage come back to it from its own stage's peers.
 TEST_F(RecoveryCliTest, ARepairedStageRankRejoinsAndItsStageGoesBackToFullTp) {
