@@ -133,6 +133,10 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t
           std::int64_t inner, float alpha, const float* a, std::int64_t lda, const float* b,
           std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   NTP_ON_GPU(ctx, gemm, trans_a, trans_b, m, k_out, inner, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (m == 0 || k_out == 0 || inner == 0) {  // nothing to round
+    gemm_blocks(ctx, trans_a, trans_b, m, k_out, inner, alpha, {}, {}, beta, c, ldc, nullptr);
+    return;
+  }
   const Operand A = prepare(ctx, a, trans_a ? inner : m, trans_a ? m : inner, lda, 0);
   const Operand B = prepare(ctx, b, trans_b ? k_out : inner, trans_b ? inner : k_out, ldb, 1);
   gemm_blocks(ctx, trans_a, trans_b, m, k_out, inner, alpha, A, B, beta, c, ldc, nullptr);
@@ -142,9 +146,10 @@ void matmul_forward(Context& ctx, float* out, const float* inp, const float* wei
                     std::int64_t n, std::int64_t in_dim, std::int64_t out_dim, WeightLayout layout) {
   NTP_ON_GPU(ctx, matmul_forward, out, inp, weight, bias, n, in_dim, out_dim, layout);
   // With a bias, each output row starts as the bias and the GEMM adds onto it.
+  const bool empty = n == 0 || in_dim == 0 || out_dim == 0;  // nothing to round
   gemm_blocks(ctx, false, layout == WeightLayout::kOutIn, n, out_dim, in_dim, 1.0f,
-              prepare(ctx, inp, n, in_dim, in_dim, 0), prepare_weight(ctx, weight, in_dim, out_dim, layout), 0.0f,
-              out, out_dim, bias);
+              empty ? Operand{} : prepare(ctx, inp, n, in_dim, in_dim, 0),
+              empty ? Operand{} : prepare_weight(ctx, weight, in_dim, out_dim, layout), 0.0f, out, out_dim, bias);
 }
 
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
@@ -154,13 +159,18 @@ void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, co
   const bool out_in = layout == WeightLayout::kOutIn;
   const auto beta = [](Into mode) { return mode == Into::kAdd ? 1.0f : 0.0f; };
   // dout feeds both GEMMs: rounded once (scratch slot 0) for bf16.
-  const Operand d = dinp != nullptr || dweight != nullptr ? prepare(ctx, dout, n, out_dim, out_dim, 0) : Operand{};
+  // Every GEMM here has extents n, in_dim, out_dim: with one of them 0 there
+  // is nothing to round (the GEMMs then only clear or keep their outputs).
+  const bool empty = n == 0 || in_dim == 0 || out_dim == 0;
+  const Operand d = !empty && (dinp != nullptr || dweight != nullptr) ? prepare(ctx, dout, n, out_dim, out_dim, 0)
+                                                                      : Operand{};
   if (dinp != nullptr) {  // dinp[n, in] += dout[n, out] · Wᵀ
-    gemm_blocks(ctx, false, !out_in, n, in_dim, out_dim, 1.0f, d, prepare_weight(ctx, weight, in_dim, out_dim, layout),
-                beta(into.dinp), dinp, in_dim, nullptr);
+    gemm_blocks(ctx, false, !out_in, n, in_dim, out_dim, 1.0f, d,
+                empty ? Operand{} : prepare_weight(ctx, weight, in_dim, out_dim, layout), beta(into.dinp), dinp, in_dim,
+                nullptr);
   }
   if (dweight != nullptr) {
-    const Operand x = prepare(ctx, inp, n, in_dim, in_dim, 1);
+    const Operand x = empty ? Operand{} : prepare(ctx, inp, n, in_dim, in_dim, 1);
     if (out_in) {  // dW[out, in] += doutᵀ · inp
       gemm_blocks(ctx, true, false, out_dim, in_dim, n, 1.0f, d, x, beta(into.dweight), dweight, in_dim, nullptr);
     } else {  // dW[in, out] += inpᵀ · dout

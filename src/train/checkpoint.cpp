@@ -346,7 +346,7 @@ std::uint64_t complete_checkpoint(const std::filesystem::path& partial, const st
   // The check a reader makes, before the folder is published: a writer list
   // that misses a shard or holds one twice must fail this save, not leave a
   // "complete" checkpoint that no resume can open.
-  check_coverage(parts, info.model, partial / "manifest.json");
+  check_coverage(parts, model_from_json(model_json(info.model)), partial);  // the model as the manifest will say
   write_file_atomic(partial / "config.toml", config_toml);
   nlohmann::json manifest = {{"format", "ntp-checkpoint"},
                              {"version", kFormatVersion},
