@@ -39,7 +39,8 @@
 #                    host 1: its ranks fence themselves, host 1 declares them
 #                    lost, trains on at DP 1, writes the summary in node 0's
 #                    place and the run verifies; node 0 stops naming the store,
-#                    while host 1 still trains (200 steps), and writes nothing
+#                    while host 1 still trains (400 steps: at DP 1 a fast host
+#                    did 200 before node 0 gave up on the store), and writes nothing
 #                    to the run.
 #   store-cut0-short the same, 8 s: node 0, back before its store calls give
 #                    up, finds its ranks declared lost and exits 1; or, back
@@ -495,7 +496,7 @@ for c in "${CASES[@]}"; do
     store-gone) run_store_gone_case store-gone ;;
     # 200 steps: host 1 (0.17 s a step alone here) still trains when node 0
     # gives up on the store, 20 s into the cut.
-    store-cut0) CUT_S=$CUT0_S STEPS=200 run_case store-cut0 cut0 ;;
+    store-cut0) CUT_S=$CUT0_S STEPS=400 run_case store-cut0 cut0 ;;
     store-cut0-short) CUT_S=$SHORT_CUT0_S run_case store-cut0-short cut0 ;;
     *) fail "unknown case $c" ;;
   esac
