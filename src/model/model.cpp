@@ -294,6 +294,15 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   a->datty = sz(n * d.attn);
   a->dgelu = sz(n * d.neurons);
   a->dfch = sz(config().llama() ? n * d.fc1 : 0);  // GPT-2's GELU backward works in place
+  if (gpu_ == nullptr && ctx_.precision() == tensor::Precision::kBf16) {
+    const auto h = [](std::int64_t count) { return std::vector<tensor::Bf16>(static_cast<std::size_t>(count)); };
+    a->ln1_h = h(L * n * d.C);
+    a->atty_h = h(L * n * d.attn);
+    a->ln2_h = h(L * n * d.C);
+    a->fch_gelu_h = h(L * n * d.neurons);
+    a->lnf_h = h(head * n * d.C);
+    a->dlogits_h = h(head * n * d.vocab_rows);
+  }
   slots_[slot_] = std::move(a);
 }
 
@@ -381,10 +390,11 @@ LossStats Model::forward_head() {
   }
   // LM head (GPT-2: wte, tied; Llama: lm_head): the rank's vocabulary rows, column-parallel.
   tensor::matmul_forward(ctx_, a.logits.data(), a.lnf.data(), p + head_offset(), nullptr, n,
-                         d.C, d.vocab_rows, WeightLayout::kOutIn);
+                         d.C, d.vocab_rows, WeightLayout::kOutIn, {data_or_null(a.lnf_h)});
   const float scale = loss_scale_ != 0.0f ? loss_scale_ : 1.0f / static_cast<float>(n);
   vocab_parallel_cross_entropy(ctx_, a.losses.data(), a.logits.data(), a.target_col, a.target_ids,
-                               {n, d.vocab_rows, d.vocab_valid}, scale, a.ce_scratch.data(), group_reduce());
+                               {n, d.vocab_rows, d.vocab_valid}, scale, a.ce_scratch.data(), group_reduce(),
+                               data_or_null(a.dlogits_h));
   std::vector<float> losses(static_cast<std::size_t>(n));
   tensor::copy_to_host(ctx_, losses.data(), a.losses.data(), n);
   LossStats stats;
@@ -400,23 +410,25 @@ void Model::forward_block(int l, const float* residual) {
   const float* p = kernel_params();
   const std::int64_t n = a.n;
   const auto [ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3] = a.layer(d, l);
+  const Activations::Rounded h = a.rounded(d, l);
 
   tensor::layernorm_forward(ctx_, ln1, a.ln1_mean.data() + l * n, a.ln1_rstd.data() + l * n,
                             residual, p + o.ln1_w, p + o.ln1_b, n, d.C);
-  tensor::matmul_forward(ctx_, qkv, ln1, p + o.qkv_w, p + o.qkv_b, n, d.C, d.qkv, WeightLayout::kOutIn);
+  tensor::matmul_forward(ctx_, qkv, ln1, p + o.qkv_w, p + o.qkv_b, n, d.C, d.qkv, WeightLayout::kOutIn,
+                         {h.ln1});
   tensor::attention_forward(ctx_, atty, att, qkv, {a.batch, a.seq, d.heads, d.hd});
   tensor::matmul_forward(ctx_, a.partial.data(), atty, p + o.proj_wt, nullptr, n, d.attn, d.C,
-                         WeightLayout::kInOut);
+                         WeightLayout::kInOut, {h.atty});
   all_reduce(a.partial.data(), n * d.C);
   tensor::residual_forward(ctx_, res2, residual, a.partial.data(), p + o.proj_b, n, d.C);
 
   tensor::layernorm_forward(ctx_, ln2, a.ln2_mean.data() + l * n, a.ln2_rstd.data() + l * n, res2,
                             p + o.ln2_w, p + o.ln2_b, n, d.C);
   tensor::matmul_forward(ctx_, fch, ln2, p + o.fc1_w, p + o.fc1_b, n, d.C, d.neurons,
-                         WeightLayout::kOutIn);
+                         WeightLayout::kOutIn, {h.ln2});
   tensor::gelu_forward(ctx_, fch_gelu, fch, n * d.neurons);
   tensor::matmul_forward(ctx_, a.partial.data(), fch_gelu, p + o.fc2_wt, nullptr, n, d.neurons, d.C,
-                         WeightLayout::kInOut);
+                         WeightLayout::kInOut, {h.fch_gelu});
   all_reduce(a.partial.data(), n * d.C);
   tensor::residual_forward(ctx_, res3, res2, a.partial.data(), p + o.fc2_b, n, d.C);
 }
@@ -484,7 +496,8 @@ void Model::backward_head(const BackwardHooks& hooks, bool split_wte) {
   // LM head: the input gradient is partial per rank, hence the all-reduce.
   tensor::matmul_backward(ctx_, a.dln.data(), g + head_offset(), nullptr, a.logits.data(),
                           a.lnf.data(), p + head_offset(), n, d.C, d.vocab_rows,
-                          WeightLayout::kOutIn, {Into::kOverwrite, weight_grads_});
+                          WeightLayout::kOutIn, {Into::kOverwrite, weight_grads_},
+                          {data_or_null(a.lnf_h), data_or_null(a.dlogits_h)});
   all_reduce(a.dln.data(), n * d.C);
   a.dres.zero();
   const float* last = stage_output();
@@ -536,27 +549,28 @@ void Model::backward_block(int l, const float* residual) {
   float* g = kernel_grads();
   const std::int64_t n = a.n;
   const auto [ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3] = a.layer(d, l);
+  const Activations::Rounded h = a.rounded(d, l);
   float* dres = a.dres.data();  // gradient of the residual stream, flows through unchanged
 
   // MLP: res3 = res2 + fc2(gelu(fc1(ln2(res2)))) + fc2_b
   const tensor::BackwardInto into{Into::kOverwrite, weight_grads_};
   tensor::matmul_backward(ctx_, a.dgelu.data(), g + o.fc2_wt, g + o.fc2_b, dres, fch_gelu, p + o.fc2_wt,
-                          n, d.neurons, d.C, WeightLayout::kInOut, into);
+                          n, d.neurons, d.C, WeightLayout::kInOut, into, {h.fch_gelu});
   tensor::gelu_backward(ctx_, a.dgelu.data(), fch, n * d.neurons);  // in place: now d(fch)
   tensor::matmul_backward(ctx_, a.dln.data(), g + o.fc1_w, g + o.fc1_b, a.dgelu.data(), ln2, p + o.fc1_w,
-                          n, d.C, d.neurons, WeightLayout::kOutIn, into);
+                          n, d.C, d.neurons, WeightLayout::kOutIn, into, {h.ln2});
   all_reduce(a.dln.data(), n * d.C);
   tensor::layernorm_backward(ctx_, dres, g + o.ln2_w, g + o.ln2_b, a.dln.data(), res2, p + o.ln2_w,
                              a.ln2_mean.data() + l * n, a.ln2_rstd.data() + l * n, n, d.C);
 
   // Attention: res2 = residual + proj(attn(qkv(ln1(residual)))) + proj_b
   tensor::matmul_backward(ctx_, a.datty.data(), g + o.proj_wt, g + o.proj_b, dres, atty, p + o.proj_wt,
-                          n, d.attn, d.C, WeightLayout::kInOut, into);
+                          n, d.attn, d.C, WeightLayout::kInOut, into, {h.atty});
   tensor::zero(ctx_, a.dqkv.data(), n * d.qkv);  // the attention adds dQ, dK, dV into it
   tensor::attention_backward(ctx_, a.dqkv.data(), a.datty.data(), qkv, att,
                              {a.batch, a.seq, d.heads, d.hd});
   tensor::matmul_backward(ctx_, a.dln.data(), g + o.qkv_w, g + o.qkv_b, a.dqkv.data(), ln1, p + o.qkv_w,
-                          n, d.C, d.qkv, WeightLayout::kOutIn, into);
+                          n, d.C, d.qkv, WeightLayout::kOutIn, into, {h.ln1});
   all_reduce(a.dln.data(), n * d.C);
   tensor::layernorm_backward(ctx_, dres, g + o.ln1_w, g + o.ln1_b, a.dln.data(), residual,
                              p + o.ln1_w, a.ln1_mean.data() + l * n, a.ln1_rstd.data() + l * n, n,

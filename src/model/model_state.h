@@ -72,11 +72,20 @@ struct Model::Activations {
   // backward scratch
   tensor::Buffer dres, dln;                 // [n, C]
   tensor::Buffer dqkv, datty, dgelu, dfch;
+  // bf16 GEMMs only (else empty): the linear layers' inputs rounded by the
+  // forward and read again by the dW GEMMs, laid out as their fp32 twins, and
+  // dlogits rounded by the cross-entropy (tensor::KeptBf16).
+  std::vector<tensor::Bf16> ln1_h, atty_h, ln2_h, fch_gelu_h, lnf_h, dlogits_h;
 
   struct Layer {
     float *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
   };
   Layer layer(const Dims& d, int l);
+  // Layer l's slices of the bf16 roundings (null for fp32 GEMMs).
+  struct Rounded {
+    tensor::Bf16 *ln1, *atty, *ln2, *fch_gelu;
+  };
+  Rounded rounded(const Dims& d, int l);
 };
 
 // Layer l's slices of the per-layer buffers, in block order.
@@ -84,6 +93,17 @@ inline Model::Activations::Layer Model::Activations::layer(const Dims& d, int l)
   return {ln1.data() + l * n * d.C,   qkv.data() + l * n * d.qkv, att.data() + l * batch * d.heads * seq * seq,
           atty.data() + l * n * d.attn, res2.data() + l * n * d.C, ln2.data() + l * n * d.C,
           fch.data() + l * n * d.fc1, fch_gelu.data() + l * n * d.neurons, res3.data() + l * n * d.C};
+}
+
+// A rounding's storage, or null where there is none (fp32 GEMMs).
+inline tensor::Bf16* data_or_null(std::vector<tensor::Bf16>& h) { return h.empty() ? nullptr : h.data(); }
+
+inline Model::Activations::Rounded Model::Activations::rounded(const Dims& d, int l) {
+  const auto at = [&](std::vector<tensor::Bf16>& h, std::int64_t width) {
+    tensor::Bf16* base = data_or_null(h);
+    return base != nullptr ? base + l * n * width : nullptr;
+  };
+  return {at(ln1_h, d.C), at(atty_h, d.attn), at(ln2_h, d.C), at(fch_gelu_h, d.neurons)};
 }
 
 }  // namespace ntp::model

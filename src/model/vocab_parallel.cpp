@@ -82,7 +82,7 @@ void check_target_holders(const float* holders, std::size_t rows) {
 void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* logits,
                                   const std::vector<std::int64_t>& target_col, const std::int64_t* kernel_cols,
                                   const tensor::LogitShape& shape, float dloss_scale, float* scratch,
-                                  const KernelAllReduce& reduce) {
+                                  const KernelAllReduce& reduce, tensor::Bf16* rounded) {
   const auto rows = static_cast<std::size_t>(shape.rows);
   float* row_max = scratch;
   float* sums = scratch + rows;  // [sum_exp | target_logit | holders]
@@ -90,7 +90,7 @@ void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* lo
   for (std::size_t i = 0; i < rows; ++i) holders[i] = target_col[i] >= 0 ? 1.0f : 0.0f;
   if (!reduce) {  // the whole vocabulary here: one pass per row
     check_target_holders(holders.data(), rows);
-    tensor::crossentropy_local(ctx, losses, logits, kernel_cols, sums, dloss_scale, shape);
+    tensor::crossentropy_local(ctx, losses, logits, kernel_cols, sums, dloss_scale, shape, rounded);
     return;
   }
   tensor::crossentropy_local_max(ctx, row_max, logits, shape);
@@ -104,7 +104,7 @@ void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* lo
   reduce(sums, 3 * rows, comm::ReduceOp::kSum);
   tensor::copy_to_host(ctx, holders.data(), sums + 2 * rows, n);
   check_target_holders(holders.data(), rows);
-  tensor::crossentropy_finish(ctx, losses, logits, kernel_cols, row_max, sums, dloss_scale, shape);
+  tensor::crossentropy_finish(ctx, losses, logits, kernel_cols, row_max, sums, dloss_scale, shape, rounded);
 }
 
 }  // namespace ntp::model

@@ -67,10 +67,11 @@ void embedding_backward_rows(tensor::Context& ctx, EmbeddingRows& rows, float* d
 // `scratch` holds 4 * rows floats; target_col is on the host, kernel_cols
 // the same columns where the kernels read them. Throws std::runtime_error, on
 // every rank of the TP group alike, if a target's row is held by no rank or by
-// several.
+// several. `rounded`, when set, receives dlogits rounded to bf16 as well
+// (tensor::crossentropy_finish).
 void vocab_parallel_cross_entropy(tensor::Context& ctx, float* losses, float* logits,
                                   const std::vector<std::int64_t>& target_col, const std::int64_t* kernel_cols,
                                   const tensor::LogitShape& shape, float dloss_scale, float* scratch,
-                                  const KernelAllReduce& reduce);
+                                  const KernelAllReduce& reduce, tensor::Bf16* rounded = nullptr);
 
 }  // namespace ntp::model

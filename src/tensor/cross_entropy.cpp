@@ -22,13 +22,14 @@ void row_sums(float* sums, float* row, std::int64_t i, std::int64_t target_col, 
 }
 
 void row_finish(float* losses, float* row, std::int64_t i, std::int64_t target_col, float max,
-                const float* sums, float dloss_scale, const LogitShape& shape) {
+                const float* sums, float dloss_scale, const LogitShape& shape, Bf16* rounded) {
   const float inv_sum = 1.0f / sums[i];
   losses[i] = std::log(sums[i]) + max - sums[shape.rows + i];
   const float scale = inv_sum * dloss_scale;
   simd::loops().scale(row, scale, shape.valid);
   std::fill(row + shape.valid, row + shape.cols, 0.0f);
   if (target_col >= 0) row[target_col] -= dloss_scale;
+  if (rounded != nullptr) simd::loops().round_bf16(rounded + i * shape.cols, row, shape.cols);
 }
 
 template <typename RowFn>
@@ -57,22 +58,22 @@ void crossentropy_local_sums(Context& ctx, float* sums, float* logits,
 
 void crossentropy_finish(Context& ctx, float* losses, float* logits,
                          const std::int64_t* target_col, const float* row_max_in, const float* sums,
-                         float dloss_scale, const LogitShape& shape) {
+                         float dloss_scale, const LogitShape& shape, Bf16* rounded) {
   NTP_ON_GPU(ctx, crossentropy_finish, losses, logits, target_col, row_max_in, sums, dloss_scale, shape);
   for_each_row(ctx, shape, [&](std::int64_t i) {
-    row_finish(losses, logits + i * shape.cols, i, target_col[i], row_max_in[i], sums, dloss_scale, shape);
+    row_finish(losses, logits + i * shape.cols, i, target_col[i], row_max_in[i], sums, dloss_scale, shape, rounded);
   });
 }
 
 void crossentropy_local(Context& ctx, float* losses, float* logits, const std::int64_t* target_col,
-                        float* scratch, float dloss_scale, const LogitShape& shape) {
+                        float* scratch, float dloss_scale, const LogitShape& shape, Bf16* rounded) {
   NTP_ON_GPU(ctx, crossentropy_local, losses, logits, target_col, scratch, dloss_scale, shape);
   float* sums = scratch;  // [sum_exp | target_logit], as the passes lay them out
   for_each_row(ctx, shape, [&](std::int64_t i) {
     float* row = logits + i * shape.cols;
     const float max = row_max(row, shape);
     row_sums(sums, row, i, target_col[i], max, shape);
-    row_finish(losses, row, i, target_col[i], max, sums, dloss_scale, shape);
+    row_finish(losses, row, i, target_col[i], max, sums, dloss_scale, shape, rounded);
   });
 }
 

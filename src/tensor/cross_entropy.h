@@ -29,16 +29,19 @@ void crossentropy_local_sums(Context& ctx, float* sums, float* logits,
                              const LogitShape& shape);
 
 // losses[i] = log(sum_exp) + max - target_logit; the exps become
-// dloss_scale * (softmax - onehot) (0 on padding columns).
+// dloss_scale * (softmax - onehot) (0 on padding columns). With `rounded`
+// (bf16 GEMMs; [rows, cols], dense) each row of dlogits is also rounded to
+// bf16 there while it is in cache, for the LM head's backward GEMMs (which
+// would otherwise read the whole of dlogits from memory once more to round it).
 void crossentropy_finish(Context& ctx, float* losses, float* logits,
                          const std::int64_t* target_col, const float* row_max, const float* sums,
-                         float dloss_scale, const LogitShape& shape);
+                         float dloss_scale, const LogitShape& shape, Bf16* rounded = nullptr);
 
 // The three passes in one, row by row, for a rank that holds the whole
 // vocabulary (no all-reduce between them): each row is read from memory once
 // and finished while it is in cache. Bit for bit the passes' result; scratch
 // holds 2 * rows floats.
 void crossentropy_local(Context& ctx, float* losses, float* logits, const std::int64_t* target_col,
-                        float* scratch, float dloss_scale, const LogitShape& shape);
+                        float* scratch, float dloss_scale, const LogitShape& shape, Bf16* rounded = nullptr);
 
 }  // namespace ntp::tensor

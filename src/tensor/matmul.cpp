@@ -41,6 +41,14 @@ void round_block(Context& ctx, const float* x, std::int64_t rows, std::int64_t c
   });
 }
 
+// x's rounding, dense, written into `out` (timed with the GEMMs).
+Operand round_into(Context& ctx, const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, Bf16* out) {
+  const auto start = std::chrono::steady_clock::now();
+  round_block(ctx, x, rows, cols, ld, out);
+  ctx.add_gemm_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return {nullptr, out, cols};
+}
+
 // An operand ready for this context's GEMMs: fp32 as stored, or for bf16 GEMMs
 // the weights' rounded copy where x lies inside it, else x rounded into the
 // context's scratch `slot` (which it then holds until that slot is reused).
@@ -48,12 +56,17 @@ void round_block(Context& ctx, const float* x, std::int64_t rows, std::int64_t c
 Operand prepare(Context& ctx, const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, int slot) {
   if (ctx.precision() != Precision::kBf16) return {x, nullptr, ld};
   if (const Bf16* copy = ctx.rounded_copy(x, rows, cols, ld)) return {nullptr, copy, ld};
-  const auto start = std::chrono::steady_clock::now();
   std::vector<Bf16>& scratch = ctx.bf16_scratch(slot);
   scratch.resize(static_cast<std::size_t>(rows * cols));
-  round_block(ctx, x, rows, cols, ld, scratch.data());
-  ctx.add_gemm_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return {nullptr, scratch.data(), cols};
+  return round_into(ctx, x, rows, cols, ld, scratch.data());
+}
+
+// A dense [rows, cols] operand: its kept rounding where the caller has one
+// (bf16 GEMMs only), else as prepare() makes it.
+Operand prepare_kept(Context& ctx, const float* x, std::int64_t rows, std::int64_t cols, const Bf16* kept,
+                     int slot) {
+  if (ctx.precision() == Precision::kBf16 && kept != nullptr) return {nullptr, kept, cols};
+  return prepare(ctx, x, rows, cols, cols, slot);
 }
 
 // A linear layer's weight as stored: [out, in] (kOutIn) or [in, out].
@@ -143,34 +156,41 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, std::int64_t m, std::int64_t
 }
 
 void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight, const float* bias,
-                    std::int64_t n, std::int64_t in_dim, std::int64_t out_dim, WeightLayout layout) {
+                    std::int64_t n, std::int64_t in_dim, std::int64_t out_dim, WeightLayout layout,
+                    KeptBf16 kept) {
   NTP_ON_GPU(ctx, matmul_forward, out, inp, weight, bias, n, in_dim, out_dim, layout);
   // With a bias, each output row starts as the bias and the GEMM adds onto it.
-  const bool empty = n == 0 || in_dim == 0 || out_dim == 0;  // nothing to round
+  if (n == 0 || in_dim == 0 || out_dim == 0) {  // nothing to round
+    gemm_blocks(ctx, false, false, n, out_dim, in_dim, 1.0f, {}, {}, 0.0f, out, out_dim, bias);
+    return;
+  }
+  const bool keep = ctx.precision() == Precision::kBf16 && kept.inp != nullptr;
   gemm_blocks(ctx, false, layout == WeightLayout::kOutIn, n, out_dim, in_dim, 1.0f,
-              empty ? Operand{} : prepare(ctx, inp, n, in_dim, in_dim, 0),
-              empty ? Operand{} : prepare_weight(ctx, weight, in_dim, out_dim, layout), 0.0f, out, out_dim, bias);
+              keep ? round_into(ctx, inp, n, in_dim, in_dim, kept.inp) : prepare(ctx, inp, n, in_dim, in_dim, 0),
+              prepare_weight(ctx, weight, in_dim, out_dim, layout), 0.0f, out, out_dim, bias);
 }
 
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, std::int64_t n, std::int64_t in_dim,
-                     std::int64_t out_dim, WeightLayout layout, BackwardInto into) {
+                     std::int64_t out_dim, WeightLayout layout, BackwardInto into, KeptBf16 kept) {
   NTP_ON_GPU(ctx, matmul_backward, dinp, dweight, dbias, dout, inp, weight, n, in_dim, out_dim, layout, into);
   const bool out_in = layout == WeightLayout::kOutIn;
   const auto beta = [](Into mode) { return mode == Into::kAdd ? 1.0f : 0.0f; };
-  // dout feeds both GEMMs: rounded once (scratch slot 0) for bf16.
+  // dout feeds both GEMMs: rounded once (scratch slot 0) for bf16, unless
+  // its producer has rounded it already.
   // Every GEMM here has extents n, in_dim, out_dim: with one of them 0 there
   // is nothing to round (the GEMMs then only clear or keep their outputs).
   const bool empty = n == 0 || in_dim == 0 || out_dim == 0;
-  const Operand d = !empty && (dinp != nullptr || dweight != nullptr) ? prepare(ctx, dout, n, out_dim, out_dim, 0)
-                                                                      : Operand{};
+  const Operand d = !empty && (dinp != nullptr || dweight != nullptr)
+                        ? prepare_kept(ctx, dout, n, out_dim, kept.dout, 0)
+                        : Operand{};
   if (dinp != nullptr) {  // dinp[n, in] += dout[n, out] · Wᵀ
     gemm_blocks(ctx, false, !out_in, n, in_dim, out_dim, 1.0f, d,
                 empty ? Operand{} : prepare_weight(ctx, weight, in_dim, out_dim, layout), beta(into.dinp), dinp, in_dim,
                 nullptr);
   }
   if (dweight != nullptr) {
-    const Operand x = empty ? Operand{} : prepare(ctx, inp, n, in_dim, in_dim, 1);
+    const Operand x = empty ? Operand{} : prepare_kept(ctx, inp, n, in_dim, kept.inp, 1);
     if (out_in) {  // dW[out, in] += doutᵀ · inp
       gemm_blocks(ctx, true, false, out_dim, in_dim, n, 1.0f, d, x, beta(into.dweight), dweight, in_dim, nullptr);
     } else {  // dW[in, out] += inpᵀ · dout

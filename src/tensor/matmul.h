@@ -11,9 +11,23 @@ namespace ntp::tensor {
 
 enum class WeightLayout { kOutIn, kInOut };
 
+// Roundings of a linear layer's inputs that its caller keeps, for bf16 GEMMs
+// (ignored by fp32 GEMMs). Each is dense, n rows of the operand's width. They
+// spare rounding the same activation twice (forward and dW) and rounding from
+// memory what a producer can round while it is in cache.
+//   inp:  matmul_forward writes inp's rounding here; matmul_backward's dW GEMM
+//         reads it instead of rounding inp again, so it must hold what the
+//         forward wrote for the same, unchanged inp.
+//   dout: matmul_backward reads dout's rounding here (written by dout's producer).
+struct KeptBf16 {
+  Bf16* inp = nullptr;
+  const Bf16* dout = nullptr;
+};
+
 // out[n, out_dim] = inp[n, in_dim] · W + bias (bias may be null).
 void matmul_forward(Context& ctx, float* out, const float* inp, const float* weight, const float* bias,
-                    std::int64_t n, std::int64_t in_dim, std::int64_t out_dim, WeightLayout layout);
+                    std::int64_t n, std::int64_t in_dim, std::int64_t out_dim, WeightLayout layout,
+                    KeptBf16 kept = {});
 
 // What a backward GEMM does with the old values of its output: add onto them,
 // or overwrite them (a GEMM with beta 0), which spares clearing a buffer first
@@ -29,7 +43,7 @@ struct BackwardInto {
 // dinp, dweight, dbias may be null to skip it.
 void matmul_backward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, std::int64_t n, std::int64_t in_dim,
-                     std::int64_t out_dim, WeightLayout layout, BackwardInto into = {});
+                     std::int64_t out_dim, WeightLayout layout, BackwardInto into = {}, KeptBf16 kept = {});
 
 // out[i] = to_bf16(x[i]) for count elements, split over the pool (a model's
 // weights, rounded once for the GEMMs that read them: Context::set_rounded_copy).

@@ -246,6 +246,63 @@ TEST_P(Bf16GemmTest, TheCopyIsReadAtTheOperandsLeadingDimensionAndOnlyInsideIt) 
   ctx_.clear_rounded_copy(block.data() + 2);
 }
 
+// Roundings the caller keeps (KeptBf16): the forward writes inp's rounding,
+// bit for bit to_bf16's, and gives the bits of a call without it; a backward
+// that reads the kept inp and a dOut rounded by its producer gives the bits of
+// one that rounds both itself, in both layouts. The kept copies are really
+// read: one changed behind the GEMMs (doubled, exact in bf16) doubles dW, and
+// dOut's doubles dInp as well. An fp32 context ignores them.
+TEST_P(Bf16GemmTest, KeptRoundingsGiveTheBitsOfRoundingPerCallAndAreRead) {
+  const std::int64_t n = 24, in = 40, out = 56;
+  std::mt19937 rng(17);
+  const auto x = random_vector(n * in, rng), dy = random_vector(n * out, rng);
+  for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+    const auto w = random_vector(out * in, rng);
+    std::vector<float> y0(n * out), y1(n * out);
+    matmul_forward(ctx_, y0.data(), x.data(), w.data(), nullptr, n, in, out, layout);
+    std::vector<Bf16> kept_x(n * in), kept_dy(n * out);
+    matmul_forward(ctx_, y1.data(), x.data(), w.data(), nullptr, n, in, out, layout, {kept_x.data()});
+    EXPECT_EQ(y1, y0);
+    for (std::int64_t i = 0; i < n * in; ++i) ASSERT_EQ(kept_x[i], to_bf16(x[i])) << i;
+    for (std::int64_t i = 0; i < n * out; ++i) kept_dy[i] = to_bf16(dy[i]);
+    const auto backward = [&](KeptBf16 kept) {
+      std::vector<float> dx(n * in), dw(out * in);
+      matmul_backward(ctx_, dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out, layout,
+                      {Into::kOverwrite, Into::kOverwrite}, kept);
+      return std::pair{dx, dw};
+    };
+    const auto [dx0, dw0] = backward({});
+    const auto [dx1, dw1] = backward({kept_x.data(), kept_dy.data()});
+    EXPECT_EQ(dx1, dx0);
+    EXPECT_EQ(dw1, dw0);
+    const auto doubled = [](std::vector<Bf16> h) {
+      for (Bf16& v : h) v = to_bf16(2.0f * from_bf16(v));
+      return h;
+    };
+    const auto twice_x = doubled(kept_x), twice_dy = doubled(kept_dy);
+    const auto [dx2, dw2] = backward({const_cast<Bf16*>(twice_x.data()), kept_dy.data()});
+    EXPECT_EQ(dx2, dx0) << "dInp does not read inp";
+    for (std::size_t i = 0; i < dw0.size(); ++i) ASSERT_EQ(dw2[i], 2.0f * dw0[i]) << i;
+    const auto [dx3, dw3] = backward({kept_x.data(), twice_dy.data()});
+    for (std::size_t i = 0; i < dx0.size(); ++i) ASSERT_EQ(dx3[i], 2.0f * dx0[i]) << i;
+    for (std::size_t i = 0; i < dw0.size(); ++i) ASSERT_EQ(dw3[i], 2.0f * dw0[i]) << i;
+  }
+  Context fp32{{.threads = GetParam().threads}};
+  std::vector<float> y_plain(n * out), y_kept(n * out), dx_plain(n * in), dx_kept(n * in);
+  std::vector<Bf16> untouched(n * in, 0x7fc1), wrong_dy(n * out, 0);
+  const auto w = random_vector(out * in, rng);
+  matmul_forward(fp32, y_plain.data(), x.data(), w.data(), nullptr, n, in, out, WeightLayout::kOutIn);
+  matmul_forward(fp32, y_kept.data(), x.data(), w.data(), nullptr, n, in, out, WeightLayout::kOutIn,
+                 {untouched.data()});
+  EXPECT_EQ(y_kept, y_plain);
+  for (Bf16 h : untouched) ASSERT_EQ(h, 0x7fc1) << "an fp32 context wrote a rounding";
+  matmul_backward(fp32, dx_plain.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), n, in, out,
+                  WeightLayout::kOutIn, {Into::kOverwrite, Into::kAdd});
+  matmul_backward(fp32, dx_kept.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), n, in, out,
+                  WeightLayout::kOutIn, {Into::kOverwrite, Into::kAdd}, {untouched.data(), wrong_dy.data()});
+  EXPECT_EQ(dx_kept, dx_plain);
+}
+
 // The native path (oneDNN's bf16 matmul) and the emulated one (fp32 sgemm on
 // the rounded inputs) agree within twice the bound: the same exact products.
 TEST(Bf16Paths, NativeAndEmulatedAgree) {

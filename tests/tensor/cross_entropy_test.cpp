@@ -53,6 +53,7 @@ TEST(CrossEntropy, TargetHeldElsewhereContributesNothingLocally) {
 
 // The one-pass form for a rank with the whole vocabulary gives the three
 // passes' bits: same ops per row, only the order over rows differs.
+// ... and both round dlogits alike when asked.
 TEST(CrossEntropy, OnePassPerRowEqualsThePassesBitForBit) {
   Context ctx({2});
   const LogitShape shape{37, 1040, 1001};  // rows split unevenly over the pool; padding columns
@@ -67,13 +68,19 @@ TEST(CrossEntropy, OnePassPerRowEqualsThePassesBitForBit) {
   std::vector<float> row_max(shape.rows), sums(2 * shape.rows), losses(shape.rows);
   crossentropy_local_max(ctx, row_max.data(), passes.data(), shape);
   crossentropy_local_sums(ctx, sums.data(), passes.data(), target.data(), row_max.data(), shape);
+  // Both also round dlogits for the bf16 GEMMs: every element, padding included.
+  const auto elements = static_cast<std::size_t>(shape.rows * shape.cols);
+  std::vector<Bf16> rounded(elements, 0x7fc1), rounded_one(elements, 0x7fc1);
   crossentropy_finish(ctx, losses.data(), passes.data(), target.data(), row_max.data(), sums.data(),
-                      0.125f, shape);
+                      0.125f, shape, rounded.data());
   std::vector<float> scratch(2 * shape.rows), losses_one(shape.rows);
-  crossentropy_local(ctx, losses_one.data(), one_pass.data(), target.data(), scratch.data(), 0.125f, shape);
+  crossentropy_local(ctx, losses_one.data(), one_pass.data(), target.data(), scratch.data(), 0.125f, shape,
+                     rounded_one.data());
   EXPECT_EQ(losses_one, losses);
   EXPECT_EQ(one_pass, passes);
   EXPECT_EQ(scratch, sums);
+  for (std::size_t i = 0; i < elements; ++i) ASSERT_EQ(rounded[i], to_bf16(passes[i])) << i;
+  EXPECT_EQ(rounded_one, rounded);
 }
 
 }  // namespace
