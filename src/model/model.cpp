@@ -294,7 +294,7 @@ void Model::ensure_activations(std::int64_t batch, std::int64_t seq) {
   a->datty = sz(n * d.attn);
   a->dgelu = sz(n * d.neurons);
   a->dfch = sz(config().llama() ? n * d.fc1 : 0);  // GPT-2's GELU backward works in place
-  if (gpu_ == nullptr && ctx_.precision() == tensor::Precision::kBf16) {
+  if (gpu_ == nullptr && ctx_.precision() == tensor::Precision::kBf16 && keep_rounded_) {
     const auto h = [](std::int64_t count) { return std::vector<tensor::Bf16>(static_cast<std::size_t>(count)); };
     a->ln1_h = h(L * n * d.C);
     a->atty_h = h(L * n * d.attn);

@@ -174,6 +174,13 @@ class Model {
   static constexpr int kMaxSlots = 64;
   void select_slot(int slot);
   int slot() const { return slot_; }
+  // bf16 GEMMs: each linear layer's input is rounded once, by the forward,
+  // and its rounding kept in the slot for the backward's dW GEMM, and the
+  // cross-entropy rounds dlogits as it writes them (the default); with false
+  // the backward's GEMMs round their inputs themselves (the same bits, for
+  // half those activations' size less memory). Applies to the slots made
+  // after the call: call it before the first forward.
+  void keep_rounded_inputs(bool keep) { keep_rounded_ = keep; }
   // Gradients become zero. Lazily: the next backward() overwrites them (its
   // weight GEMMs run with beta 0, the small tensors are cleared), which spares
   // clearing the whole buffer every step.
@@ -267,6 +274,7 @@ class Model {
   std::vector<std::unique_ptr<Activations>> slots_;
   std::vector<bool> forwarded_;  // per slot: a forward its backward has not consumed
   int slot_ = 0;
+  bool keep_rounded_ = true;  // see keep_rounded_inputs
   EmbeddingRows embedding_rows_;  // the split embedding scatter of the last backward
   tensor::RopeTable rope_;  // Llama only
   float loss_scale_ = 0.0f;

@@ -15,9 +15,10 @@ enum class WeightLayout { kOutIn, kInOut };
 // (ignored by fp32 GEMMs). Each is dense, n rows of the operand's width. They
 // spare rounding the same activation twice (forward and dW) and rounding from
 // memory what a producer can round while it is in cache.
-//   inp:  matmul_forward writes inp's rounding here; matmul_backward's dW GEMM
-//         reads it instead of rounding inp again, so it must hold what the
-//         forward wrote for the same, unchanged inp.
+//   inp:  matmul_forward writes inp's rounding here (nothing when n, in_dim
+//         or out_dim is 0); matmul_backward's dW GEMM reads it instead of
+//         rounding inp again, so it must hold what the forward wrote for the
+//         same, unchanged inp.
 //   dout: matmul_backward reads dout's rounding here (written by dout's producer).
 struct KeptBf16 {
   Bf16* inp = nullptr;

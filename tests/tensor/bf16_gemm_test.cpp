@@ -288,7 +288,8 @@ TEST_P(Bf16GemmTest, KeptRoundingsGiveTheBitsOfRoundingPerCallAndAreRead) {
     for (std::size_t i = 0; i < dw0.size(); ++i) ASSERT_EQ(dw3[i], 2.0f * dw0[i]) << i;
   }
   Context fp32{{.threads = GetParam().threads}};
-  std::vector<float> y_plain(n * out), y_kept(n * out), dx_plain(n * in), dx_kept(n * in);
+  std::vector<float> y_plain(n * out), y_kept(n * out), dx_plain(n * in), dx_kept(n * in), dw_plain(out * in),
+      dw_kept(out * in);
   std::vector<Bf16> untouched(n * in, 0x7fc1), wrong_dy(n * out, 0);
   const auto w = random_vector(out * in, rng);
   matmul_forward(fp32, y_plain.data(), x.data(), w.data(), nullptr, n, in, out, WeightLayout::kOutIn);
@@ -296,11 +297,12 @@ TEST_P(Bf16GemmTest, KeptRoundingsGiveTheBitsOfRoundingPerCallAndAreRead) {
                  {untouched.data()});
   EXPECT_EQ(y_kept, y_plain);
   for (Bf16 h : untouched) ASSERT_EQ(h, 0x7fc1) << "an fp32 context wrote a rounding";
-  matmul_backward(fp32, dx_plain.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), n, in, out,
-                  WeightLayout::kOutIn, {Into::kOverwrite, Into::kAdd});
-  matmul_backward(fp32, dx_kept.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), n, in, out,
-                  WeightLayout::kOutIn, {Into::kOverwrite, Into::kAdd}, {untouched.data(), wrong_dy.data()});
+  matmul_backward(fp32, dx_plain.data(), dw_plain.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out,
+                  WeightLayout::kOutIn, {Into::kOverwrite, Into::kOverwrite});
+  matmul_backward(fp32, dx_kept.data(), dw_kept.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out,
+                  WeightLayout::kOutIn, {Into::kOverwrite, Into::kOverwrite}, {untouched.data(), wrong_dy.data()});
   EXPECT_EQ(dx_kept, dx_plain);
+  EXPECT_EQ(dw_kept, dw_plain);
 }
 
 // The native path (oneDNN's bf16 matmul) and the emulated one (fp32 sgemm on
